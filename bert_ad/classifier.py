@@ -1,0 +1,309 @@
+"""run_classifier_mgpu.py: fine-tune, predict and evaluate a BERT classifier on N towers.
+
+The flags of Google's run_classifier.py plus --n_gpus and the multi-tower
+ones. Order as in the predecessor: train -> predict -> eval. Outputs in
+--output_dir: model.ckpt-N, labels.txt, predict.txt (one predicted label
+index per input row, in input order), test_results.tsv (class
+probabilities per row), eval_results.txt (`key = value`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+
+import numpy as np
+from absl import flags
+
+from bert_ad import processors
+from bert_ad.batching import make_batch, split_evenly, training_stream
+from bert_ad.checkpoint import latest_checkpoint, resolve_checkpoint
+from bert_ad.classification import FEATURE_SPEC, classifier
+from bert_ad.compat import session_config, tf
+from bert_ad.errors import fail, run_cli
+from bert_ad.features import FeatureSettings, cache_key, cached_features, convert_examples
+from bert_ad.inference import run_inference
+from bert_ad.metrics import classification_metrics
+from bert_ad.modeling import BertConfig
+from bert_ad.optimization import scale_learning_rate
+from bert_ad.outputs import write_lines
+from bert_ad.tokenization import TRUNCATION_STRATEGIES, check_max_seq_length, make_tokenizer
+from bert_ad.towers import plan_from_environment
+from bert_ad.trainer import LoopSettings, train
+from bert_ad.training import TrainSettings, build_train_graph
+
+log = logging.getLogger("bert_ad")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    # Google's run_classifier.py flags.
+    flags.DEFINE_string("data_dir", None, "Folder of the task's train/dev/test files.")
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
+    flags.DEFINE_string("task_name", None, "Task: " + ", ".join(sorted(processors.TASKS)))
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt of the model.")
+    flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
+    flags.DEFINE_string("init_checkpoint", None, "Checkpoint prefix (or folder) to start from.")
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models).")
+    flags.DEFINE_integer("max_seq_length", 128, "Longest sequence after WordPiece.")
+    flags.DEFINE_bool("do_train", False, "Fine-tune.")
+    flags.DEFINE_bool("do_eval", False, "Evaluate on the dev file.")
+    flags.DEFINE_bool("do_predict", False, "Score --predict_file (default: the test file).")
+    flags.DEFINE_integer("train_batch_size", 32, "Batch size PER TOWER.")
+    flags.DEFINE_integer("eval_batch_size", 8, "Eval batch size per tower.")
+    flags.DEFINE_integer("predict_batch_size", 8, "Predict batch size per tower.")
+    flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate (before --lr_scaling).")
+    flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training file.")
+    flags.DEFINE_float("warmup_proportion", 0.1, "Share of steps with linear warmup.")
+    flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every N steps.")
+    # Multi-tower training.
+    flags.DEFINE_integer("n_gpus", 1, "Towers: one per visible GPU (round-robin if more "
+                         "towers than cards), or logical CPU devices without GPUs.")
+    flags.DEFINE_integer("gradient_accumulation_steps", 1,
+                         "Micro-batches per applied step.")
+    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "adam", "radam", "lamb"],
+                      "adamw = Google's AdamWeightDecay.")
+    flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.")
+    flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm.")
+    flags.DEFINE_enum("lr_scaling", "none", ["none", "linear", "sqrt"],
+                      "Scale --learning_rate by global batch / --lr_reference_batch.")
+    flags.DEFINE_integer("lr_reference_batch", 32, "Batch --learning_rate was tuned for.")
+    flags.DEFINE_integer("seed", 12345, "Seed for data order, init and dropout.")
+    flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+    flags.DEFINE_integer("log_every_n_steps", 10, "Log and summarise every N steps.")
+    # Data.
+    flags.DEFINE_string("predict_file", None, "File to score with --do_predict.")
+    flags.DEFINE_integer("max_train_examples", None, "Use only the first N training rows.")
+    flags.DEFINE_integer("max_eval_examples", None, "Use only the first N dev rows.")
+    flags.DEFINE_enum("padding", "dynamic", ["dynamic", "max_length"],
+                      "Pad each batch to its longest row (dynamic) or to max_seq_length.")
+    flags.DEFINE_enum("truncation", "head", list(TRUNCATION_STRATEGIES),
+                      "Which tokens survive when a text is too long.")
+    flags.DEFINE_float("truncation_head_fraction", 0.25,
+                       "head+tail: share of the budget kept from the start.")
+    flags.DEFINE_string("spm_model_file", None, "SentencePiece model instead of --vocab_file.")
+    flags.DEFINE_string("cache_dir", None, "Feature cache (default: output_dir/cache).")
+    for key in ("train_file", "dev_file", "test_file", "delimiter", "labels"):
+        flags.DEFINE_string(key, None, f"Override the task's {key}.")
+    for key in ("label_column", "text_a_column", "text_b_column"):
+        flags.DEFINE_integer(key, None, f"Override the task's {key} (0-based).")
+    flags.DEFINE_bool("has_header", None, "Override: the files start with a header line.")
+
+
+class Job:
+    """The validated settings of one run, shared by train, predict and eval."""
+
+    def __init__(self):
+        if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+            fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
+        for name in ("task_name", "output_dir", "bert_config_file"):
+            if not getattr(FLAGS, name):
+                fail(f"--{name} is required")
+        if FLAGS.n_gpus < 1:
+            fail(f"--n_gpus={FLAGS.n_gpus}: need at least 1 tower")
+        for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                     "gradient_accumulation_steps", "save_checkpoints_steps"):
+            if getattr(FLAGS, name) < 1:
+                fail(f"--{name}={getattr(FLAGS, name)} must be at least 1")
+        if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
+            fail(f"--output_dir={FLAGS.output_dir} exists and is not a directory")
+        overrides = {key: getattr(FLAGS, key) for key in processors.OVERRIDE_KEYS
+                     if getattr(FLAGS, key) is not None}
+        self.task = processors.get_task(FLAGS.task_name, overrides)
+        self.config = BertConfig.from_json_file(FLAGS.bert_config_file)
+        check_max_seq_length(FLAGS.max_seq_length, self.config.max_position_embeddings)
+        self.tokenizer = make_tokenizer(FLAGS.vocab_file or "", FLAGS.do_lower_case,
+                                        FLAGS.spm_model_file or "")
+        if self.tokenizer.vocab_size > self.config.vocab_size:
+            fail(f"--vocab_file has {self.tokenizer.vocab_size} tokens but "
+                 f"--bert_config_file says vocab_size={self.config.vocab_size}; "
+                 "use the vocab the model was trained with")
+        self.init_checkpoint = (resolve_checkpoint(FLAGS.init_checkpoint)
+                                if FLAGS.init_checkpoint else "")
+        self.plan = plan_from_environment(FLAGS.n_gpus)
+        self.output_dir = FLAGS.output_dir
+        self.cache_dir = FLAGS.cache_dir or os.path.join(self.output_dir, "cache")
+        self.padding = ("dynamic" if FLAGS.padding == "dynamic"
+                        else FLAGS.max_seq_length)
+        self.session_config = session_config(self.plan.num_cpu_devices)
+        self.labels = None
+
+    def features(self, split: str, examples, data_file: str):
+        settings = FeatureSettings(FLAGS.max_seq_length, FLAGS.truncation,
+                                   FLAGS.truncation_head_fraction, self.labels)
+        key = cache_key(data_file, FLAGS.vocab_file or FLAGS.spm_model_file or "",
+                        FLAGS.do_lower_case, settings,
+                        repr(self.task) + f"|{split}|{len(examples)}")
+        return cached_features(self.cache_dir, split, key,
+                               lambda: convert_examples(examples, self.tokenizer, settings))
+
+    def tower_classifier(self, is_training: bool):
+        return lambda features, i: classifier(self.config, features, len(self.labels),
+                                              is_training)
+
+
+def read_split(job: Job, split: str, path: str | None = None, limit: int | None = None):
+    examples = processors.read_examples(job.task, FLAGS.data_dir or "", split, path)
+    if limit is not None:
+        examples = examples[:limit]
+    return examples
+
+
+def resolve_labels(job: Job, train_examples) -> list:
+    labels_file = os.path.join(job.output_dir, "labels.txt")
+    if train_examples is not None:
+        labels = processors.label_list(job.task, train_examples)
+        processors.save_label_list(labels_file, labels)
+    elif job.task.labels is not None:
+        labels = list(job.task.labels)
+    else:
+        labels = processors.load_label_list(labels_file)
+    return labels
+
+
+def do_train(job: Job, examples) -> None:
+    features = job.features("train", examples, examples[0].source)
+    towers, per_tower = job.plan.num_towers, FLAGS.train_batch_size
+    accumulation = FLAGS.gradient_accumulation_steps
+    global_batch = per_tower * towers * accumulation
+    num_train_steps = max(1, int(len(examples) / global_batch * FLAGS.num_train_epochs))
+    learning_rate = scale_learning_rate(FLAGS.learning_rate, global_batch,
+                                        FLAGS.lr_reference_batch, FLAGS.lr_scaling)
+    log.info("training: %d examples, %d tower(s) x batch %d x %d accumulation = global "
+             "batch %d, %d steps, learning rate %g", len(examples), towers, per_tower,
+             accumulation, global_batch, num_train_steps, learning_rate)
+    settings = TrainSettings(learning_rate, num_train_steps,
+                             int(num_train_steps * FLAGS.warmup_proportion),
+                             FLAGS.optimizer, FLAGS.weight_decay_rate, FLAGS.clip_norm,
+                             accumulation, FLAGS.seed)
+
+    def batches(start_example: int):
+        micro_batch = per_tower * towers
+        for indices in training_stream(len(features), micro_batch, FLAGS.seed,
+                                       start_example):
+            yield [make_batch(features, part, job.padding)
+                   for part in split_evenly(indices, towers)]
+
+    with tf.Graph().as_default():
+        graph = build_train_graph(job.plan, FEATURE_SPEC,
+                                  lambda f, i: job.tower_classifier(True)(f, i).loss,
+                                  settings)
+        loop = LoopSettings(job.output_dir, num_train_steps, global_batch, accumulation,
+                            FLAGS.save_checkpoints_steps, FLAGS.keep_checkpoint_max,
+                            FLAGS.log_every_n_steps, job.init_checkpoint,
+                            job.session_config)
+        result = train(graph, batches, loop)
+    log.info("training done: global step %d, %d examples seen", result.global_step,
+             result.examples_seen)
+
+
+def scoring_checkpoint(job: Job) -> str:
+    found = latest_checkpoint(job.output_dir)
+    if found:
+        return found
+    if job.init_checkpoint:
+        return job.init_checkpoint
+    fail(f"no checkpoint to score with: --output_dir={job.output_dir} has no "
+         "model.ckpt-N and --init_checkpoint is not set")
+
+
+def score(job: Job, split: str, examples, data_file: str, batch_size: int) -> dict:
+    features = job.features(split, examples, data_file)
+    checkpoint = scoring_checkpoint(job)
+
+    def tower(placeholders, i):
+        out = job.tower_classifier(False)(placeholders, i)
+        return {"probabilities": out.probabilities, "loss": out.per_example_loss}
+
+    log.info("%s: scoring %d rows with %s on %d tower(s)", split, len(examples),
+             checkpoint, job.plan.num_towers)
+    results = run_inference(job.plan, FEATURE_SPEC, tower, checkpoint, features,
+                            batch_size, job.padding, job.session_config)
+    results["labels"] = features.labels
+    results["checkpoint"] = checkpoint
+    return results
+
+
+def do_predict(job: Job) -> None:
+    path = FLAGS.predict_file
+    examples = read_split(job, "test", path)
+    data_file = examples[0].source
+    results = score(job, "predict", examples, data_file, FLAGS.predict_batch_size)
+    probabilities = results["probabilities"]
+    predicted = np.argmax(probabilities, axis=-1)
+    write_lines(os.path.join(job.output_dir, "predict.txt"),
+                (str(int(p)) for p in predicted))
+    write_lines(os.path.join(job.output_dir, "test_results.tsv"),
+                ("\t".join(f"{p:.6f}" for p in row) for row in probabilities))
+    log.info("predict: wrote %d rows to predict.txt and test_results.tsv in %s",
+             len(examples), job.output_dir)
+
+
+def do_eval(job: Job) -> dict:
+    examples = read_split(job, "dev", limit=FLAGS.max_eval_examples)
+    processors.check_labels(examples, job.labels)
+    unlabelled = [e for e in examples if e.label is None]
+    if unlabelled:
+        fail(f"{unlabelled[0].source} line {unlabelled[0].line}: the dev file has no "
+             "labels; --do_eval needs a labelled file")
+    results = score(job, "dev", examples, examples[0].source, FLAGS.eval_batch_size)
+    predicted = np.argmax(results["probabilities"], axis=-1)
+    metrics = classification_metrics(results["labels"], predicted, job.labels)
+    metrics["eval_loss"] = float(np.mean(results["loss"]))
+    metrics["global_step"] = _checkpoint_step(results["checkpoint"])
+    metrics["eval_examples"] = len(examples)
+    write_lines(os.path.join(job.output_dir, "eval_results.txt"),
+                (f"{key} = {_format(value)}" for key, value in sorted(metrics.items())))
+    log.info("eval: accuracy %.4f  macro-F1 %.4f  loss %.4f  (%d rows, step %d)",
+             metrics["eval_accuracy"], metrics["eval_macro_f1"], metrics["eval_loss"],
+             len(examples), metrics["global_step"])
+    return metrics
+
+
+def _checkpoint_step(prefix: str) -> int:
+    from bert_ad.checkpoint import checkpoint_step
+    return checkpoint_step(prefix)
+
+
+def _format(value) -> str:
+    return f"{value:.6f}" if isinstance(value, float) and not math.isnan(value) else str(value)
+
+
+def main(argv=None) -> int:
+    configure_logging()
+    job = Job()
+    log.info("%s", job.plan.describe())
+    train_examples = None
+    if FLAGS.do_train:
+        train_examples = read_split(job, "train", limit=FLAGS.max_train_examples)
+    job.labels = resolve_labels(job, train_examples)
+    if train_examples is not None:
+        processors.check_labels(train_examples, job.labels)
+        do_train(job, train_examples)
+    if FLAGS.do_predict:
+        do_predict(job)
+    if FLAGS.do_eval:
+        do_eval(job)
+    return 0
+
+
+def configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def cli(argv=None) -> None:
+    """Console entry point: parse absl flags (incl. --flagfile), then run."""
+    define_flags()
+    argv = sys.argv if argv is None else argv
+    try:
+        FLAGS(argv)
+    except flags.Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    run_cli(main)

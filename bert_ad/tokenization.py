@@ -1,0 +1,574 @@
+"""Text to token ids: Google's WordPiece, SentencePiece, and truncation.
+
+`FullTokenizer` reproduces Google's BERT `tokenization.py` character for
+character (Hugging Face's `BertTokenizer` reproduces it too, see below), so a
+released checkpoint sees at fine-tuning time exactly the ids it was
+pre-trained on:
+
+  1. clean: drop U+0000, U+FFFD and control characters (categories Cc and
+     Cf, but not tab/newline/CR), map whitespace (Zs, tab, newline, CR) to " "
+  2. put spaces around every CJK ideograph (Google's ranges), so each one is
+     a word of its own
+  3. split on whitespace; when lower-casing, lower-case each word and strip
+     its accents (NFD, then drop the nonspacing marks, category Mn)
+  4. split off every punctuation character (ASCII 33-47, 58-64, 91-96,
+     123-126 and Unicode P*) as a word of its own
+  5. WordPiece: greedy longest match first, "##" marks a continuation;
+     a word that cannot be covered, or is longer than 100 characters, is
+     one [UNK].
+
+Where Hugging Face's slow Python tokenizer differs from Google's we follow
+Google: it also drops private-use and unassigned characters (any C*
+category; Google keeps them, so the word becomes [UNK]), NFC-normalises the
+text (which only matters without lower-casing) and keeps special-token
+strings such as "[CLS]" in the text whole (Google splits them like any other
+text). Google's own `WordpieceTokenizer` gives up at 200 characters; released
+vocabularies were made with 100 and Hugging Face uses 100, as we do.
+
+`SentencePieceTokenizer` has the same interface for ALBERT-style models and
+`make_tokenizer` picks one of the two from the command-line flags.
+`truncate_tokens` and `truncate_pair` cut texts to the room left for the
+special tokens; `check_max_seq_length` refuses sequence lengths the model has
+no position embeddings for.
+
+Command line (a debugging aid):
+  python -m bert_ad.tokenization --vocab_file vocab.txt [--do_lower_case] TEXT...
+prints, for each TEXT (or each line of stdin), its tokens and then their ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import unicodedata
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+from bert_ad.errors import fail, require_file, run_cli
+
+UNK = "[UNK]"
+CLS = "[CLS]"
+SEP = "[SEP]"
+PAD = "[PAD]"
+MASK = "[MASK]"
+# Every input needs [CLS] and [SEP]; [UNK] stands for words the vocab lacks.
+# [PAD] and [MASK] are only looked up when asked for (pretraining, padding).
+REQUIRED_SPECIAL_TOKENS = (CLS, SEP, UNK)
+
+MAX_INPUT_CHARS_PER_WORD = 100
+TRUNCATION_STRATEGIES = ("head", "tail", "head+tail")
+
+
+# ----------------------------------------------------------------------------
+# Vocabulary file
+# ----------------------------------------------------------------------------
+
+def load_vocab(path: str) -> "collections.OrderedDict[str, int]":
+    """Read a WordPiece vocab.txt: one token per line, its id is its line index.
+
+    Line ends may be LF or CRLF (the Chinese BERT vocab has CRLF) and the last
+    line may or may not end with one. Only the line end is stripped: tokens
+    cannot contain whitespace, and the Chinese vocab has a token that Python's
+    str.strip() would eat (U+2028). A UTF-8 byte order mark before the first
+    token is dropped.
+
+    Args:
+      path: the vocab file.
+
+    Returns:
+      OrderedDict token -> id, in file order (ids 0, 1, 2, ...).
+
+    Raises:
+      UserError: missing or unreadable file, a line that is not UTF-8, an
+        empty file, a token listed twice (naming both lines), a bare carriage
+        return inside a line, or no [CLS]/[SEP]/[UNK].
+    """
+    require_file(path, "vocab file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        fail(f"cannot read vocab file {path!r}: {e.strerror or e}")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline after the last token ends a line, it adds none
+    if not lines:
+        fail(f"vocab file {path!r} is empty; it needs one token per line")
+    vocab = collections.OrderedDict()  # type: collections.OrderedDict[str, int]
+    for index, raw in enumerate(lines):
+        line_number = index + 1
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            token = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            fail(f"vocab file {path!r} line {line_number} is not valid UTF-8 "
+                 f"({e.reason} at byte {e.start}); save the file as UTF-8")
+        if "\r" in token:
+            fail(f"vocab file {path!r} line {line_number} holds a bare carriage "
+                 f"return; use LF or CRLF line ends, one token per line")
+        if token in vocab:
+            fail(f"vocab file {path!r} lists token {token!r} twice, on lines "
+                 f"{vocab[token] + 1} and {line_number}; each token must "
+                 f"appear once (its line number is its id)")
+        vocab[token] = index
+    missing = [t for t in REQUIRED_SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        fail(f"vocab file {path!r} lacks {', '.join(missing)}; a BERT vocab.txt "
+             f"has [PAD], [UNK], [CLS], [SEP] and [MASK] lines")
+    return vocab
+
+
+# ----------------------------------------------------------------------------
+# Character classes (Google's definitions)
+# ----------------------------------------------------------------------------
+
+def _is_whitespace(char: str) -> bool:
+    # Tab, newline and CR are control characters to Unicode; we treat them
+    # as spaces, like Google.
+    if char in (" ", "\t", "\n", "\r"):
+        return True
+    return unicodedata.category(char) == "Zs"
+
+
+def _is_control(char: str) -> bool:
+    if char in ("\t", "\n", "\r"):
+        return False
+    # Google's test is Cc/Cf only: private-use (Co) and unassigned (Cn)
+    # characters stay, and become [UNK].
+    return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def _is_punctuation(char: str) -> bool:
+    cp = ord(char)
+    # All non-letter/number ASCII counts, even "^", "$" and "`" which Unicode
+    # calls symbols.
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_chinese_char(cp: int) -> bool:
+    """CJK Unified Ideographs (and extensions, compatibility ideographs).
+
+    Hangul, Hiragana and Katakana are not in these blocks: those scripts
+    separate words with spaces and are tokenized like any other language.
+    """
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF
+            or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
+            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def _to_text(text) -> str:
+    if isinstance(text, str):
+        return text
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "ignore")  # as Google's convert_to_unicode
+    raise TypeError(f"expected str or bytes, got {type(text).__name__}")
+
+
+# ----------------------------------------------------------------------------
+# Tokenizers
+# ----------------------------------------------------------------------------
+
+class _Tokenizer:
+    """What both tokenizers share: the vocab, id conversion, special ids.
+
+    Subclasses set `vocab`, `inv_vocab`, `_special` (token -> id or None)
+    and `_source` (the file, for messages), and implement `tokenize`.
+    """
+
+    vocab = None  # type: collections.OrderedDict[str, int]
+    inv_vocab = None  # type: dict
+    _special = None  # type: dict
+    _source = ""
+
+    def tokenize(self, text: str) -> List[str]:
+        raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
+        """Ids of `tokens`; a token outside the vocab gets the [UNK] id."""
+        unk = self.unk_id
+        return [self.vocab.get(token, unk) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> List[str]:
+        """Tokens of `ids`; an id outside [0, vocab_size) is a UserError."""
+        tokens = []
+        for i in ids:
+            token = self.inv_vocab.get(int(i))
+            if token is None:
+                fail(f"token id {int(i)} is outside the vocab of {self._source!r} "
+                     f"(ids 0..{self.vocab_size - 1}); do the vocab and the "
+                     f"model/data match?")
+            tokens.append(token)
+        return tokens
+
+    def _special_id(self, token: str) -> int:
+        token_id = self._special.get(token)
+        if token_id is None:
+            fail(f"{self._source!r} has no {token} token, which this step "
+                 f"needs; use the vocab the checkpoint was trained with")
+        return token_id
+
+    @property
+    def cls_id(self) -> int:
+        return self._special_id(CLS)
+
+    @property
+    def sep_id(self) -> int:
+        return self._special_id(SEP)
+
+    @property
+    def pad_id(self) -> int:
+        return self._special_id(PAD)
+
+    @property
+    def mask_id(self) -> int:
+        return self._special_id(MASK)
+
+    @property
+    def unk_id(self) -> int:
+        return self._special_id(UNK)
+
+
+class FullTokenizer(_Tokenizer):
+    """Google's BERT tokenizer: basic tokenization, then WordPiece.
+
+    Attributes:
+      vocab: OrderedDict token -> id, in vocab-file order.
+      inv_vocab: dict id -> token.
+      do_lower_case: lower-case and strip accents (uncased models).
+    """
+
+    def __init__(self, vocab_file: str, do_lower_case: bool = True):
+        """Args:
+          vocab_file: vocab.txt, one token per line (see `load_vocab`).
+          do_lower_case: True for uncased models, False for cased ones.
+        """
+        self.vocab = load_vocab(vocab_file)
+        self.inv_vocab = {i: t for t, i in self.vocab.items()}
+        self.do_lower_case = bool(do_lower_case)
+        self._source = vocab_file
+        self._special = {t: self.vocab.get(t) for t in (CLS, SEP, PAD, MASK, UNK)}
+
+    def tokenize(self, text: str) -> List[str]:
+        """Word pieces of `text` (str, or UTF-8 bytes)."""
+        pieces = []
+        for word in self.basic_tokenize(text):
+            pieces.extend(self.wordpiece_tokenize(word))
+        return pieces
+
+    def basic_tokenize(self, text: str) -> List[str]:
+        """Steps 1-4 of the module docstring: words and punctuation marks."""
+        text = _clean_text(_to_text(text))
+        text = _space_out_chinese_chars(text)
+        words = []
+        for word in text.split():
+            if self.do_lower_case:
+                word = _strip_accents(word.lower())
+            words.extend(_split_on_punctuation(word))
+        # Stripping accents can leave a word empty (a lone combining mark).
+        return [w for w in words if w]
+
+    def wordpiece_tokenize(self, word: str) -> List[str]:
+        """Greedy longest-match-first pieces of one word: "unaffable" ->
+        ["un", "##aff", "##able"]; [UNK] if it cannot be covered."""
+        if len(word) > MAX_INPUT_CHARS_PER_WORD:
+            return [UNK]
+        pieces = []
+        start = 0
+        while start < len(word):
+            end = len(word)
+            piece = None
+            while start < end:
+                candidate = word[start:end]
+                if start > 0:
+                    candidate = "##" + candidate
+                if candidate in self.vocab:
+                    piece = candidate
+                    break
+                end -= 1
+            if piece is None:
+                return [UNK]
+            pieces.append(piece)
+            start = end
+        return pieces
+
+
+def _clean_text(text: str) -> str:
+    out = []
+    for char in text:
+        if char == "\x00" or char == "\ufffd" or _is_control(char):
+            continue
+        out.append(" " if _is_whitespace(char) else char)
+    return "".join(out)
+
+
+def _space_out_chinese_chars(text: str) -> str:
+    out = []
+    for char in text:
+        if _is_chinese_char(ord(char)):
+            out.extend((" ", char, " "))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _strip_accents(word: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", word)
+                   if unicodedata.category(c) != "Mn")
+
+
+def _split_on_punctuation(word: str) -> List[str]:
+    out = []  # type: List[str]
+    current = []  # type: List[str]
+    for char in word:
+        if _is_punctuation(char):
+            if current:
+                out.append("".join(current))
+                current = []
+            out.append(char)
+        else:
+            current.append(char)
+    if current:
+        out.append("".join(current))
+    return out
+
+
+class SentencePieceTokenizer(_Tokenizer):
+    """A SentencePiece model (ALBERT style) behind the FullTokenizer interface.
+
+    Ids are the model's own. The special tokens are pieces of the model named
+    [CLS], [SEP], [MASK] (train with user_defined_symbols or control_symbols);
+    [PAD] and [UNK] fall back to the model's pad and unk pieces (`<pad>`,
+    `<unk>`) when there is no piece with that name.
+    """
+
+    def __init__(self, model_file: str, do_lower_case: bool = False):
+        """Args:
+          model_file: a `.model` file written by spm_train.
+          do_lower_case: lower-case the text before encoding it.
+        """
+        require_file(model_file, "SentencePiece model file")
+        try:
+            import sentencepiece as spm
+        except ImportError:
+            fail("--spm_model_file needs the sentencepiece package; "
+                 "pip install sentencepiece")
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            ok = self.sp.Load(model_file)
+        except (OSError, RuntimeError) as e:
+            first_line = (str(e).strip().splitlines() or [""])[0]
+            fail(f"cannot load SentencePiece model {model_file!r} ({first_line}); "
+                 f"is it a .model file written by spm_train?")
+        if ok is False:
+            fail(f"cannot load SentencePiece model {model_file!r}; "
+                 f"is it a .model file written by spm_train?")
+        self.do_lower_case = bool(do_lower_case)
+        self._source = model_file
+        size = self.sp.GetPieceSize()
+        self.vocab = collections.OrderedDict(
+            (self.sp.IdToPiece(i), i) for i in range(size))
+        self.inv_vocab = {i: t for t, i in self.vocab.items()}
+        fallbacks = {UNK: self.sp.unk_id(), PAD: self.sp.pad_id()}
+        self._special = {}
+        for token in (CLS, SEP, PAD, MASK, UNK):
+            token_id = self.vocab.get(token)
+            if token_id is None and fallbacks.get(token, -1) >= 0:
+                token_id = fallbacks[token]
+            self._special[token] = token_id
+        missing = [t for t in REQUIRED_SPECIAL_TOKENS if self._special[t] is None]
+        if missing:
+            fail(f"SentencePiece model {model_file!r} has no {', '.join(missing)} "
+                 f"piece; train it with --user_defined_symbols=[CLS],[SEP],[MASK]")
+
+    def tokenize(self, text: str) -> List[str]:
+        """SentencePiece pieces of `text` (str, or UTF-8 bytes)."""
+        text = _to_text(text)
+        if self.do_lower_case:
+            text = text.lower()
+        return list(self.sp.EncodeAsPieces(text))
+
+
+def make_tokenizer(vocab_file: str = "", do_lower_case: bool = True,
+                   spm_model_file: str = "") -> _Tokenizer:
+    """The tokenizer the flags ask for: WordPiece or SentencePiece.
+
+    Args:
+      vocab_file: --vocab_file, a WordPiece vocab.txt.
+      do_lower_case: --do_lower_case.
+      spm_model_file: --spm_model_file, a SentencePiece .model file.
+
+    Returns:
+      A FullTokenizer or a SentencePieceTokenizer.
+
+    Raises:
+      UserError: both or neither file given, or a bad file.
+    """
+    if vocab_file and spm_model_file:
+        fail(f"--vocab_file={vocab_file} and --spm_model_file={spm_model_file} "
+             f"are both set; give the one the model was trained with")
+    if spm_model_file:
+        return SentencePieceTokenizer(spm_model_file, do_lower_case=do_lower_case)
+    if not vocab_file:
+        fail("no tokenizer: set --vocab_file (WordPiece vocab.txt) or "
+             "--spm_model_file (SentencePiece .model)")
+    return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
+# ----------------------------------------------------------------------------
+# Truncation
+# ----------------------------------------------------------------------------
+
+def _check_strategy(strategy: str, head_fraction: float) -> None:
+    if strategy not in TRUNCATION_STRATEGIES:
+        fail(f"--truncation={strategy} is not one of "
+             f"{', '.join(TRUNCATION_STRATEGIES)}")
+    if not 0.0 <= head_fraction <= 1.0:
+        fail(f"the head+tail truncation head fraction {head_fraction} is not "
+             f"between 0 and 1")
+
+
+def truncate_tokens(tokens: Sequence, max_tokens: int, strategy: str = "head",
+                    head_fraction: float = 0.25) -> list:
+    """At most `max_tokens` of `tokens`, as a new list.
+
+    Args:
+      tokens: the tokens (or ids) of one text.
+      max_tokens: how many may stay (>= 0).
+      strategy: "head" keeps the first max_tokens, "tail" the last, and
+        "head+tail" the first round(head_fraction * max_tokens) and the rest
+        from the end (Sun et al. 2019: 128 + 382 of 510 is
+        head_fraction=128/510). Python's round() sends ties to even.
+      head_fraction: the share of the head in "head+tail".
+
+    Returns:
+      A new list; `tokens` is left as it is.
+    """
+    _check_strategy(strategy, head_fraction)
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    n = len(tokens)
+    if n <= max_tokens:
+        return list(tokens)
+    if strategy == "head":
+        return list(tokens[:max_tokens])
+    if strategy == "tail":
+        return list(tokens[n - max_tokens:])
+    n_head = int(round(head_fraction * max_tokens))
+    n_tail = max_tokens - n_head
+    return list(tokens[:n_head]) + list(tokens[n - n_tail:])
+
+
+def _pair_lengths(len_a: int, len_b: int, max_tokens: int) -> Tuple[int, int]:
+    """Lengths left by Google's `_truncate_seq_pair`, in closed form.
+
+    Google trims one token at a time from the longer sequence, from b on a
+    tie, until the total fits. Once the lengths meet they go down in turns.
+    """
+    excess = len_a + len_b - max_tokens
+    if excess <= 0:
+        return len_a, len_b
+    if len_a > len_b:
+        gap = len_a - len_b  # trims of a until a == b
+        if excess <= gap:
+            return len_a - excess, len_b
+        rest = excess - gap  # from a == b: b, a, b, a, ...
+        return len_b - rest // 2, len_b - (rest + 1) // 2
+    gap = len_b - len_a + 1  # trims of b (ties go to b) until b == a - 1
+    if excess <= gap:
+        return len_a, len_b - excess
+    rest = excess - gap  # from b == a - 1: a, b, a, b, ...
+    return len_a - (rest + 1) // 2, len_a - 1 - rest // 2
+
+
+def truncate_pair(tokens_a: Sequence, tokens_b: Sequence, max_tokens: int,
+                  strategy: str = "head", head_fraction: float = 0.25
+                  ) -> Tuple[list, list]:
+    """Cut a text pair to at most `max_tokens` tokens in all.
+
+    Like Google's `_truncate_seq_pair`: the longer of the two loses a token
+    until they fit, so a short question keeps all of its tokens while a long
+    passage is cut. Where the tokens go depends on `strategy`: from the end
+    ("head"), the start ("tail") or the middle ("head+tail", keeping
+    round(head_fraction * kept) tokens of the start, as `truncate_tokens`).
+
+    Args:
+      tokens_a, tokens_b: the two texts' tokens (or ids).
+      max_tokens: room for both (max_seq_length - 3 with [CLS] and two [SEP]).
+      strategy, head_fraction: as for `truncate_tokens`.
+
+    Returns:
+      (new_a, new_b), new lists; the inputs are left as they are.
+    """
+    _check_strategy(strategy, head_fraction)
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    len_a, len_b = _pair_lengths(len(tokens_a), len(tokens_b), max_tokens)
+    return (truncate_tokens(tokens_a, len_a, strategy, head_fraction),
+            truncate_tokens(tokens_b, len_b, strategy, head_fraction))
+
+
+def check_max_seq_length(max_seq_length: int,
+                         max_position_embeddings: int = 512) -> None:
+    """Refuse a --max_seq_length the model cannot take.
+
+    Raises:
+      UserError: longer than the model's position table, or too short to
+        hold [CLS] and two [SEP].
+    """
+    if max_seq_length > max_position_embeddings:
+        fail(f"--max_seq_length={max_seq_length} exceeds the model's "
+             f"max_position_embeddings ({max_position_embeddings}); "
+             f"use {max_position_embeddings} or less")
+    if max_seq_length < 3:
+        fail(f"--max_seq_length={max_seq_length} is too small; it needs room "
+             f"for [CLS] and two [SEP], so use 3 or more")
+
+
+# ----------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "y", "t"):
+        return True
+    if lowered in ("0", "false", "no", "n", "f"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_ad.tokenization",
+        description="Print the tokens and ids of each TEXT (or stdin line).")
+    parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt")
+    parser.add_argument("--spm_model_file", default="",
+                        help="SentencePiece .model (instead of --vocab_file)")
+    parser.add_argument("--do_lower_case", type=_parse_bool, nargs="?",
+                        const=True, default=True,
+                        help="lower-case and strip accents (default true; "
+                             "--do_lower_case=false for cased models)")
+    parser.add_argument("texts", nargs="*", metavar="TEXT")
+    args = parser.parse_args(argv)
+    tokenizer = make_tokenizer(args.vocab_file, args.do_lower_case,
+                               args.spm_model_file)
+    texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
+    for text in texts:
+        tokens = tokenizer.tokenize(text)
+        print(" ".join(tokens))
+        print(" ".join(str(i) for i in tokenizer.convert_tokens_to_ids(tokens)))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

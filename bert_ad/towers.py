@@ -1,0 +1,171 @@
+"""Where towers run, where variables live, and how tower gradients become one.
+
+The policy in one place (after tf_cnn_benchmarks' variable managers):
+
+* Tower i runs on `plan.tower_devices[i]`: the i-th visible GPU, round-robin
+  when there are more towers than cards (several towers per card, on purpose,
+  never left to soft placement), or the i-th logical CPU device when there is
+  no GPU, so the same multi-tower graph runs for real on a CPU-only machine.
+* Every variable and optimizer slot lives on the CPU (`plan.variable_device`).
+  Towers read the weights, compute their gradients next to their own ops, and
+  the CPU averages them (dense and IndexedSlices alike) for one apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Sequence
+
+from bert_ad.compat import list_gpu_count, tf
+from bert_ad.errors import fail
+
+log = logging.getLogger("bert_ad")
+
+CPU = "/cpu:0"
+
+
+def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
+    """The cards listed in CUDA_VISIBLE_DEVICES, or None if it is not set.
+
+    An empty value or "-1" hides every card (an empty list).
+    """
+    if value is None:
+        return None
+    cards = [c.strip() for c in value.split(",") if c.strip()]
+    if cards and cards[0].startswith("-"):
+        return []
+    return cards
+
+
+class DevicePlan:
+    """Tower -> device assignment and the variable device for one worker."""
+
+    def __init__(self, tower_devices: Sequence[str], physical_names: Sequence[str],
+                 uses_gpu: bool):
+        self.tower_devices = list(tower_devices)
+        self.physical_names = list(physical_names)
+        self.uses_gpu = uses_gpu
+        self.variable_device = CPU
+
+    @property
+    def num_towers(self) -> int:
+        return len(self.tower_devices)
+
+    @property
+    def num_cpu_devices(self) -> int:
+        """Logical CPU devices the session must create for this plan."""
+        return 1 if self.uses_gpu else self.num_towers
+
+    def describe(self) -> str:
+        lines = [f"device plan: {self.num_towers} tower(s), variables and "
+                 f"optimizer on {self.variable_device}"]
+        for i, (device, name) in enumerate(zip(self.tower_devices, self.physical_names)):
+            lines.append(f"  tower {i} -> {device} ({name})")
+        return "\n".join(lines)
+
+
+def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
+                 gpus_found: int | None = None) -> DevicePlan:
+    """Decide where each of `n_towers` towers runs.
+
+    Args:
+      n_towers: --n_gpus, the number of towers (>= 1).
+      cuda_visible_devices: the CUDA_VISIBLE_DEVICES value (None: unset). TF
+        renumbers the listed cards /gpu:0..k-1, so "3,5" gives /gpu:0 (card 3)
+        and /gpu:1 (card 5).
+      gpus_found: GPUs TensorFlow can really use; None trusts the variable
+        (for building graphs to inspect on a machine without cards).
+    """
+    if n_towers < 1:
+        fail(f"--n_gpus={n_towers}: need at least 1 tower")
+    cards = parse_cuda_visible_devices(cuda_visible_devices)
+    if gpus_found is not None:
+        if cards is None:
+            cards = [str(i) for i in range(gpus_found)]
+        elif len(cards) > gpus_found:
+            if gpus_found == 0:
+                log.warning("CUDA_VISIBLE_DEVICES=%s but TensorFlow sees no GPU "
+                            "(CPU-only build or no driver): towers run on CPU",
+                            cuda_visible_devices)
+            cards = cards[:gpus_found]
+    if not cards:
+        return DevicePlan([f"/cpu:{i}" for i in range(n_towers)],
+                          [f"logical CPU {i}" for i in range(n_towers)], False)
+    devices, names = [], []
+    for i in range(n_towers):
+        slot = i % len(cards)
+        devices.append(f"/gpu:{slot}")
+        names.append(f"card {cards[slot]}")
+    if n_towers > len(cards):
+        log.info("%d towers on %d card(s): %d tower(s) per card", n_towers,
+                 len(cards), -(-n_towers // len(cards)))
+    return DevicePlan(devices, names, True)
+
+
+def plan_from_environment(n_towers: int) -> DevicePlan:
+    """The plan for this process: CUDA_VISIBLE_DEVICES and the GPUs TF sees."""
+    return plan_devices(n_towers, os.environ.get("CUDA_VISIBLE_DEVICES"),
+                        list_gpu_count())
+
+
+def _on_variable_device(device: str):
+    """A custom getter that creates (and initialises) variables on `device`."""
+    def on_device(getter, *args, **kwargs):
+        with tf.device(device):
+            return getter(*args, **kwargs)
+    return on_device
+
+
+def build_towers(plan: DevicePlan, tower_fn: Callable[[int], object]) -> list:
+    """Call `tower_fn(i)` once per tower under its device and a shared scope.
+
+    Tower 0 creates the variables (on the CPU); the other towers reuse them.
+    Ops are named `tower_i/...` so the placement is readable in a graph dump.
+    """
+    outputs = []
+    outer = tf.get_variable_scope()
+    for i, device in enumerate(plan.tower_devices):
+        with tf.variable_scope(outer, reuse=True if i > 0 else outer.reuse,
+                               custom_getter=_on_variable_device(plan.variable_device)), \
+                tf.name_scope(f"tower_{i}"), tf.device(device):
+            outputs.append(tower_fn(i))
+    return outputs
+
+
+def tower_gradients(loss, variables: Sequence) -> list:
+    """d loss / d variables, each gradient op next to the forward op it undoes."""
+    return tf.gradients(loss, list(variables), colocate_gradients_with_ops=True)
+
+
+def average_gradients(per_tower: Sequence[Sequence], device: str = CPU) -> list:
+    """Mean over towers of each variable's gradient, computed on `device`.
+
+    `per_tower[t][j]` is tower t's gradient of variable j (a tensor,
+    IndexedSlices or None). Sparse gradients stay sparse: their rows are
+    concatenated and scaled, so only the rows the towers touched move.
+    """
+    n = len(per_tower)
+    averaged = []
+    with tf.device(device), tf.name_scope("average_gradients"):
+        for grads in zip(*per_tower):
+            present = [g for g in grads if g is not None]
+            if not present:
+                averaged.append(None)
+            elif n == 1:
+                averaged.append(present[0])
+            elif all(isinstance(g, tf.IndexedSlices) for g in present):
+                values = tf.concat([g.values for g in present], axis=0) / n
+                indices = tf.concat([g.indices for g in present], axis=0)
+                averaged.append(tf.IndexedSlices(values, indices,
+                                                 present[0].dense_shape))
+            else:
+                dense = [tf.convert_to_tensor(g) for g in present]
+                averaged.append(tf.add_n(dense) / n)
+    return averaged
+
+
+def op_devices(graph=None) -> dict:
+    """{op name: device} of a graph, for tests and for `--log_device_plan`."""
+    graph = graph or tf.get_default_graph()
+    return {op.name: op.device for op in graph.get_operations()}

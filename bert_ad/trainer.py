@@ -1,0 +1,171 @@
+"""The training loop: set-up, the step, logging, checkpointing, in that order.
+
+Our own session loop (no Estimator). It resumes by itself from the newest
+`model.ckpt-N` in output_dir: the global step, the schedule and the optimizer
+slots come from the checkpoint, and the data stream is re-positioned at the
+first example the interrupted run had not consumed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from typing import Callable, Iterator
+
+from bert_ad.checkpoint import (WarmStart, latest_checkpoint, require_variables,
+                                 step_checkpoints)
+from bert_ad.compat import tf
+from bert_ad.errors import fail
+from bert_ad.training import TrainGraph
+
+log = logging.getLogger("bert_ad")
+
+
+class LoopSettings:
+    """How long to train, and what to log and save where."""
+
+    def __init__(self, output_dir: str, num_train_steps: int, examples_per_step: int,
+                 gradient_accumulation_steps: int = 1, save_checkpoints_steps: int = 1000,
+                 keep_checkpoint_max: int = 5, log_every_n_steps: int = 10,
+                 init_checkpoint: str = "", session_config=None):
+        self.output_dir = output_dir
+        self.num_train_steps = num_train_steps
+        self.examples_per_step = examples_per_step
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.save_checkpoints_steps = save_checkpoints_steps
+        self.keep_checkpoint_max = keep_checkpoint_max
+        self.log_every_n_steps = log_every_n_steps
+        self.init_checkpoint = init_checkpoint
+        self.session_config = session_config
+
+
+class TrainResult:
+    def __init__(self, global_step: int, examples_seen: int, last_loss: float | None,
+                 checkpoint: str | None, steps_run: int):
+        self.global_step = global_step
+        self.examples_seen = examples_seen
+        self.last_loss = last_loss
+        self.checkpoint = checkpoint
+        self.steps_run = steps_run
+
+
+# (start_example) -> iterator over micro-batches; each is one feed dict per tower.
+BatchSource = Callable[[int], Iterator[list]]
+
+
+def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> TrainResult:
+    """Run (or resume) training until `settings.num_train_steps` applied steps."""
+    os.makedirs(settings.output_dir, exist_ok=True)
+    saved_variables = tf.global_variables()
+    saver = tf.train.Saver(var_list=saved_variables,
+                           max_to_keep=settings.keep_checkpoint_max)
+    resume_from = latest_checkpoint(settings.output_dir)
+    warm_start = None
+    if resume_from:
+        require_variables(resume_from, saved_variables, "--output_dir holds",
+                          "use a new --output_dir or move the old checkpoints away")
+    elif settings.init_checkpoint:
+        warm_start = WarmStart(settings.init_checkpoint, saved_variables)
+        warm_start.log_summary()
+    fetches = {"loss": graph.loss, "applied": graph.train_step,
+               "global_step": graph.step_after, "learning_rate": graph.learning_rate,
+               "grad_norm": graph.grad_norm}
+    summaries = tf.summary.FileWriter(settings.output_dir)
+    init_local = tf.local_variables_initializer()
+    init_global = tf.global_variables_initializer()
+    tf.get_default_graph().finalize()
+
+    with tf.Session(config=settings.session_config) as session:
+        session.run(init_local)
+        if resume_from:
+            saver.restore(session, resume_from)
+            saver.recover_last_checkpoints(step_checkpoints(settings.output_dir))
+            log.info("resuming from %s", resume_from)
+        else:
+            session.run(init_global)
+            if warm_start:
+                warm_start.restore(session)
+        start_step = int(session.run(graph.global_step))
+        if start_step >= settings.num_train_steps:
+            log.info("output_dir already holds step %d of %d: nothing to train",
+                     start_step, settings.num_train_steps)
+            return TrainResult(start_step, start_step * settings.examples_per_step,
+                               None, resume_from, 0)
+
+        stream = batches(start_step * settings.examples_per_step)
+        step, loss, checkpoint = start_step, None, resume_from
+        started = last_log_time = time.time()
+        last_log_step = start_step
+        while step < settings.num_train_steps:
+            for _ in range(settings.gradient_accumulation_steps - 1):
+                micro_loss, _ = session.run([graph.loss, graph.micro_step],
+                                            _feed(graph, next(stream)))
+                _check_finite(micro_loss, None, step, checkpoint)
+            values = session.run(fetches, _feed(graph, next(stream)))
+            loss = float(values["loss"])
+            if not values["applied"]:
+                _check_finite(loss, float(values["grad_norm"]), step, checkpoint)
+            step = int(values["global_step"])
+            now = time.time()
+            if step % settings.log_every_n_steps == 0 or step == settings.num_train_steps:
+                rate = (step - last_log_step) * settings.examples_per_step / max(
+                    now - last_log_time, 1e-9)
+                _log_step(step, settings.num_train_steps, loss, values, rate,
+                          now - started, start_step)
+                _write_summaries(summaries, step, loss, values, rate)
+                last_log_step, last_log_time = step, now
+            if step % settings.save_checkpoints_steps == 0 or \
+                    step == settings.num_train_steps:
+                checkpoint = saver.save(session, os.path.join(settings.output_dir,
+                                                              "model.ckpt"),
+                                        global_step=step)
+                log.info("saved %s", checkpoint)
+        summaries.close()
+    return TrainResult(step, step * settings.examples_per_step, loss, checkpoint,
+                       step - start_step)
+
+
+def _feed(graph: TrainGraph, micro_batch: list) -> dict:
+    feed = {}
+    for placeholders, batch in zip(graph.placeholders, micro_batch):
+        for name, placeholder in placeholders.items():
+            feed[placeholder] = batch[name]
+    return feed
+
+
+def _check_finite(loss: float, grad_norm: float | None, step: int,
+                  checkpoint: str | None) -> None:
+    if math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm)):
+        return
+    kept = checkpoint or "none written yet"
+    fail(f"training stopped at step {step + 1}: non-finite loss ({loss}) or "
+         f"gradient norm ({grad_norm}); the update was not applied and no "
+         f"checkpoint holds it (last checkpoint: {kept}); lower --learning_rate "
+         "or check the input data")
+
+
+def _log_step(step: int, total: int, loss: float, values: dict, rate: float,
+              elapsed: float, start_step: int) -> None:
+    done = step - start_step
+    eta = elapsed / done * (total - step) if done else 0.0
+    log.info("step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  %.1f examples/sec  "
+             "elapsed %s  eta %s", step, total, loss, values["learning_rate"],
+             values["grad_norm"], rate, _hms(elapsed), _hms(eta))
+
+
+def _write_summaries(writer, step: int, loss: float, values: dict, rate: float) -> None:
+    summary = tf.Summary(value=[
+        tf.Summary.Value(tag="loss", simple_value=loss),
+        tf.Summary.Value(tag="learning_rate", simple_value=float(values["learning_rate"])),
+        tf.Summary.Value(tag="gradient_norm", simple_value=float(values["grad_norm"])),
+        tf.Summary.Value(tag="examples_per_sec", simple_value=rate),
+    ])
+    writer.add_summary(summary, step)
+    writer.flush()
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,167 @@
+"""The multi-tower training graph: N towers x B must equal 1 tower x N*B.
+
+Dropout is off, every graph starts from the same saved weights, and one
+applied step must give the same loss and the same updated weights (relative
+difference <= 1e-5), for tower counts 2 and 3 and for gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bert_ad.classification import FEATURE_SPEC, classifier
+from bert_ad.compat import session_config, tf
+from bert_ad.modeling import BertConfig
+from bert_ad.towers import plan_devices
+from bert_ad.training import TrainSettings, build_train_graph
+
+CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+              intermediate_size=32, max_position_embeddings=32,
+              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+NUM_LABELS = 3
+SEQ = 10
+
+
+def make_data(rows: int, seed: int = 0) -> dict:
+    """Random ids with ragged real lengths (the rest masked out)."""
+    rng = np.random.RandomState(seed)
+    lengths = rng.randint(3, SEQ + 1, size=rows)
+    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+    return {
+        "input_ids": rng.randint(5, CONFIG["vocab_size"], size=(rows, SEQ)).astype(np.int32) * mask,
+        "input_mask": mask,
+        "segment_ids": (rng.rand(rows, SEQ) > 0.5).astype(np.int32) * mask,
+        "label_ids": rng.randint(0, NUM_LABELS, size=rows).astype(np.int32),
+        "example_weights": np.ones(rows, np.float32),
+    }
+
+
+def slice_rows(data: dict, start: int, stop: int) -> dict:
+    return {k: v[start:stop] for k, v in data.items()}
+
+
+def build(n_towers: int, accumulation: int = 1, optimizer: str = "adamw"):
+    config = BertConfig(**CONFIG)
+    plan = plan_devices(n_towers, cuda_visible_devices="")
+    settings = TrainSettings(learning_rate=1e-3, num_train_steps=1000, num_warmup_steps=0,
+                             optimizer=optimizer, gradient_accumulation_steps=accumulation,
+                             seed=1)
+    graph = build_train_graph(
+        plan, FEATURE_SPEC,
+        lambda f, i: classifier(config, f, NUM_LABELS, is_training=True).loss, settings)
+    return plan, graph
+
+
+@pytest.fixture(scope="module")
+def initial_checkpoint(tmp_path_factory) -> str:
+    """One set of starting weights shared by every graph in this module."""
+    path = str(tmp_path_factory.mktemp("init") / "model.ckpt")
+    with tf.Graph().as_default():
+        build(1)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, path)
+    return path
+
+
+def one_step(initial_checkpoint: str, n_towers: int, micro_batches: list,
+             optimizer: str = "adamw") -> tuple:
+    """Run one applied step; return (loss of the last run, {var: value}, global_step)."""
+    accumulation = len(micro_batches)
+    with tf.Graph().as_default():
+        plan, graph = build(n_towers, accumulation, optimizer)
+        with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
+            session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+            tf.train.Saver(var_list=graph.variables).restore(session, initial_checkpoint)
+
+            def feed(batch):
+                rows = len(batch["label_ids"]) // n_towers
+                out = {}
+                for t, placeholders in enumerate(graph.placeholders):
+                    part = slice_rows(batch, t * rows, (t + 1) * rows)
+                    out.update({placeholders[k]: part[k] for k in placeholders})
+                return out
+
+            for batch in micro_batches[:-1]:
+                session.run(graph.micro_step, feed(batch))
+            loss, applied, step = session.run(
+                [graph.loss, graph.train_step, graph.step_after], feed(micro_batches[-1]))
+            assert applied
+            weights = {v.name: session.run(v) for v in graph.variables}
+    return loss, weights, step
+
+
+def assert_same_weights(a: dict, b: dict, rtol: float = 1e-5) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        scale = max(np.max(np.abs(b[name])), 1e-6)
+        difference = np.max(np.abs(a[name] - b[name])) / scale
+        assert difference <= rtol, f"{name}: relative difference {difference:.2e}"
+
+
+def assert_weights_moved(initial_checkpoint: str, weights: dict) -> None:
+    """Guard against a vacuous comparison: the step must change the weights."""
+    kernel = "bert/encoder/layer_1/output/dense/kernel:0"
+    before = tf.train.load_variable(initial_checkpoint, kernel.split(":")[0])
+    assert np.max(np.abs(weights[kernel] - before)) > 1e-5
+
+
+@pytest.mark.parametrize("n_towers", [2, 3])
+def test_towers_equal_one_tower_with_the_whole_batch(initial_checkpoint, n_towers):
+    per_tower = 4
+    data = make_data(per_tower * n_towers)
+    loss_1, weights_1, step_1 = one_step(initial_checkpoint, 1, [data])
+    loss_n, weights_n, step_n = one_step(initial_checkpoint, n_towers, [data])
+    assert step_1 == step_n == 1
+    assert abs(loss_n - loss_1) <= 1e-5 * abs(loss_1)
+    assert_weights_moved(initial_checkpoint, weights_1)
+    assert_same_weights(weights_n, weights_1)
+
+
+def test_accumulation_equals_one_big_batch(initial_checkpoint):
+    data = make_data(12, seed=3)
+    _, weights_big, _ = one_step(initial_checkpoint, 1, [data])
+    micro = [slice_rows(data, i, i + 4) for i in range(0, 12, 4)]
+    _, weights_accumulated, step = one_step(initial_checkpoint, 1, micro)
+    assert step == 1  # three micro-batches, one applied step
+    assert_same_weights(weights_accumulated, weights_big)
+
+
+def test_towers_with_accumulation_equal_one_big_batch(initial_checkpoint):
+    data = make_data(16, seed=4)
+    _, weights_big, _ = one_step(initial_checkpoint, 1, [data], optimizer="radam")
+    micro = [slice_rows(data, 0, 8), slice_rows(data, 8, 16)]
+    _, weights_split, _ = one_step(initial_checkpoint, 2, micro, optimizer="radam")
+    assert_same_weights(weights_split, weights_big)
+
+
+def test_a_different_batch_gives_different_weights(initial_checkpoint):
+    """The comparison above can fail: other data, other weights."""
+    _, weights_a, _ = one_step(initial_checkpoint, 1, [make_data(8, seed=5)])
+    _, weights_b, _ = one_step(initial_checkpoint, 1, [make_data(8, seed=6)])
+    with pytest.raises(AssertionError):
+        assert_same_weights(weights_a, weights_b)
+
+
+def test_non_finite_gradient_skips_the_update(initial_checkpoint):
+    with tf.Graph().as_default():
+        plan, graph = build(2)
+        with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver(var_list=graph.variables).restore(session, initial_checkpoint)
+            before = session.run(graph.variables)
+            data = make_data(8)
+            feed = {}
+            for t, placeholders in enumerate(graph.placeholders):
+                part = slice_rows(data, t * 4, (t + 1) * 4)
+                feed.update({placeholders[k]: part[k] for k in placeholders})
+            feed[graph.placeholders[1]["example_weights"]] = np.array(
+                [np.nan, 1, 1, 1], np.float32)
+            applied, finite, step = session.run(
+                [graph.train_step, graph.all_finite, graph.step_after], feed)
+            after = session.run(graph.variables)
+    assert not applied and not finite
+    assert step == 0
+    for b, a in zip(before, after):
+        np.testing.assert_array_equal(a, b)
