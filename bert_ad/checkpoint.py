@@ -124,12 +124,24 @@ class WarmStart:
     def log_summary(self) -> None:
         log.info("init_checkpoint %s: loaded %d variables", self.checkpoint,
                  len(self.assignment))
-        if self.new:
+        # Optimizer state a released checkpoint never has is expected; list
+        # the model variables that start fresh (e.g. a new head) by name.
+        bookkeeping = [n for n in self.new if _is_optimizer_state(n)]
+        fresh = [n for n in self.new if not _is_optimizer_state(n)]
+        if fresh:
             log.info("  not in the checkpoint, freshly initialised (%d): %s",
-                     len(self.new), ", ".join(_abbreviate(self.new)))
+                     len(fresh), ", ".join(_abbreviate(fresh)))
+        if bookkeeping:
+            log.info("  optimizer state and step counters starting fresh: %d",
+                     len(bookkeeping))
         if self.unused:
             log.info("  in the checkpoint but unused (%d): %s", len(self.unused),
                      ", ".join(_abbreviate(self.unused)))
+
+
+def _is_optimizer_state(name: str) -> bool:
+    return (name.endswith(("/adam_m", "/adam_v", "/step")) or name == "global_step"
+            or name.startswith("accumulators/"))
 
 
 def _abbreviate(names: list, limit: int = 12) -> list:

@@ -1,0 +1,125 @@
+"""Device placement of the multi-tower graph, checked op by op (no GPU needed)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bert_ad.classification import FEATURE_SPEC, classifier
+from bert_ad.compat import tf
+from bert_ad.errors import UserError
+from bert_ad.modeling import BertConfig
+from bert_ad.towers import parse_cuda_visible_devices, plan_devices
+from bert_ad.training import TrainSettings, build_train_graph
+
+CONFIG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                    num_attention_heads=2, intermediate_size=32,
+                    max_position_embeddings=32)
+VARIABLE_OPS = {"VarHandleOp", "VariableV2"}
+
+
+def test_parse_cuda_visible_devices():
+    assert parse_cuda_visible_devices(None) is None
+    assert parse_cuda_visible_devices("3,5") == ["3", "5"]
+    assert parse_cuda_visible_devices(" 3 , 5 ,") == ["3", "5"]
+    assert parse_cuda_visible_devices("") == []
+    assert parse_cuda_visible_devices("-1") == []
+
+
+def test_round_robin_over_visible_cards():
+    plan = plan_devices(4, "3,5")
+    assert plan.tower_devices == ["/gpu:0", "/gpu:1", "/gpu:0", "/gpu:1"]
+    assert plan.physical_names == ["card 3", "card 5", "card 3", "card 5"]
+    assert plan.num_cpu_devices == 1
+    described = plan.describe()
+    assert "tower 2 -> /gpu:0 (card 3)" in described
+    assert "variables and optimizer on /cpu:0" in described
+
+
+def test_cpu_towers_without_gpus():
+    plan = plan_devices(3, None, gpus_found=0)
+    assert plan.tower_devices == ["/cpu:0", "/cpu:1", "/cpu:2"]
+    assert plan.num_cpu_devices == 3
+
+
+def test_listed_cards_that_tensorflow_cannot_see_fall_back_to_cpu():
+    plan = plan_devices(2, "3,5", gpus_found=0)
+    assert plan.tower_devices == ["/cpu:0", "/cpu:1"]
+
+
+def test_fewer_real_gpus_than_listed_uses_only_the_real_ones():
+    plan = plan_devices(3, "3,5", gpus_found=1)
+    assert plan.tower_devices == ["/gpu:0", "/gpu:0", "/gpu:0"]
+
+
+def test_zero_towers_is_refused():
+    with pytest.raises(UserError, match=r"--n_gpus=0"):
+        plan_devices(0, None)
+
+
+def _device(op) -> str:
+    return op.device.lower().replace("/device:", "/")
+
+
+@pytest.fixture(scope="module")
+def placed_graph():
+    """The training graph for CUDA_VISIBLE_DEVICES=3,5 and n_gpus=4, built, not run."""
+    graph = tf.Graph()
+    with graph.as_default():
+        plan = plan_devices(4, "3,5")
+        settings = TrainSettings(num_train_steps=10, gradient_accumulation_steps=2)
+        build_train_graph(plan, FEATURE_SPEC,
+                          lambda f, i: classifier(CONFIG, f, 2, True).loss, settings)
+    return graph
+
+
+def test_tower_ops_run_on_their_card(placed_graph):
+    expected = {0: "/gpu:0", 1: "/gpu:1", 2: "/gpu:0", 3: "/gpu:1"}
+    checked = {t: 0 for t in expected}
+    for op in placed_graph.get_operations():
+        match = re.match(r"tower_(\d+)/bert/encoder/", op.name)
+        # Variable reads are placed by TensorFlow with the variable (the CPU);
+        # what they read is what travels to the tower.
+        if not match or op.type == "ReadVariableOp":
+            continue
+        tower = int(match.group(1))
+        assert _device(op) == expected[tower], (op.name, op.device)
+        checked[tower] += 1
+    assert all(count > 50 for count in checked.values()), checked
+
+
+def test_tower_gradients_are_colocated_with_their_forward_ops(placed_graph):
+    matmul_grads = [op for op in placed_graph.get_operations()
+                    if re.match(r"tower_3/gradients/tower_3/bert/encoder/.*MatMul_grad/MatMul",
+                                op.name)]
+    assert matmul_grads
+    for op in matmul_grads:
+        forward = placed_graph.get_operation_by_name(
+            op.colocation_groups()[0].decode()[len("loc:@"):])
+        assert forward.name.startswith("tower_3/")
+        assert _device(forward) == "/gpu:1"
+
+
+def test_variables_slots_and_accumulators_live_on_the_cpu(placed_graph):
+    variables = [op for op in placed_graph.get_operations() if op.type in VARIABLE_OPS]
+    names = {op.name for op in variables}
+    assert "bert/embeddings/word_embeddings" in names
+    assert "bert/embeddings/word_embeddings/adam_m" in names
+    assert "accumulators/bert/pooler/dense/kernel" in names
+    assert "output_weights/adam_v" in names
+    for op in variables:
+        assert _device(op) == "/cpu:0", (op.name, op.device)
+
+
+def test_averaging_and_apply_run_on_the_cpu(placed_graph):
+    ops = placed_graph.get_operations()
+    averaging = [op for op in ops if op.name.startswith("average_gradients/")]
+    assert averaging
+    applying = [op for op in ops if op.type in ("AssignVariableOp", "AssignAddVariableOp",
+                                                "AssignSubVariableOp")
+                and not op.name.startswith("tower_")]
+    assert len(applying) > 20
+    for op in averaging + applying:
+        if op.colocation_groups() == [f"loc:@{op.name}".encode()]:
+            assert _device(op) == "/cpu:0", (op.name, op.device)
