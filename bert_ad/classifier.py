@@ -152,15 +152,22 @@ def read_split(job: Job, split: str, path: str | None = None, limit: int | None 
 
 
 def resolve_labels(job: Job, train_examples) -> list:
+    """The training data's (or the task's) labels, else output_dir's labels.txt."""
     labels_file = os.path.join(job.output_dir, "labels.txt")
     if train_examples is not None:
-        labels = processors.label_list(job.task, train_examples)
-        processors.save_label_list(labels_file, labels)
-    elif job.task.labels is not None:
-        labels = list(job.task.labels)
-    else:
-        labels = processors.load_label_list(labels_file)
-    return labels
+        return processors.label_list(job.task, train_examples)
+    if job.task.labels is not None:
+        return list(job.task.labels)
+    return processors.load_label_list(labels_file)
+
+
+def read_eval_examples(job: Job) -> list:
+    examples = read_split(job, "dev", limit=FLAGS.max_eval_examples)
+    unlabelled = [e for e in examples if e.label is None]
+    if unlabelled:
+        fail(f"{unlabelled[0].source} line {unlabelled[0].line}: the dev file has no "
+             "labels; --do_eval needs a labelled file")
+    return examples
 
 
 def do_train(job: Job, examples) -> None:
@@ -210,8 +217,8 @@ def scoring_checkpoint(job: Job) -> str:
 
 
 def score(job: Job, split: str, examples, data_file: str, batch_size: int) -> dict:
-    features = job.features(split, examples, data_file)
     checkpoint = scoring_checkpoint(job)
+    features = job.features(split, examples, data_file)
 
     def tower(placeholders, i):
         out = job.tower_classifier(False)(placeholders, i)
@@ -226,9 +233,7 @@ def score(job: Job, split: str, examples, data_file: str, batch_size: int) -> di
     return results
 
 
-def do_predict(job: Job) -> None:
-    path = FLAGS.predict_file
-    examples = read_split(job, "test", path)
+def do_predict(job: Job, examples) -> None:
     data_file = examples[0].source
     results = score(job, "predict", examples, data_file, FLAGS.predict_batch_size)
     probabilities = results["probabilities"]
@@ -241,13 +246,7 @@ def do_predict(job: Job) -> None:
              len(examples), job.output_dir)
 
 
-def do_eval(job: Job) -> dict:
-    examples = read_split(job, "dev", limit=FLAGS.max_eval_examples)
-    processors.check_labels(examples, job.labels)
-    unlabelled = [e for e in examples if e.label is None]
-    if unlabelled:
-        fail(f"{unlabelled[0].source} line {unlabelled[0].line}: the dev file has no "
-             "labels; --do_eval needs a labelled file")
+def do_eval(job: Job, examples) -> dict:
     results = score(job, "dev", examples, examples[0].source, FLAGS.eval_batch_size)
     predicted = np.argmax(results["probabilities"], axis=-1)
     metrics = classification_metrics(results["labels"], predicted, job.labels)
@@ -275,17 +274,30 @@ def main(argv=None) -> int:
     configure_logging()
     job = Job()
     log.info("%s", job.plan.describe())
-    train_examples = None
+    # Read and check every input before anything is written: a bad dev or
+    # predict file must fail in seconds, not after training, and leave
+    # output_dir as it was.
+    train_examples = predict_examples = eval_examples = None
     if FLAGS.do_train:
         train_examples = read_split(job, "train", limit=FLAGS.max_train_examples)
-    job.labels = resolve_labels(job, train_examples)
-    if train_examples is not None:
-        processors.check_labels(train_examples, job.labels)
-        do_train(job, train_examples)
     if FLAGS.do_predict:
-        do_predict(job)
+        predict_examples = read_split(job, "test", FLAGS.predict_file)
     if FLAGS.do_eval:
-        do_eval(job)
+        eval_examples = read_eval_examples(job)
+    job.labels = resolve_labels(job, train_examples)
+    for examples in (train_examples, eval_examples):
+        if examples is not None:
+            processors.check_labels(examples, job.labels)
+    if train_examples is None:
+        scoring_checkpoint(job)
+    else:
+        processors.save_label_list(os.path.join(job.output_dir, "labels.txt"),
+                                   job.labels)
+        do_train(job, train_examples)
+    if predict_examples is not None:
+        do_predict(job, predict_examples)
+    if eval_examples is not None:
+        do_eval(job, eval_examples)
     return 0
 
 
@@ -304,6 +316,10 @@ def cli(argv=None) -> None:
     try:
         FLAGS(argv)
     except flags.Error as e:
-        print(f"error: {e}", file=sys.stderr)
+        # absl's messages may span lines or start with its own "ERROR::".
+        message = " ".join(str(e).split())
+        if message.startswith("ERROR::"):
+            message = message[len("ERROR::"):].strip()
+        print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
     run_cli(main)

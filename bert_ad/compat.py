@@ -7,12 +7,39 @@ Everything else in bert_ad imports `tf` from here and writes plain
 from __future__ import annotations
 
 import os
+import sys
 
 # TensorFlow's C++ start-up chatter hides our own log lines; users can still
 # raise it with TF_CPP_MIN_LOG_LEVEL=0.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as _tf  # noqa: E402
+
+
+def _import_tensorflow_quietly():
+    """Import TensorFlow with file descriptor 2 muted.
+
+    TF 2.x's C++ start-up writes absl/oneDNN notices straight to fd 2 at
+    import, whatever TF_CPP_MIN_LOG_LEVEL says; muting them keeps a bad-input
+    error a single line on stderr. Python exceptions still propagate.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):
+        import tensorflow
+        return tensorflow
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    return tensorflow
+
+
+_tf = _import_tensorflow_quietly()
 
 tf = _tf.compat.v1
 TF_VERSION = _tf.__version__

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -53,8 +52,9 @@ def test_safetensors_round_trip_keeps_order_values_and_metadata(tmp_path):
     entries, metadata = safetensors_io.read_header(path)
     assert metadata == {"format": "pt", "note": "x"}
     assert entries["a.f16"]["dtype"] == "F16"
+    # Written back to back in the given order: 60 + 8 + 96 bytes come first.
     assert entries["ids.i32"] == {"dtype": "I32", "shape": [3],
-                                  "data_offsets": entries["ids.i32"]["data_offsets"]}
+                                  "data_offsets": [164, 176]}
     (header_length,) = struct.unpack("<Q", open(path, "rb").read(8))
     assert (8 + header_length) % 8 == 0  # data aligned as the reference writes it
     assert os.listdir(str(tmp_path)) == ["t.safetensors"]  # no temp file left
@@ -230,10 +230,27 @@ def test_minilm_round_trip_is_bit_exact(minilm_dir, minilm_google_ckpt, tmp_path
     assert round_config["model_type"] == "bert"
     for key in convert.GOOGLE_CONFIG_KEYS + ("layer_norm_eps",):
         assert round_config[key] == hf_config[key], key
-    for name in ("vocab.txt",):
-        with open(os.path.join(minilm_dir, name), "rb") as a, \
-                open(os.path.join(out, name), "rb") as b:
-            assert a.read() == b.read()
+    with open(os.path.join(minilm_dir, "vocab.txt"), "rb") as a, \
+            open(os.path.join(out, "vocab.txt"), "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_transformers_loads_google2hf_output(minilm_google_ckpt, tmp_path):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    pytest.importorskip("torch", reason="PyTorch is only in the TF2 lane")
+    transformers = pytest.importorskip(
+        "transformers", reason="Hugging Face transformers is only in the TF2 lane")
+    out = str(tmp_path / "hf")
+    convert.convert_google_to_hf(minilm_google_ckpt, out)
+    model, info = transformers.BertModel.from_pretrained(
+        out, local_files_only=True, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not info["mismatched_keys"], info
+    ours = safetensors_io.load(os.path.join(out, "model.safetensors"))
+    loaded = model.state_dict()
+    for name in ("embeddings.word_embeddings.weight",
+                 "encoder.layer.4.intermediate.dense.weight", "pooler.dense.bias"):
+        np.testing.assert_array_equal(loaded[name].numpy(), ours[name])
 
 
 def test_minilm_checkpoint_has_google_names_and_float32(minilm_dir, minilm_google_ckpt):
@@ -362,6 +379,26 @@ def test_heads_and_old_names_round_trip(tmp_path):
         assert json.load(f)["architectures"] == ["BertForPreTraining"]
 
 
+def test_transformers_loads_heads_with_the_bert_prefix(tmp_path):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    pytest.importorskip("torch", reason="PyTorch is only in the TF2 lane")
+    transformers = pytest.importorskip(
+        "transformers", reason="Hugging Face transformers is only in the TF2 lane")
+    hf = _tiny_hf_dir(tmp_path / "hf")
+    convert.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "google"))
+    convert.convert_google_to_hf(str(tmp_path / "google"), str(tmp_path / "back"))
+    model, info = transformers.BertForPreTraining.from_pretrained(
+        str(tmp_path / "back"), local_files_only=True, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    loaded = model.state_dict()
+    for name in ("cls.seq_relationship.weight", "cls.predictions.bias",
+                 "bert.encoder.layer.1.output.dense.weight"):
+        np.testing.assert_array_equal(loaded[name].numpy(), hf[name])
+    # The MLM decoder is tied to the word embeddings, as in Google's model.
+    np.testing.assert_array_equal(loaded["cls.predictions.decoder.weight"].numpy(),
+                                  hf["bert.embeddings.word_embeddings.weight"])
+
+
 def test_mismatched_tied_bias_is_refused(tmp_path):
     hf = _tiny_hf_dir(tmp_path / "hf")
     hf["cls.predictions.decoder.bias"] = hf["cls.predictions.bias"] + 1
@@ -446,8 +483,7 @@ def test_failed_write_leaves_output_dir_untouched(tmp_path, monkeypatch):
 
 def _run(*args, env=None):
     return subprocess.run([sys.executable] + list(args), cwd=REPO, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
+                          capture_output=True, text=True)
 
 
 def _our_stderr(stderr: str) -> list:
@@ -471,16 +507,25 @@ def _break(kind: str, hf_dir) -> None:
     elif kind == "vocab_lines":
         with open(os.path.join(hf_dir, "vocab.txt"), "a") as f:
             f.write("extra1\nextra2\n")
-    elif kind == "embedding_rows":
-        for name in ("config.json",):
-            path = os.path.join(hf_dir, name)
-            with open(path) as f:
-                values = json.load(f)
-            values["vocab_size"] = 14
-            with open(path, "w") as f:
-                json.dump(values, f)
+    elif kind == "embedding_rows":  # config and vocab agree, the weights do not
+        path = os.path.join(hf_dir, "config.json")
+        with open(path) as f:
+            values = json.load(f)
+        values["vocab_size"] = 14
+        with open(path, "w") as f:
+            json.dump(values, f)
         with open(os.path.join(hf_dir, "vocab.txt"), "a") as f:
             f.write("extra1\nextra2\n")
+    elif kind in ("roberta", "relative_positions"):
+        path = os.path.join(hf_dir, "config.json")
+        with open(path) as f:
+            values = json.load(f)
+        if kind == "roberta":
+            values["model_type"] = "roberta"
+        else:
+            values["position_embedding_type"] = "relative_key"
+        with open(path, "w") as f:
+            json.dump(values, f)
     elif kind == "corrupt_weights":
         with open(os.path.join(hf_dir, "model.safetensors"), "r+b") as f:
             f.truncate(100)
@@ -498,6 +543,8 @@ BAD_HF_INPUT = [
     ("embedding_rows", r"vocab mismatch: .*model\.safetensors has 12 word embeddings "
                        r"but .*vocab\.txt has 14 lines"),
     ("corrupt_weights", r"safetensors file '.*model\.safetensors' is truncated"),
+    ("roberta", r"config\.json describes a 'roberta' model; only BERT"),
+    ("relative_positions", r"position_embedding_type 'relative_key' is not supported"),
 ]
 
 
@@ -606,16 +653,14 @@ def test_fetch_minilm_script_is_idempotent(minilm_dir, tmp_path):
     out = str(tmp_path / "minilm google")
     script = os.path.join(REPO, "scripts", "fetch_minilm.sh")
     first = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True)
+                           capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     prefix = os.path.join(out, "bert_model.ckpt")
     assert first.stdout.splitlines()[-1] == prefix
     assert "103 tensors, 22,713,216 parameters" in first.stdout
     assert len(list_checkpoint_variables(prefix)) == 103
     second = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            universal_newlines=True)
+                            capture_output=True, text=True)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines() == [
         f"MiniLM checkpoint already in {out}; nothing to do", prefix]

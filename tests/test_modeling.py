@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import unicodedata
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from bert_ad import convert, modeling, safetensors_io
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.modeling import BertConfig, BertModel
+from bert_ad.tokenization import FullTokenizer
 
 TOLERANCE = 1e-4
 
@@ -28,13 +28,14 @@ SENTENCES = [
     "The movie was surprisingly good, and the acting felt honest.",
     "I would not recommend this restaurant to anyone.",
     "Hello world!",
-    "这家酒店的服务很好，房间也很干净。",
-    "质量太差了，不推荐购买。",
+    # MiniLM's uncased vocab holds only 244 CJK characters; these use them.
+    "中国人民大学和北京大学。",
+    "我的中国心，天下大事。",
     "BERT reads the whole sentence at once; it does not go left to right.",
 ]
 PAIRS = [
     ("Is the battery life long?", "Yes, it lasts about two days."),
-    ("这本书怎么样？", "非常好看，我很喜欢。"),
+    ("北京的春天？", "山水花木，美不美？"),
 ]
 
 
@@ -63,7 +64,9 @@ def numpy_bert(weights: dict, num_layers: int, num_heads: int, input_ids,
     batch, seq = input_ids.shape
 
     def linear(x, name):
-        return x @ w[name + ".weight"].T + w[name + ".bias"]
+        # 2-D so that numpy hands the product to BLAS.
+        flat = x.reshape(-1, x.shape[-1]) @ w[name + ".weight"].T
+        return flat.reshape(x.shape[:-1] + (-1,)) + w[name + ".bias"]
 
     def norm(x, name):
         return numpy_layer_norm(x, w[name + ".weight"], w[name + ".bias"])
@@ -97,57 +100,17 @@ def numpy_bert(weights: dict, num_layers: int, num_heads: int, input_ids,
     return x, pooled
 
 
-def _simple_tokenize(vocab: dict, text: str) -> list:
-    """Stand-in for FullTokenizer: lower-case, split CJK and punctuation, WordPiece."""
-    words = []
-    for word in "".join(f" {c} " if 0x4E00 <= ord(c) <= 0x9FFF else c
-                        for c in text.lower()).split():
-        current = ""
-        for c in word:
-            if unicodedata.category(c).startswith("P"):
-                words += [current, c] if current else [c]
-                current = ""
-            else:
-                current += c
-        if current:
-            words.append(current)
-    pieces = []
-    for word in words:
-        start, out = 0, []
-        while start < len(word):
-            end = len(word)
-            while end > start and (("##" if start else "") + word[start:end]) not in vocab:
-                end -= 1
-            if end == start:
-                out = ["[UNK]"]
-                break
-            out.append(("##" if start else "") + word[start:end])
-            start = end
-        pieces += out
-    return [vocab[p] for p in pieces]
-
-
-def encode_batch(vocab_file: str, pad_to: int = 0) -> tuple:
+def encode_batch(vocab_file: str) -> tuple:
     """Token ids, mask and segment ids of SENTENCES and PAIRS, padded with 0."""
-    try:
-        from bert_ad.tokenization import FullTokenizer
-        tokenizer = FullTokenizer(vocab_file, do_lower_case=True)
+    tokenizer = FullTokenizer(vocab_file, do_lower_case=True)
 
-        def ids(text):
-            return tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
-    except ImportError:
-        with open(vocab_file, encoding="utf-8") as f:
-            vocab = {line.rstrip("\n"): i for i, line in enumerate(f)}
+    def ids(text):
+        return tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
 
-        def ids(text):
-            return _simple_tokenize(vocab, text)
-
-    with open(vocab_file, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    cls, sep, unk = (lines.index(t) for t in ("[CLS]", "[SEP]", "[UNK]"))
+    cls, sep, unk = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]", "[UNK]"])
     rows = [([cls] + ids(s) + [sep], []) for s in SENTENCES]
     rows += [([cls] + ids(a) + [sep], ids(b) + [sep]) for a, b in PAIRS]
-    length = max(pad_to, max(len(a) + len(b) for a, b in rows))
+    length = max(len(a) + len(b) for a, b in rows)
     input_ids = np.zeros([len(rows), length], np.int32)
     input_mask = np.zeros_like(input_ids)
     token_type_ids = np.zeros_like(input_ids)
@@ -159,9 +122,11 @@ def encode_batch(vocab_file: str, pad_to: int = 0) -> tuple:
     return input_ids, input_mask, token_type_ids
 
 
-def run_bert_ad(config: BertConfig, checkpoint: str, input_ids, input_mask,
-                token_type_ids) -> tuple:
-    """Our graph, restored from `checkpoint`: (sequence output, pooled output)."""
+def run_bert_ad(config: BertConfig, checkpoint: str, batches: list) -> list:
+    """Our graph, restored from `checkpoint`, on each (ids, mask, segment ids) batch.
+
+    Returns [(sequence output, pooled output)] per batch.
+    """
     with tf.Graph().as_default():
         ids = tf.placeholder(tf.int32, [None, None])
         mask = tf.placeholder(tf.int32, [None, None])
@@ -171,9 +136,9 @@ def run_bert_ad(config: BertConfig, checkpoint: str, input_ids, input_mask,
         saver = tf.train.Saver()
         with tf.Session() as session:
             saver.restore(session, checkpoint)
-            return session.run(
-                [model.get_sequence_output(), model.get_pooled_output()],
-                {ids: input_ids, mask: input_mask, types: token_type_ids})
+            return [session.run([model.get_sequence_output(), model.get_pooled_output()],
+                                {ids: b[0], mask: b[1], types: b[2]})
+                    for b in batches]
 
 
 def assert_close_on_real_tokens(ours, reference, input_mask, what):
@@ -188,35 +153,32 @@ def assert_close_on_real_tokens(ours, reference, input_mask, what):
 
 @pytest.fixture(scope="module")
 def minilm_outputs(minilm_google_ckpt):
-    """Batch, config and our outputs for the real sentences."""
+    """(config, batch, our outputs, our outputs for row 2 alone, unpadded)."""
     config = BertConfig.from_json_file(os.path.join(minilm_google_ckpt, "bert_config.json"))
-    # Pad past the longest row too: whole rows of padding must not matter.
-    batch = encode_batch(os.path.join(minilm_google_ckpt, "vocab.txt"), pad_to=0)
+    # Three columns past the longest row: whole columns of padding.
+    batch = encode_batch(os.path.join(minilm_google_ckpt, "vocab.txt"))
     batch = tuple(np.pad(a, [(0, 0), (0, 3)], mode="constant") for a in batch)
-    ours = run_bert_ad(config, os.path.join(minilm_google_ckpt, "bert_model.ckpt"), *batch)
-    return config, batch, ours
+    length = int(batch[1][2].sum())
+    alone = tuple(a[2:3, :length] for a in batch)
+    ours, ours_alone = run_bert_ad(
+        config, os.path.join(minilm_google_ckpt, "bert_model.ckpt"), [batch, alone])
+    return config, batch, ours, ours_alone
 
 
 def test_minilm_matches_numpy_reference(minilm_dir, minilm_outputs):
-    config, batch, ours = minilm_outputs
+    config, batch, ours, ours_alone = minilm_outputs
     input_mask = batch[1]
     assert len(set(input_mask.sum(1))) > 4  # really different lengths
+    assert ours[0].shape == (len(input_mask), input_mask.shape[1], 384)
+    assert ours[1].shape == (len(input_mask), 384)
     weights = safetensors_io.load(os.path.join(minilm_dir, "model.safetensors"))
     reference = numpy_bert(weights, config.num_hidden_layers, config.num_attention_heads,
                            *batch)
-    assert ours[0].shape == (len(input_mask), input_mask.shape[1], 384)
-    assert ours[1].shape == (len(input_mask), 384)
     assert_close_on_real_tokens(ours, reference, input_mask, "numpy")
-    # A row's real positions do not depend on the padding added to it.
-    alone = run_bert_ad(
-        config, os.path.join(os.path.dirname(minilm_outputs[0].__class__.__module__ and
-                                             batch_source(minilm_outputs)), "bert_model.ckpt"),
-        *(a[2:3, :int(input_mask[2].sum())] for a in batch)) if False else None
-    assert alone is None
-
-
-def batch_source(outputs):  # pragma: no cover - placeholder removed below
-    return ""
+    # A row's outputs do not depend on the padding around it.
+    length = ours_alone[0].shape[1]
+    assert np.abs(ours_alone[0][0] - ours[0][2, :length]).max() <= TOLERANCE
+    assert np.abs(ours_alone[1][0] - ours[1][2]).max() <= TOLERANCE
 
 
 def test_minilm_matches_transformers(minilm_dir, minilm_outputs):
@@ -224,7 +186,7 @@ def test_minilm_matches_transformers(minilm_dir, minilm_outputs):
     torch = pytest.importorskip("torch", reason="PyTorch is only in the TF2 lane")
     transformers = pytest.importorskip(
         "transformers", reason="Hugging Face transformers is only in the TF2 lane")
-    _, batch, ours = minilm_outputs
+    _, batch, ours, _ = minilm_outputs
     model = transformers.BertModel.from_pretrained(minilm_dir, local_files_only=True)
     model.eval()
     with torch.no_grad():
