@@ -1,4 +1,7 @@
-"""Launcher kept at the root so existing shell scripts keep working: see bert_ad/rewrite.py."""
+"""Launcher kept at the root so existing shell scripts keep working.
+
+The code lives in bert_ad/rewrite.py.
+"""
 
 from bert_ad.rewrite import cli
 

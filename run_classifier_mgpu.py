@@ -1,4 +1,7 @@
-"""Launcher kept at the root so existing shell scripts keep working: see bert_ad/classifier.py."""
+"""Launcher kept at the root so existing shell scripts keep working.
+
+The code lives in bert_ad/classifier.py.
+"""
 
 from bert_ad.classifier import cli
 

@@ -1,4 +1,7 @@
-"""Launcher kept at the root so existing shell scripts keep working: see bert_ad/pretraining.py."""
+"""Launcher kept at the root so existing shell scripts keep working.
+
+The code lives in bert_ad/pretraining.py.
+"""
 
 from bert_ad.pretraining import cli
 

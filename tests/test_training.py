@@ -85,9 +85,12 @@ def one_step(initial_checkpoint: str, n_towers: int, micro_batches: list,
 
             for batch in micro_batches[:-1]:
                 session.run(graph.micro_step, feed(batch))
-            loss, applied, step = session.run(
-                [graph.loss, graph.train_step, graph.step_after], feed(micro_batches[-1]))
+            loss, norm, applied, step = session.run(
+                [graph.loss, graph.grad_norm, graph.train_step, graph.step_after],
+                feed(micro_batches[-1]))
             assert applied
+            # Adam is blind to the gradient's scale, so check the scale itself.
+            one_step.grad_norm = norm
             weights = {v.name: session.run(v) for v in graph.variables}
     return loss, weights, step
 
@@ -112,7 +115,9 @@ def test_towers_equal_one_tower_with_the_whole_batch(initial_checkpoint, n_tower
     per_tower = 4
     data = make_data(per_tower * n_towers)
     loss_1, weights_1, step_1 = one_step(initial_checkpoint, 1, [data])
+    norm_1 = one_step.grad_norm
     loss_n, weights_n, step_n = one_step(initial_checkpoint, n_towers, [data])
+    assert abs(one_step.grad_norm - norm_1) <= 1e-5 * norm_1
     assert step_1 == step_n == 1
     assert abs(loss_n - loss_1) <= 1e-5 * abs(loss_1)
     assert_weights_moved(initial_checkpoint, weights_1)
@@ -122,8 +127,10 @@ def test_towers_equal_one_tower_with_the_whole_batch(initial_checkpoint, n_tower
 def test_accumulation_equals_one_big_batch(initial_checkpoint):
     data = make_data(12, seed=3)
     _, weights_big, _ = one_step(initial_checkpoint, 1, [data])
+    norm_big = one_step.grad_norm
     micro = [slice_rows(data, i, i + 4) for i in range(0, 12, 4)]
     _, weights_accumulated, step = one_step(initial_checkpoint, 1, micro)
+    assert abs(one_step.grad_norm - norm_big) <= 1e-5 * norm_big
     assert step == 1  # three micro-batches, one applied step
     assert_same_weights(weights_accumulated, weights_big)
 

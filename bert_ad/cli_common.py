@@ -1,0 +1,122 @@
+"""What every multi-tower entry point shares: training flags, logging, start-up.
+
+`run_classifier_mgpu.py`, `run_pretraining_mgpu.py` and `rewrite_finetune.py`
+define their own data flags and call `define_training_flags()` for the rest,
+so `--n_gpus`, the optimizer and the checkpoint flags mean the same
+everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Callable
+
+from absl import flags
+
+from bert_ad.compat import session_config
+from bert_ad.errors import fail, run_cli
+from bert_ad.optimization import OPTIMIZERS
+from bert_ad.towers import DevicePlan, plan_from_environment
+from bert_ad.training import TrainSettings
+from bert_ad.trainer import LoopSettings
+
+log = logging.getLogger("bert_ad")
+FLAGS = flags.FLAGS
+
+
+def define_training_flags(default_learning_rate: float = 5e-5) -> None:
+    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
+    flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.")
+    flags.DEFINE_string("init_checkpoint", None, "Checkpoint prefix (or folder) to start from.")
+    flags.DEFINE_bool("do_train", False, "Train.")
+    flags.DEFINE_bool("do_eval", False, "Evaluate.")
+    flags.DEFINE_integer("train_batch_size", 32, "Batch size PER TOWER.")
+    flags.DEFINE_integer("eval_batch_size", 8, "Eval batch size per tower.")
+    flags.DEFINE_float("learning_rate", default_learning_rate,
+                       "Peak learning rate (before --lr_scaling).")
+    flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every N steps.")
+    flags.DEFINE_integer("n_gpus", 1, "Towers: one per visible GPU (round-robin if more "
+                         "towers than cards), or logical CPU devices without GPUs.")
+    flags.DEFINE_integer("gradient_accumulation_steps", 1,
+                         "Micro-batches per applied step.")
+    flags.DEFINE_enum("optimizer", "adamw", list(OPTIMIZERS),
+                      "adamw = Google's AdamWeightDecay; lamb for large batches.")
+    flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.")
+    flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm (0: off).")
+    flags.DEFINE_enum("lr_scaling", "none", ["none", "linear", "sqrt"],
+                      "Scale --learning_rate by global batch / --lr_reference_batch.")
+    flags.DEFINE_integer("lr_reference_batch", 32, "Batch --learning_rate was tuned for.")
+    flags.DEFINE_integer("seed", 12345, "Seed for data order, init and dropout.")
+    flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+    flags.DEFINE_integer("log_every_n_steps", 10, "Log and summarise every N steps.")
+    flags.DEFINE_bool("use_xla", False, "Session-level XLA JIT (off by default on CPU).")
+
+
+def check_training_flags(*positive: str) -> DevicePlan:
+    """Validate the shared flags; return this process's device plan."""
+    for name in ("output_dir", "bert_config_file"):
+        if not getattr(FLAGS, name):
+            fail(f"--{name} is required")
+    if FLAGS.n_gpus < 1:
+        fail(f"--n_gpus={FLAGS.n_gpus}: need at least 1 tower")
+    for name in ("train_batch_size", "eval_batch_size", "gradient_accumulation_steps",
+                 "save_checkpoints_steps", "keep_checkpoint_max",
+                 "log_every_n_steps") + positive:
+        if getattr(FLAGS, name) < 1:
+            fail(f"--{name}={getattr(FLAGS, name)} must be at least 1")
+    if FLAGS.learning_rate <= 0:
+        fail(f"--learning_rate={FLAGS.learning_rate} must be positive")
+    if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
+        fail(f"--output_dir={FLAGS.output_dir} exists and is not a directory")
+    return plan_from_environment(FLAGS.n_gpus)
+
+
+def train_settings(learning_rate: float, num_train_steps: int,
+                   num_warmup_steps: int) -> TrainSettings:
+    return TrainSettings(learning_rate, num_train_steps, num_warmup_steps, FLAGS.optimizer,
+                         FLAGS.weight_decay_rate, FLAGS.clip_norm,
+                         FLAGS.gradient_accumulation_steps, FLAGS.seed)
+
+
+def loop_settings(plan: DevicePlan, num_train_steps: int, global_batch: int,
+                  init_checkpoint: str) -> LoopSettings:
+    return LoopSettings(FLAGS.output_dir, num_train_steps, global_batch,
+                        FLAGS.gradient_accumulation_steps, FLAGS.save_checkpoints_steps,
+                        FLAGS.keep_checkpoint_max, FLAGS.log_every_n_steps, init_checkpoint,
+                        make_session_config(plan))
+
+
+def make_session_config(plan: DevicePlan):
+    return session_config(plan.num_cpu_devices, use_xla=FLAGS.use_xla)
+
+
+def configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def run_entry_point(define_flags: Callable[[], None], main: Callable[[], int],
+                    argv=None) -> None:
+    """Define flags, parse argv (absl, --flagfile included), run main as a CLI."""
+    define_flags()
+    argv = sys.argv if argv is None else argv
+    try:
+        FLAGS(argv)
+    except flags.Error as e:
+        # absl's messages may span lines or start with its own "ERROR::".
+        message = " ".join(str(e).split())
+        if message.startswith("ERROR::"):
+            message = message[len("ERROR::"):].strip()
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    def logged_main() -> int:
+        configure_logging()
+        return main()
+
+    run_cli(logged_main)

@@ -1,0 +1,180 @@
+"""run_pretraining_mgpu.py: Google's head names, multi-tower training, held-out eval."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_ad.compat import tf
+from bert_ad.modeling import BertConfig, BertModel
+from bert_ad.pretraining import FEATURE_SPEC, parse_record, pretraining_tower, stack_batch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+              intermediate_size=32, max_position_embeddings=32)
+SEQ, PREDICTIONS = 16, 3
+
+
+def write_records(path: str, count: int, seed: int, nsp: bool = True) -> None:
+    """Records in create_pretraining_data.py's format with an easy pattern to
+    learn: the hidden token is always id 7."""
+    rng = np.random.RandomState(seed)
+    with tf.io.TFRecordWriter(path) as writer:
+        for _ in range(count):
+            length = rng.randint(8, SEQ + 1)
+            ids = np.zeros(SEQ, np.int64)
+            ids[:length] = (np.arange(length) + rng.randint(5, 40)) % 60 + 4
+            positions = np.sort(rng.choice(np.arange(1, length - 1), PREDICTIONS, False))
+            ids[positions] = 7
+            labels = ids[positions].copy()
+            ids[positions] = 3  # [MASK]
+            segments = np.zeros(SEQ, np.int64)
+            if nsp:
+                segments[length // 2:length] = 1
+            feature = {
+                "input_ids": ids, "input_mask": (np.arange(SEQ) < length).astype(np.int64),
+                "segment_ids": segments, "masked_lm_positions": positions,
+                "masked_lm_ids": labels,
+                "next_sentence_labels": [int(nsp and rng.rand() < 0.5)],
+            }
+            example = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=list(v)))
+                       for k, v in feature.items()}
+            example["masked_lm_weights"] = tf.train.Feature(
+                float_list=tf.train.FloatList(value=[1.0] * PREDICTIONS))
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=example)).SerializeToString())
+
+
+def run(args: list, cwd: str = REPO) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, os.path.join(REPO, "run_pretraining_mgpu.py")]
+                          + args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    (root / "train").mkdir()
+    write_records(str(root / "train" / "shard-0.tfrecord"), 40, seed=1)
+    write_records(str(root / "train" / "shard-1.tfrecord"), 40, seed=2)
+    write_records(str(root / "heldout.tfrecord"), 13, seed=3)
+    config = root / "bert_config.json"
+    config.write_text(json.dumps(CONFIG))
+    return root
+
+
+def common(workspace, output: str) -> list:
+    return [f"--bert_config_file={workspace / 'bert_config.json'}",
+            f"--output_dir={output}", f"--max_seq_length={SEQ}",
+            f"--max_predictions_per_seq={PREDICTIONS}", "--n_gpus=2",
+            "--train_batch_size=4", "--eval_batch_size=4", "--learning_rate=1e-3",
+            "--num_warmup_steps=2", "--log_every_n_steps=5"]
+
+
+def test_head_variables_have_googles_names():
+    with tf.Graph().as_default():
+        features = {name: tf.placeholder(dtype, shape) for name, (dtype, shape)
+                    in FEATURE_SPEC.items()}
+        pretraining_tower(BertConfig(**CONFIG), features, True, use_nsp=True)
+        names = {v.name.split(":")[0]: v.shape.as_list() for v in tf.global_variables()}
+    assert names["cls/predictions/transform/dense/kernel"] == [16, 16]
+    assert names["cls/predictions/transform/LayerNorm/gamma"] == [16]
+    assert names["cls/predictions/output_bias"] == [64]
+    assert names["cls/seq_relationship/output_weights"] == [2, 16]
+    assert names["cls/seq_relationship/output_bias"] == [2]
+    # The output embedding is the input one (tied), not a new variable.
+    assert not [n for n in names if n.startswith("cls/") and "embedding" in n]
+
+
+def test_stack_batch_trims_to_longest_row_and_pads_rows(workspace):
+    records = list(tf.io.tf_record_iterator(str(workspace / "heldout.tfrecord")))[:3]
+    examples = [parse_record(r, SEQ) for r in records]
+    batch = stack_batch(examples, rows=4)
+    longest = max(int(e["input_mask"].sum()) for e in examples)
+    assert batch["input_ids"].shape[1] == min(SEQ, -(-longest // 8) * 8)
+    assert batch["masked_lm_positions"].shape == (4, PREDICTIONS)
+    np.testing.assert_array_equal(batch["example_weights"], [1, 1, 1, 0])
+    assert batch["masked_lm_weights"][3].sum() == 0
+
+
+def test_train_then_eval_on_held_out_data(workspace, tmp_path):
+    output = str(tmp_path / "out")
+    result = run(common(workspace, output) + [
+        f"--input_file={workspace / 'train'}",
+        f"--eval_input_file={workspace / 'heldout.tfrecord'}",
+        "--do_train", "--do_eval", "--num_train_steps=30", "--save_checkpoints_steps=10",
+        "--optimizer=lamb", "--learning_rate=1e-2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "objective: masked LM + next sentence" in result.stderr
+    assert os.path.exists(os.path.join(output, "model.ckpt-30.index"))
+    lines = open(os.path.join(output, "eval_results.txt")).read().splitlines()
+    metrics = dict(line.split(" = ") for line in lines)
+    assert sorted(metrics) == ["eval_examples", "global_step", "masked_lm_accuracy",
+                               "masked_lm_loss", "next_sentence_accuracy",
+                               "next_sentence_loss"]
+    assert metrics["eval_examples"] == "13"  # every held-out record exactly once
+    assert metrics["global_step"] == "30"
+    # The untrained loss is about ln(64) = 4.16: the model learned.
+    assert float(metrics["masked_lm_loss"]) < 3.9
+    assert float(metrics["masked_lm_accuracy"]) > 0.9  # id 7 found (chance: 1/64)
+    saved = dict(tf.train.list_variables(os.path.join(output, "model.ckpt-30")))
+    assert "cls/predictions/output_bias" in saved
+    assert "bert/encoder/layer_0/output/dense/kernel/adam_m" in saved
+
+
+def test_continued_pretraining_from_a_checkpoint_without_heads(workspace, tmp_path):
+    released = str(tmp_path / "released" / "bert_model.ckpt")
+    with tf.Graph().as_default():
+        BertModel(BertConfig(**CONFIG), False, tf.placeholder(tf.int32, [None, None]))
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, released)
+    result = run(common(workspace, str(tmp_path / "out")) + [
+        f"--input_file={workspace / 'train' / 'shard-0.tfrecord'}",
+        f"--init_checkpoint={released}", "--do_train", "--num_train_steps=2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "freshly initialised (7): cls/predictions/transform/dense/kernel" in result.stderr
+    assert "cls/seq_relationship/output_weights" in result.stderr
+
+
+def test_mlm_only_data_turns_the_next_sentence_head_off(workspace, tmp_path):
+    path = str(tmp_path / "mlm.tfrecord")
+    write_records(path, 16, seed=5, nsp=False)
+    output = str(tmp_path / "out")
+    result = run(common(workspace, output) + [
+        f"--input_file={path}", "--do_train", "--num_train_steps=2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "objective: masked LM only" in result.stderr
+    saved = dict(tf.train.list_variables(os.path.join(output, "model.ckpt-2")))
+    assert not [n for n in saved if n.startswith("cls/seq_relationship")]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--do_eval", "--input_file={train}", "--eval_input_file={train}/shard-0.tfrecord"],
+     "--eval_input_file shares"),
+    (["--do_train", "--input_file={root}/nothing-*.tfrecord"], "--input_file: no file matches"),
+    (["--input_file={train}"], "nothing to do"),
+    (["--do_train", "--input_file={train}", "--max_seq_length=24"],
+     "sequences of 16 tokens but --max_seq_length=24"),
+])
+def test_bad_input_is_one_clear_line(workspace, tmp_path, extra, message):
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "keep.txt").write_text("user data")
+    args = common(workspace, str(output)) + [
+        a.format(train=workspace / "train", root=workspace) for a in extra]
+    if "--max_seq_length=24" in args:
+        args.remove(f"--max_seq_length={SEQ}")
+    result = run(args + ["--num_train_steps=2"])
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert sorted(os.listdir(output))[:1] == ["keep.txt"]
+    assert (output / "keep.txt").read_text() == "user data"
