@@ -140,8 +140,8 @@ class WarmStart:
 
 
 def _is_optimizer_state(name: str) -> bool:
-    return (name.endswith(("/adam_m", "/adam_v", "/step")) or name == "global_step"
-            or name.startswith("accumulators/"))
+    return (name.endswith(("/adam_m", "/adam_v", "/step")) or name.startswith(
+        ("accumulators/", "loss_scale")) or name in ("global_step", "examples_seen"))
 
 
 def _abbreviate(names: list, limit: int = 12) -> list:

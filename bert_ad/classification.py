@@ -32,14 +32,16 @@ class ClassifierOutputs:
 
 
 def classifier(config: BertConfig, features: dict, num_labels: int,
-               is_training: bool) -> ClassifierOutputs:
+               is_training: bool, compute_dtype=tf.float32) -> ClassifierOutputs:
     """BERT pooled output -> dropout -> dense -> softmax cross-entropy.
 
-    `loss` is the mean over real rows (example_weights > 0).
+    `loss` is the mean over real rows (example_weights > 0). The encoder runs
+    in `compute_dtype`; the head and the loss in float32.
     """
     model = BertModel(config, is_training, features["input_ids"],
-                      features["input_mask"], features["segment_ids"])
-    pooled = model.get_pooled_output()  # [batch, hidden]
+                      features["input_mask"], features["segment_ids"],
+                      compute_dtype=compute_dtype)
+    pooled = tf.cast(model.get_pooled_output(), tf.float32)  # [batch, hidden]
     hidden = config.hidden_size
     output_weights = tf.get_variable("output_weights", [num_labels, hidden],
                                      tf.float32, create_initializer(0.02))

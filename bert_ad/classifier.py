@@ -31,6 +31,7 @@ from bert_ad.metrics import classification_metrics
 from bert_ad.modeling import BertConfig
 from bert_ad.optimization import scale_learning_rate
 from bert_ad.outputs import write_lines
+from bert_ad.precision import compute_dtype
 from bert_ad.tokenization import TRUNCATION_STRATEGIES, check_max_seq_length, make_tokenizer
 from bert_ad.trainer import train
 from bert_ad.training import build_train_graph
@@ -43,6 +44,21 @@ def define_flags() -> None:
     # Google's run_classifier.py flags (the training ones are shared).
     flags.DEFINE_string("data_dir", None, "Folder of the task's train/dev/test files.")
     flags.DEFINE_string("task_name", None, "Task: " + ", ".join(sorted(processors.TASKS)))
+    define_model_flags()
+    flags.DEFINE_enum("truncation", "head", list(TRUNCATION_STRATEGIES),
+                      "Which tokens survive when a text is too long.")
+    flags.DEFINE_float("truncation_head_fraction", 0.25,
+                       "head+tail: share of the budget kept from the start.")
+    for key in ("train_file", "dev_file", "test_file", "delimiter", "labels"):
+        flags.DEFINE_string(key, None, f"Override the task's {key}.")
+    for key in ("label_column", "text_a_column", "text_b_column"):
+        flags.DEFINE_integer(key, None, f"Override the task's {key} (0-based).")
+    flags.DEFINE_bool("has_header", None, "Override: the files start with a header line.")
+
+
+def define_model_flags() -> None:
+    """The flags of a pair classifier on N towers, whatever its data
+    (run_classifier_mgpu.py and rewrite_finetune.py)."""
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt of the model.")
     flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models).")
     flags.DEFINE_integer("max_seq_length", 128, "Longest sequence after WordPiece.")
@@ -57,31 +73,23 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_eval_examples", None, "Use only the first N dev rows.")
     flags.DEFINE_enum("padding", "dynamic", ["dynamic", "max_length"],
                       "Pad each batch to its longest row (dynamic) or to max_seq_length.")
-    flags.DEFINE_enum("truncation", "head", list(TRUNCATION_STRATEGIES),
-                      "Which tokens survive when a text is too long.")
-    flags.DEFINE_float("truncation_head_fraction", 0.25,
-                       "head+tail: share of the budget kept from the start.")
     flags.DEFINE_string("spm_model_file", None, "SentencePiece model instead of --vocab_file.")
     flags.DEFINE_string("cache_dir", None, "Feature cache (default: output_dir/cache).")
-    for key in ("train_file", "dev_file", "test_file", "delimiter", "labels"):
-        flags.DEFINE_string(key, None, f"Override the task's {key}.")
-    for key in ("label_column", "text_a_column", "text_b_column"):
-        flags.DEFINE_integer(key, None, f"Override the task's {key} (0-based).")
-    flags.DEFINE_bool("has_header", None, "Override: the files start with a header line.")
 
 
-class Job:
-    """The validated settings of one run, shared by train, predict and eval."""
+class ModelJob:
+    """The validated model, tokenizer and output settings of one run.
+
+    Subclasses add their data: `features(split, examples, data_file)` and
+    `labels`; `do_train`, `score` and `evaluate` below work with any of them.
+    """
 
     def __init__(self):
         if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
             fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
-        if not FLAGS.task_name:
-            fail("--task_name is required")
+        self.check_data_flags()
         self.plan = check_training_flags("predict_batch_size")
-        overrides = {key: getattr(FLAGS, key) for key in processors.OVERRIDE_KEYS
-                     if getattr(FLAGS, key) is not None}
-        self.task = processors.get_task(FLAGS.task_name, overrides)
+        self.read_task()
         self.config = BertConfig.from_json_file(FLAGS.bert_config_file)
         check_max_seq_length(FLAGS.max_seq_length, self.config.max_position_embeddings)
         self.tokenizer = make_tokenizer(FLAGS.vocab_file or "", FLAGS.do_lower_case,
@@ -102,6 +110,33 @@ class Job:
         self.session_config = make_session_config(self.plan)
         self.labels = None
 
+    def check_data_flags(self) -> None:
+        """Refuse missing data flags before anything else is checked."""
+
+    def read_task(self) -> None:
+        """Resolve the data settings (after the training flags are checked)."""
+
+    def features(self, split: str, examples, data_file: str):
+        raise NotImplementedError
+
+    def tower_classifier(self, is_training: bool):
+        dtype = compute_dtype(FLAGS.precision)
+        return lambda features, i: classifier(self.config, features, len(self.labels),
+                                              is_training, dtype)
+
+
+class Job(ModelJob):
+    """run_classifier_mgpu.py's run: a task of bert_ad.processors."""
+
+    def check_data_flags(self) -> None:
+        if not FLAGS.task_name:
+            fail("--task_name is required")
+
+    def read_task(self) -> None:
+        overrides = {key: getattr(FLAGS, key) for key in processors.OVERRIDE_KEYS
+                     if getattr(FLAGS, key) is not None}
+        self.task = processors.get_task(FLAGS.task_name, overrides)
+
     def features(self, split: str, examples, data_file: str):
         settings = FeatureSettings(FLAGS.max_seq_length, FLAGS.truncation,
                                    FLAGS.truncation_head_fraction, self.labels)
@@ -110,10 +145,6 @@ class Job:
                         repr(self.task) + f"|{split}|{len(examples)}")
         return cached_features(self.cache_dir, split, key,
                                lambda: convert_examples(examples, self.tokenizer, settings))
-
-    def tower_classifier(self, is_training: bool):
-        return lambda features, i: classifier(self.config, features, len(self.labels),
-                                              is_training)
 
 
 def read_split(job: Job, split: str, path: str | None = None, limit: int | None = None):
@@ -142,7 +173,7 @@ def read_eval_examples(job: Job) -> list:
     return examples
 
 
-def do_train(job: Job, examples) -> None:
+def do_train(job: ModelJob, examples) -> None:
     features = job.features("train", examples, examples[0].source)
     towers, per_tower = job.plan.num_towers, FLAGS.train_batch_size
     accumulation = FLAGS.gradient_accumulation_steps
@@ -173,7 +204,7 @@ def do_train(job: Job, examples) -> None:
              result.examples_seen)
 
 
-def scoring_checkpoint(job: Job) -> str:
+def scoring_checkpoint(job: ModelJob) -> str:
     found = latest_checkpoint(job.output_dir)
     if found:
         return found
@@ -183,7 +214,7 @@ def scoring_checkpoint(job: Job) -> str:
          "model.ckpt-N and --init_checkpoint is not set")
 
 
-def score(job: Job, split: str, examples, data_file: str, batch_size: int) -> dict:
+def score(job: ModelJob, split: str, examples, data_file: str, batch_size: int) -> dict:
     checkpoint = scoring_checkpoint(job)
     features = job.features(split, examples, data_file)
 
@@ -213,15 +244,26 @@ def do_predict(job: Job, examples) -> None:
              len(examples), job.output_dir)
 
 
-def do_eval(job: Job, examples) -> dict:
+def evaluate(job: ModelJob, examples) -> tuple:
+    """(metrics, score's results) of the labelled `examples`."""
     results = score(job, "dev", examples, examples[0].source, FLAGS.eval_batch_size)
     predicted = np.argmax(results["probabilities"], axis=-1)
     metrics = classification_metrics(results["labels"], predicted, job.labels)
     metrics["eval_loss"] = float(np.mean(results["loss"]))
     metrics["global_step"] = _checkpoint_step(results["checkpoint"])
     metrics["eval_examples"] = len(examples)
-    write_lines(os.path.join(job.output_dir, "eval_results.txt"),
+    return metrics, results
+
+
+def write_eval_results(output_dir: str, metrics: dict) -> None:
+    """eval_results.txt: `key = value` lines, sorted by key."""
+    write_lines(os.path.join(output_dir, "eval_results.txt"),
                 (f"{key} = {_format(value)}" for key, value in sorted(metrics.items())))
+
+
+def do_eval(job: Job, examples) -> dict:
+    metrics, _ = evaluate(job, examples)
+    write_eval_results(job.output_dir, metrics)
     log.info("eval: accuracy %.4f  macro-F1 %.4f  loss %.4f  (%d rows, step %d)",
              metrics["eval_accuracy"], metrics["eval_macro_f1"], metrics["eval_loss"],
              len(examples), metrics["global_step"])

@@ -18,6 +18,7 @@ from absl import flags
 from bert_ad.compat import session_config
 from bert_ad.errors import fail, run_cli
 from bert_ad.optimization import OPTIMIZERS
+from bert_ad.precision import PRECISIONS, compute_dtype
 from bert_ad.towers import DevicePlan, plan_from_environment
 from bert_ad.training import TrainSettings
 from bert_ad.trainer import LoopSettings
@@ -52,6 +53,9 @@ def define_training_flags(default_learning_rate: float = 5e-5) -> None:
     flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
     flags.DEFINE_integer("log_every_n_steps", 10, "Log and summarise every N steps.")
     flags.DEFINE_bool("use_xla", False, "Session-level XLA JIT (off by default on CPU).")
+    flags.DEFINE_enum("precision", "fp32", list(PRECISIONS),
+                      "Activation precision; weights, slots and checkpoints stay fp32. "
+                      "fp16 uses dynamic loss scaling.")
 
 
 def check_training_flags(*positive: str) -> DevicePlan:
@@ -66,6 +70,7 @@ def check_training_flags(*positive: str) -> DevicePlan:
                  "log_every_n_steps") + positive:
         if getattr(FLAGS, name) < 1:
             fail(f"--{name}={getattr(FLAGS, name)} must be at least 1")
+    compute_dtype(FLAGS.precision)  # refuses what this lane cannot run
     if FLAGS.learning_rate <= 0:
         fail(f"--learning_rate={FLAGS.learning_rate} must be positive")
     if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
@@ -77,7 +82,7 @@ def train_settings(learning_rate: float, num_train_steps: int,
                    num_warmup_steps: int) -> TrainSettings:
     return TrainSettings(learning_rate, num_train_steps, num_warmup_steps, FLAGS.optimizer,
                          FLAGS.weight_decay_rate, FLAGS.clip_norm,
-                         FLAGS.gradient_accumulation_steps, FLAGS.seed)
+                         FLAGS.gradient_accumulation_steps, FLAGS.seed, FLAGS.precision)
 
 
 def loop_settings(plan: DevicePlan, num_train_steps: int, global_batch: int,

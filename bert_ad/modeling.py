@@ -297,7 +297,9 @@ def attention_layer(x, attention_bias, config: BertConfig, dropout_rate: float):
     scores = tf.matmul(query, key, transpose_b=True)
     scores = scores * tf.cast(1.0 / math.sqrt(head_size), scores.dtype)
     scores += attention_bias
-    probs = dropout(tf.nn.softmax(scores), dropout_rate)
+    # Softmax in float32: fp16's range would overflow its exponentials.
+    probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)), scores.dtype)
+    probs = dropout(probs, dropout_rate)
     # [B, heads, S, head_size] -> [B, S, H]
     context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
     return tf.reshape(context, [batch_size, seq_length, width])

@@ -29,6 +29,7 @@ from bert_ad.inference import Scorer
 from bert_ad.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                               dense, layer_norm)
 from bert_ad.outputs import write_lines
+from bert_ad.precision import compute_dtype
 from bert_ad.trainer import train
 from bert_ad.training import build_train_graph
 
@@ -89,16 +90,18 @@ def next_sentence_head(config: BertConfig, pooled_output):
 
 
 def pretraining_tower(config: BertConfig, features: dict, is_training: bool,
-                      use_nsp: bool) -> dict:
+                      use_nsp: bool, compute_dtype=tf.float32) -> dict:
     """Losses and per-position outputs of one tower.
 
     Returns {loss, masked_lm_loss [B, P], masked_lm_predictions [B, P],
     masked_lm_weights [B, P], next_sentence_loss [B], next_sentence_predictions [B]}.
     """
     model = BertModel(config, is_training, features["input_ids"],
-                      features["input_mask"], features["segment_ids"])
+                      features["input_mask"], features["segment_ids"],
+                      compute_dtype=compute_dtype)
     positions = features["masked_lm_positions"]
-    log_probs = masked_lm_head(config, model.get_sequence_output(),
+    # The heads and losses run in float32 whatever the encoder's precision.
+    log_probs = masked_lm_head(config, tf.cast(model.get_sequence_output(), tf.float32),
                                model.get_embedding_table(), positions)
     shape = tf.shape(positions)
     label_ids = tf.reshape(features["masked_lm_ids"], [-1])
@@ -113,7 +116,8 @@ def pretraining_tower(config: BertConfig, features: dict, is_training: bool,
         "masked_lm_weights": features["masked_lm_weights"],
     }
     if use_nsp:
-        nsp_log_probs = next_sentence_head(config, model.get_pooled_output())
+        nsp_log_probs = next_sentence_head(config,
+                                           tf.cast(model.get_pooled_output(), tf.float32))
         labels = features["next_sentence_labels"]
         nsp_loss = -tf.reduce_sum(nsp_log_probs * tf.one_hot(labels, 2), axis=-1)
         example_weights = features["example_weights"]
@@ -306,7 +310,9 @@ def do_train(plan, config: BertConfig, files: list, init_checkpoint: str,
     with tf.Graph().as_default():
         graph = build_train_graph(
             plan, FEATURE_SPEC,
-            lambda f, i: pretraining_tower(config, f, True, use_nsp)["loss"], settings)
+            lambda f, i: pretraining_tower(config, f, True, use_nsp,
+                                           compute_dtype(FLAGS.precision))["loss"],
+            settings)
         result = train(graph, batches, loop_settings(plan, FLAGS.num_train_steps,
                                                      global_batch, init_checkpoint))
     log.info("pretraining done: global step %d, %d examples seen", result.global_step,
@@ -334,7 +340,8 @@ def do_eval(plan, config: BertConfig, files: list, init_checkpoint: str,
              "model.ckpt-N and --init_checkpoint is not set")
 
     def tower(features, i):
-        out = pretraining_tower(config, features, False, use_nsp)
+        out = pretraining_tower(config, features, False, use_nsp,
+                                compute_dtype(FLAGS.precision))
         out.pop("loss")
         out["example_weights"] = features["example_weights"]
         out["next_sentence_labels"] = features["next_sentence_labels"]

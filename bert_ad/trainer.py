@@ -54,6 +54,9 @@ class TrainResult:
 # (start_example) -> iterator over micro-batches; each is one feed dict per tower.
 BatchSource = Callable[[int], Iterator[list]]
 
+# fp16 overflow skips in a row that mean the loss scale cannot recover.
+MAX_CONSECUTIVE_OVERFLOWS = 40
+
 
 def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> TrainResult:
     """Run (or resume) training until `settings.num_train_steps` applied steps."""
@@ -88,13 +91,14 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
             if warm_start:
                 warm_start.restore(session)
         start_step = int(session.run(graph.global_step))
+        examples_seen = int(session.run(graph.examples_seen))
         if start_step >= settings.num_train_steps:
             log.info("output_dir already holds step %d of %d: nothing to train",
                      start_step, settings.num_train_steps)
-            return TrainResult(start_step, start_step * settings.examples_per_step,
-                               None, resume_from, 0)
+            return TrainResult(start_step, examples_seen, None, resume_from, 0)
 
-        stream = batches(start_step * settings.examples_per_step)
+        stream = batches(examples_seen)
+        skipped = consecutive_skips = 0
         step, loss, checkpoint = start_step, None, resume_from
         started = last_log_time = time.time()
         last_log_step = start_step
@@ -104,8 +108,20 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
                                             _feed(graph, next(stream)))
                 _check_finite(micro_loss, None, step, checkpoint)
             values = session.run(fetches, _feed(graph, next(stream)))
+            examples_seen += settings.examples_per_step
             loss = float(values["loss"])
-            if not values["applied"]:
+            if values["applied"]:
+                consecutive_skips = 0
+            elif graph.loss_scale is not None and math.isfinite(loss):
+                # fp16 overflow: the update was skipped and the scale halved.
+                skipped += 1
+                consecutive_skips += 1
+                if consecutive_skips >= MAX_CONSECUTIVE_OVERFLOWS:
+                    fail(f"training stopped at step {step + 1}: fp16 gradients overflowed "
+                         f"{consecutive_skips} steps in a row even with the loss scale "
+                         "at its floor; use --precision=bf16 or fp32")
+                continue
+            else:
                 _check_finite(loss, float(values["grad_norm"]), step, checkpoint)
             step = int(values["global_step"])
             now = time.time()
@@ -114,17 +130,21 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
                     now - last_log_time, 1e-9)
                 _log_step(step, settings.num_train_steps, loss, values, rate,
                           now - started, start_step)
+                if skipped:
+                    log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
+                             skipped, session.run(graph.loss_scale.scale))
                 _write_summaries(summaries, step, loss, values, rate)
                 last_log_step, last_log_time = step, now
             if step % settings.save_checkpoints_steps == 0 or \
                     step == settings.num_train_steps:
+                session.run(graph.set_examples_seen,
+                            {graph.examples_seen_value: examples_seen})
                 checkpoint = saver.save(session, os.path.join(settings.output_dir,
                                                               "model.ckpt"),
                                         global_step=step)
                 log.info("saved %s", checkpoint)
         summaries.close()
-    return TrainResult(step, step * settings.examples_per_step, loss, checkpoint,
-                       step - start_step)
+    return TrainResult(step, examples_seen, loss, checkpoint, step - start_step)
 
 
 def _feed(graph: TrainGraph, micro_batch: list) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from bert_ad.compat import tf
+from bert_ad.precision import DynamicLossScale
 from bert_ad.optimization import clip_by_global_norm, learning_rate_schedule, make_optimizer
 from bert_ad.towers import DevicePlan, average_gradients, build_towers, tower_gradients
 
@@ -24,7 +25,8 @@ class TrainSettings:
     def __init__(self, learning_rate: float = 5e-5, num_train_steps: int = 1,
                  num_warmup_steps: int = 0, optimizer: str = "adamw",
                  weight_decay_rate: float = 0.01, clip_norm: float = 1.0,
-                 gradient_accumulation_steps: int = 1, seed: int | None = None):
+                 gradient_accumulation_steps: int = 1, seed: int | None = None,
+                 precision: str = "fp32"):
         self.learning_rate = learning_rate
         self.num_train_steps = num_train_steps
         self.num_warmup_steps = num_warmup_steps
@@ -33,6 +35,7 @@ class TrainSettings:
         self.clip_norm = clip_norm
         self.gradient_accumulation_steps = gradient_accumulation_steps
         self.seed = seed
+        self.precision = precision
 
 
 class TrainGraph:
@@ -46,6 +49,8 @@ class TrainGraph:
         checks finiteness and applies once; evaluates to `applied` (bool).
       step_after: global_step once train_step's update is done.
       global_step, learning_rate, grad_norm, all_finite: scalars to log.
+      loss_scale: fp16's DynamicLossScale, else None.
+      examples_seen: variable the loop keeps at the data stream's position.
     """
 
 
@@ -57,18 +62,33 @@ def feature_placeholders(spec: dict, tower: int) -> dict:
 
 def build_train_graph(plan: DevicePlan, feature_spec: dict,
                       tower_loss_fn: Callable[[dict, int], object],
-                      settings: TrainSettings) -> TrainGraph:
-    """Build the training graph in the default graph and return its handles."""
+                      settings: TrainSettings,
+                      cross_worker_reduce: Callable[[list], list] | None = None
+                      ) -> TrainGraph:
+    """Build the training graph in the default graph and return its handles.
+
+    `cross_worker_reduce` (multi-worker runs) maps this worker's mean
+    gradients to the cluster's mean; it runs once per applied step, after
+    accumulation, so the exchange happens once per step whatever k is.
+    """
     if settings.seed is not None:
         tf.set_random_seed(settings.seed)
     graph = TrainGraph()
     graph.placeholders = [feature_placeholders(feature_spec, i)
                           for i in range(plan.num_towers)]
+    graph.loss_scale = None
+    if settings.precision == "fp16":
+        with tf.device(plan.variable_device):
+            graph.loss_scale = DynamicLossScale()
 
     def tower(i):
         loss = tower_loss_fn(graph.placeholders[i], i)
+        if graph.loss_scale is not None:
+            scaled = graph.loss_scale.scaled(loss)
+        else:
+            scaled = loss
         variables = tf.trainable_variables()
-        return loss, tower_gradients(loss, variables)
+        return loss, tower_gradients(scaled, variables)
 
     results = build_towers(plan, tower)
     variables = tf.trainable_variables()
@@ -92,11 +112,17 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         else:
             graph.micro_step = None
 
+        if graph.loss_scale is not None:
+            grads = graph.loss_scale.unscaled(grads)
+        if cross_worker_reduce is not None:
+            grads = cross_worker_reduce(grads)
+
         present = [(g, v) for g, v in zip(grads, variables) if g is not None]
         clipped, graph.grad_norm = clip_by_global_norm(
             [g for g, _ in present], settings.clip_norm)
         # A non-finite loss or gradient skips the update, so no NaN ever
-        # reaches the weights (or a checkpoint); the loop then stops the run.
+        # reaches the weights (or a checkpoint). The loop then stops the run,
+        # except for fp16 overflow, where the loss scale shrinks instead.
         graph.all_finite = tf.logical_and(tf.reduce_all(tf.is_finite(graph.loss)),
                                           tf.is_finite(graph.grad_norm))
 
@@ -107,6 +133,9 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
                 return tf.constant(True)
 
         applied = tf.cond(graph.all_finite, apply, lambda: tf.constant(False))
+        if graph.loss_scale is not None:
+            with tf.control_dependencies([graph.loss_scale.update(graph.all_finite)]):
+                applied = tf.identity(applied)
         if k > 1:
             with tf.control_dependencies([applied]):
                 reset = tf.group(*[a.assign(tf.zeros_like(a)) for a in graph.accumulators])
@@ -117,6 +146,12 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         # global_step could race with the increment).
         with tf.control_dependencies([applied]):
             graph.step_after = tf.identity(graph.global_step.read_value())
+        # Examples consumed (applied or skipped steps alike): where a resumed
+        # run picks the data stream up. The loop sets it before each save.
+        graph.examples_seen = tf.get_variable("examples_seen", [], tf.int64,
+                                              tf.zeros_initializer(), trainable=False)
+        graph.examples_seen_value = tf.placeholder(tf.int64, [], "examples_seen_value")
+        graph.set_examples_seen = graph.examples_seen.assign(graph.examples_seen_value)
     return graph
 
 

@@ -172,3 +172,61 @@ def test_non_finite_gradient_skips_the_update(initial_checkpoint):
     assert step == 0
     for b, a in zip(before, after):
         np.testing.assert_array_equal(a, b)
+
+
+def build_fp16():
+    config = BertConfig(**CONFIG)
+    plan = plan_devices(1, cuda_visible_devices="")
+    settings = TrainSettings(learning_rate=1e-3, num_train_steps=1000, precision="fp16")
+    graph = build_train_graph(
+        plan, FEATURE_SPEC,
+        lambda f, i: classifier(config, f, NUM_LABELS, True, tf.float16).loss, settings)
+    assert graph.loss_scale is not None
+    return plan, graph
+
+
+def test_fp16_trains_fp32_master_weights_and_skips_overflowing_steps(initial_checkpoint):
+    data = make_data(4)
+    with tf.Graph().as_default():
+        _, graph = build_fp16()
+        # Everything saved stays float32: master weights, slots, loss scale.
+        for variable in tf.global_variables():
+            if variable.name.startswith(("bert/", "output_")):
+                assert variable.dtype.base_dtype == tf.float32, variable.name
+        # The encoder really computes in float16.
+        matmuls = [op for op in tf.get_default_graph().get_operations()
+                   if op.type == "MatMul" and "/encoder/" in op.name
+                   and "gradients" not in op.name]
+        assert matmuls and all(op.outputs[0].dtype == tf.float16 for op in matmuls)
+        with tf.Session() as session:
+            session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+            tf.train.Saver(var_list=graph.variables).restore(session, initial_checkpoint)
+            feed = {graph.placeholders[0][k]: data[k] for k in graph.placeholders[0]}
+            applied, step = session.run([graph.train_step, graph.step_after], feed)
+            assert applied and step == 1
+            assert session.run(graph.loss_scale.scale) == 2.0 ** 15
+            # A scale that overflows float16 (65504) in the backward pass: the
+            # update is skipped, the step and schedule stay, the scale halves.
+            session.run(graph.loss_scale.scale.assign(2.0 ** 40))
+            before = session.run(graph.variables)
+            applied, step, loss = session.run(
+                [graph.train_step, graph.step_after, graph.loss], feed)
+            assert not applied and step == 1 and np.isfinite(loss)
+            assert session.run(graph.loss_scale.scale) == 2.0 ** 39
+            for a, b in zip(session.run(graph.variables), before):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_precision_flag_values():
+    from bert_ad.compat import IS_TF1
+    from bert_ad.errors import UserError
+    from bert_ad.precision import compute_dtype
+    assert compute_dtype("fp32") == tf.float32
+    assert compute_dtype("fp16") == tf.float16
+    if IS_TF1:
+        with pytest.raises(UserError, match=r"--precision=bf16 needs TensorFlow 2.x"):
+            compute_dtype("bf16")
+    else:
+        assert compute_dtype("bf16") == tf.bfloat16
+    with pytest.raises(UserError, match=r"--precision=fp8 is not one of fp32, fp16, bf16"):
+        compute_dtype("fp8")
