@@ -80,32 +80,130 @@ def split_evenly(indices: np.ndarray, parts: int) -> list:
     return np.split(np.asarray(indices), parts)
 
 
-def epoch_order(num_examples: int, seed: int, epoch: int) -> np.ndarray:
-    """The seeded permutation of one training epoch."""
-    return np.random.RandomState((seed * 1000003 + epoch) % (2 ** 32)).permutation(
-        num_examples)
+def epoch_order(num_examples: int, seed: int, epoch: int,
+                lengths: np.ndarray | None = None, batch_size: int = 0,
+                bucket_batches: int = 0) -> np.ndarray:
+    """The seeded order of one training epoch.
+
+    With `lengths` and `bucket_batches` (length bucketing), the shuffled
+    examples are taken `bucket_batches` batches at a time, sorted by length
+    inside that window and cut into batches whose order is shuffled again:
+    batches of similar lengths (little padding), still a fresh random mix
+    every epoch, and still a pure function of (seed, epoch).
+    """
+    rng = np.random.RandomState((seed * 1000003 + epoch) % (2 ** 32))
+    order = rng.permutation(num_examples)
+    if lengths is None or not bucket_batches or batch_size < 1:
+        return order
+    window = batch_size * bucket_batches
+    out = []
+    for start in range(0, num_examples, window):
+        chunk = order[start:start + window]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches = [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+        out.extend(batches[i] for i in rng.permutation(len(batches)))
+    return np.concatenate(out)
 
 
 def training_stream(num_examples: int, global_batch: int, seed: int,
-                    start_example: int = 0) -> Iterator[np.ndarray]:
+                    start_example: int = 0, lengths: np.ndarray | None = None,
+                    bucket_batches: int = 0) -> Iterator[np.ndarray]:
     """Endless global batches of example indices, epoch after epoch.
 
     A batch may span an epoch boundary, so every example is seen exactly once
     per epoch and none is dropped. `start_example` (examples already consumed)
-    resumes mid-epoch.
+    resumes mid-epoch. `lengths` + `bucket_batches` turn on length bucketing
+    (see `epoch_order`).
     """
+    def order(epoch):
+        return epoch_order(num_examples, seed, epoch, lengths, global_batch,
+                           bucket_batches)
+
     epoch, offset = divmod(start_example, num_examples)
-    order = epoch_order(num_examples, seed, epoch)
+    current = order(epoch)
     while True:
         batch = []
         while len(batch) < global_batch:
             take = min(global_batch - len(batch), num_examples - offset)
-            batch.extend(order[offset:offset + take])
+            batch.extend(current[offset:offset + take])
             offset += take
             if offset == num_examples:
                 epoch, offset = epoch + 1, 0
-                order = epoch_order(num_examples, seed, epoch)
+                current = order(epoch)
         yield np.array(batch, dtype=np.int64)
+
+
+def split_for_towers(indices: np.ndarray, parts: int,
+                     lengths: np.ndarray | None = None) -> list:
+    """`parts` equal-size shares of a global batch.
+
+    With `lengths`, rows are dealt in length order (snake order), so every
+    tower gets the same number of rows and about the same real tokens and
+    longest row: no tower waits for a slower one.
+    """
+    indices = np.asarray(indices)
+    if lengths is None:
+        return split_evenly(indices, parts)
+    by_length = indices[np.argsort(lengths[indices], kind="stable")]
+    # Deal like a snake (0 1 1 0 0 1 ...), which evens out the token sums.
+    rank = np.arange(len(by_length))
+    rounds, seat = rank // parts, rank % parts
+    tower = np.where(rounds % 2 == 0, seat, parts - 1 - seat)
+    return [by_length[tower == t] for t in range(parts)]
+
+
+def training_batches(examples: TokenizedExamples, per_tower: int, towers: int,
+                     seed: int, start_example: int, padding,
+                     bucket_batches: int = 0) -> Iterator[list]:
+    """Micro-batches for the training loop: one padded batch dict per tower."""
+    stream = training_stream(len(examples), per_tower * towers, seed, start_example,
+                             examples.lengths, bucket_batches)
+    for indices in stream:
+        yield [make_batch(examples, part, padding)
+               for part in split_for_towers(indices, towers, examples.lengths)]
+
+
+def prefetch(iterator: Iterator, depth: int = 2) -> Iterator:
+    """Run `iterator` in a background thread, `depth` items ahead.
+
+    Batches are built in numpy while the session runs the previous step
+    (session.run releases the GIL), so the input is never the bottleneck.
+    An exception in the producer is raised in the consumer.
+    """
+    import queue
+    import threading
+
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in iterator:
+                while not stop.is_set():
+                    try:
+                        items.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(("item", done))
+        except BaseException as e:  # handed to the consumer
+            items.put(("error", e))
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = items.get()
+            if kind == "error":
+                raise item
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
 
 
 def inference_batches(examples: TokenizedExamples, batch_size: int,

@@ -17,7 +17,7 @@ import numpy as np
 from absl import flags
 
 from bert_ad import processors
-from bert_ad.batching import make_batch, split_evenly, training_stream
+from bert_ad.batching import prefetch, training_batches
 from bert_ad.checkpoint import latest_checkpoint, resolve_checkpoint
 from bert_ad.classification import FEATURE_SPEC, classifier
 from bert_ad.cli_common import (check_training_flags, define_training_flags,
@@ -37,6 +37,8 @@ from bert_ad.trainer import train
 from bert_ad.training import build_train_graph
 
 log = logging.getLogger("bert_ad")
+# Length bucketing sorts this many global batches at a time (see batching).
+BUCKET_WINDOW_BATCHES = 50
 FLAGS = flags.FLAGS
 
 
@@ -73,6 +75,9 @@ def define_model_flags() -> None:
     flags.DEFINE_integer("max_eval_examples", None, "Use only the first N dev rows.")
     flags.DEFINE_enum("padding", "dynamic", ["dynamic", "max_length"],
                       "Pad each batch to its longest row (dynamic) or to max_seq_length.")
+    flags.DEFINE_bool("bucket_by_length", False,
+                      "Train on batches of similar lengths (less padding); eval and "
+                      "predict always group by length and restore the input order.")
     flags.DEFINE_string("spm_model_file", None, "SentencePiece model instead of --vocab_file.")
     flags.DEFINE_string("cache_dir", None, "Feature cache (default: output_dir/cache).")
 
@@ -188,11 +193,9 @@ def do_train(job: ModelJob, examples) -> None:
                               int(num_train_steps * FLAGS.warmup_proportion))
 
     def batches(start_example: int):
-        micro_batch = per_tower * towers
-        for indices in training_stream(len(features), micro_batch, FLAGS.seed,
-                                       start_example):
-            yield [make_batch(features, part, job.padding)
-                   for part in split_evenly(indices, towers)]
+        bucket = BUCKET_WINDOW_BATCHES if FLAGS.bucket_by_length else 0
+        return prefetch(training_batches(features, per_tower, towers, FLAGS.seed,
+                                         start_example, job.padding, bucket))
 
     with tf.Graph().as_default():
         graph = build_train_graph(job.plan, FEATURE_SPEC,

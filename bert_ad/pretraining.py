@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from absl import flags
 
-from bert_ad.batching import padded_length
+from bert_ad.batching import padded_length, prefetch
 from bert_ad.checkpoint import checkpoint_step, latest_checkpoint, resolve_checkpoint
 from bert_ad.cli_common import (check_training_flags, define_training_flags,
                                 loop_settings, make_session_config, run_entry_point,
@@ -298,12 +298,15 @@ def do_train(plan, config: BertConfig, files: list, init_checkpoint: str,
              "global batch %d, %d steps", len(files), towers, per_tower,
              FLAGS.gradient_accumulation_steps, global_batch, FLAGS.num_train_steps)
 
-    def batches(start_example: int):
+    def micro_batches(start_example: int):
         records = training_records(files, FLAGS.seed, start_example)
         while True:
             yield [stack_batch([parse_record(next(records), FLAGS.max_seq_length)
                                 for _ in range(per_tower)], per_tower)
                    for _ in range(towers)]
+
+    def batches(start_example: int):
+        return prefetch(micro_batches(start_example))
 
     settings = train_settings(FLAGS.learning_rate, FLAGS.num_train_steps,
                               FLAGS.num_warmup_steps)

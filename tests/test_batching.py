@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from bert_ad.batching import (TokenizedExamples, inference_batches, make_batch,
-                              padded_length, training_stream)
+                              padded_length, prefetch, split_for_towers, training_stream)
 
 
 def examples(lengths) -> TokenizedExamples:
@@ -61,3 +62,51 @@ def test_inference_batches_cover_every_example_exactly_once():
         assert all(len(t) <= rows for t in towers)
         seen.extend(int(i) for t in towers for i in t)
     assert sorted(seen) == list(range(13))
+
+
+def test_length_bucketing_cuts_padding_and_still_covers_each_epoch():
+    rng = np.random.RandomState(0)
+    lengths = rng.randint(3, 120, size=400)
+    data = examples(lengths)
+
+    def padded_tokens(bucket_batches):
+        stream = training_stream(400, 16, seed=5, lengths=data.lengths,
+                                 bucket_batches=bucket_batches)
+        batches = [next(stream) for _ in range(25)]  # one epoch
+        assert sorted(np.concatenate(batches)) == list(range(400))
+        return sum(len(b) * padded_length(int(data.lengths[b].max()), "dynamic")
+                   for b in batches)
+
+    assert padded_tokens(10) < 0.7 * padded_tokens(0)
+
+
+def test_bucketed_stream_resumes_exactly():
+    lengths = np.random.RandomState(1).randint(3, 60, size=50)
+    whole = np.concatenate(list(itertools.islice(
+        training_stream(50, 8, seed=2, lengths=lengths, bucket_batches=3), 12)))
+    resumed = np.concatenate(list(itertools.islice(
+        training_stream(50, 8, seed=2, start_example=40, lengths=lengths,
+                        bucket_batches=3), 4)))
+    np.testing.assert_array_equal(resumed, whole[40:72])
+
+
+def test_towers_get_equal_rows_and_balanced_tokens():
+    lengths = np.array([100, 90, 80, 70, 10, 9, 8, 7])
+    parts = split_for_towers(np.arange(8), 2, lengths)
+    assert [len(p) for p in parts] == [4, 4]
+    tokens = [int(lengths[p].sum()) for p in parts]
+    assert tokens == [187, 187]
+    assert sorted(np.concatenate(parts)) == list(range(8))
+
+
+def test_prefetch_keeps_order_and_raises_producer_errors():
+    assert list(prefetch(iter(range(50)), depth=3)) == list(range(50))
+
+    def broken():
+        yield 1
+        raise ValueError("bad row")
+
+    stream = prefetch(broken())
+    assert next(stream) == 1
+    with pytest.raises(ValueError, match="bad row"):
+        next(stream)
