@@ -12,7 +12,7 @@ CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
 OUTPUT_ROOT="${OUTPUT_ROOT:-output/parity}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-SEEDS=("${@:-1 2 3}")
+SEEDS=("$@")
 [ $# -eq 0 ] && SEEDS=(1 2 3)
 
 MODEL_DIR="$CACHE/minilm_google"
@@ -35,4 +35,7 @@ for seed in "${SEEDS[@]}"; do
     printf "%-8s %-6s %-10s %s\n" "$1" "$seed" "$1x$2" "$accuracy"
   done
 done | tee "$OUTPUT_ROOT.tsv"
-awk 'NR > 1 { sum[$1] += $4; n[$1]++ } END { for (t in sum) printf "mean towers=%s: %.4f over %d seeds\n", t, sum[t] / n[t], n[t] }' "$OUTPUT_ROOT.tsv"
+awk '{ s[$1] += $4; q[$1] += $4 * $4; n[$1]++ }
+     END { for (t in s) { sd = n[t] > 1 ? sqrt((q[t] - s[t] * s[t] / n[t]) / (n[t] - 1)) : 0
+           printf "towers=%s: mean %.4f, sd %.4f over %d seeds\n", t, s[t] / n[t], sd, n[t] } }' \
+  "$OUTPUT_ROOT.tsv"
