@@ -100,7 +100,9 @@ class WarmStart:
         self.new = []
         for variable in variables:
             name = variable_name(variable)
-            if name not in in_checkpoint:
+            # Only model weights are warm-started: a pretraining checkpoint's
+            # step, data position and optimizer slots belong to that run.
+            if _is_optimizer_state(name) or name not in in_checkpoint:
                 self.new.append(name)
                 continue
             graph_shape = variable.shape.as_list()
@@ -114,7 +116,8 @@ class WarmStart:
                      f"{graph_shape} in the model{hint}")
             self.assignment[name] = variable
         used = set(self.assignment)
-        self.unused = sorted(n for n in in_checkpoint if n not in used)
+        self.unused = sorted(n for n in in_checkpoint
+                             if n not in used and not _is_optimizer_state(n))
         self._saver = tf.train.Saver(var_list=self.assignment) if self.assignment else None
 
     def restore(self, session) -> None:

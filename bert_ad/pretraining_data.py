@@ -137,6 +137,12 @@ class InstanceSettings:
         if not 0.0 < self.masked_lm_prob <= 1.0:
             fail(f"--masked_lm_prob={self.masked_lm_prob} must be in (0, 1], "
                  f"e.g. 0.15")
+        wanted = int(round(self.max_seq_length * self.masked_lm_prob))
+        if self.max_predictions_per_seq < wanted:
+            fail(f"--max_predictions_per_seq={self.max_predictions_per_seq} is too small "
+                 f"for --masked_lm_prob={self.masked_lm_prob} at --max_seq_length="
+                 f"{self.max_seq_length} (up to {wanted} masked tokens); use at least "
+                 f"{wanted} or lower --masked_lm_prob")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             fail(f"--short_seq_prob={self.short_seq_prob} must be in [0, 1]")
         if self.dupe_factor < 1:
@@ -930,6 +936,11 @@ def create_pretraining_data(input_files: Sequence[str], output_files: Sequence[s
                  f"({', '.join(input_files[:3])}"
                  f"{', ...' if len(input_files) > 3 else ''}): every line is "
                  f"blank or has no token")
+        if documents == 1 and settings.mode == "nsp":
+            # NSP's "random next sentence" must come from another document.
+            fail(f"the input ({', '.join(input_files[:3])}) is a single document (no "
+                 "blank line between documents) but NSP needs several; use "
+                 "--mode=mlm, separate documents with blank lines, or --doc_per_line")
         instances = writer.count
         paths = writer.commit()
     except BaseException:

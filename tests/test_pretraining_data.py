@@ -462,13 +462,13 @@ def test_chinese_whole_word_masking(zh_file, zh_lines, chinese_vocab, tmp_path):
     stats = {}
     for whole in (True, False):
         settings = InstanceSettings(vocab_file=chinese_vocab, max_seq_length=96,
-                                    max_predictions_per_seq=12, dupe_factor=1,
+                                    max_predictions_per_seq=15, dupe_factor=1,
                                     chinese_whole_word=whole)
         _, records = _run([zh_file], str(tmp_path / f"zh{whole}.tfrecord"),
                           settings, doc_per_line=True)
         assert len(records) > 100
         stats[whole] = _whole_word_stats(records, corpus, tokenizer.cls_id,
-                                         tokenizer.sep_id, 96, 12)
+                                         tokenizer.sep_id, 96, 15)
     broken, multi = stats[True]
     assert broken == 0 and multi > 200
     # Character masking breaks words: the check above can fail.
@@ -595,6 +595,9 @@ def _leftovers(folder) -> list:
     ("--max_seq_length=513", r"--max_seq_length=513 exceeds .* 512"),
     ("--max_seq_length=4", r"--max_seq_length=4 is too small"),
     ("--max_predictions_per_seq=0", r"--max_predictions_per_seq=0 must be at least 1"),
+    ("--max_predictions_per_seq=3",
+     r"--max_predictions_per_seq=3 is too small for --masked_lm_prob=0.15 at "
+     r"--max_seq_length=\d+ \(up to \d+ masked tokens\); use at least \d+"),
     ("--masked_lm_prob=0", r"--masked_lm_prob=0.0 must be in \(0, 1\]"),
     ("--masked_lm_prob=1.5", r"--masked_lm_prob=1.5 must be in \(0, 1\]"),
     ("--output_file=x.tfrecord", r"exactly one of --output_file .* and --output_dir"),
@@ -617,6 +620,19 @@ def test_empty_corpus_leaves_no_output(base_args, tmp_path):
     with pytest.raises(UserError, match=r"the input holds no text .*empty\.txt"):
         main(args)
     assert _leftovers(tmp_path / "out") == []
+
+
+def test_single_document_with_nsp_suggests_mlm_mode(base_args, tmp_path):
+    one_document = _write(tmp_path / "one.txt", [
+        "The first sentence of the only document.", "A second sentence follows it.",
+        "And a third one ends the text."])
+    args = [a for a in base_args if not a.startswith(("--input_file", "--doc_per_line"))]
+    args += [f"--input_file={one_document}"]
+    with pytest.raises(UserError, match=r"single document .* use --mode=mlm"):
+        main(args)
+    assert _leftovers(tmp_path / "out") == []
+    main(args + ["--mode=mlm"])
+    assert _leftovers(tmp_path / "out") != []
 
 
 def test_bad_utf8_midway_leaves_no_output(base_args, lee_file, tmp_path):

@@ -1,0 +1,677 @@
+"""Text-rewrite data: segments, slots, candidates, and span-masked pretraining.
+
+An ad text is cut into segments at the punctuation in SEGMENT_PUNCTUATION
+(。！!？?，,：:); the punctuation and the spaces around a segment stay in the
+text, outside the segment. A Latin comma or colon between two digits
+("1,000", "10:30") does not cut. A text without punctuation is one segment.
+
+A slot is one segment blanked out: the segment is replaced by one SLOT
+marker ("[SLOT]") per token of the segment (tokens of the tokenizer the
+data was prepared with), so the slot keeps its size:
+
+  这款耳机，音质很好，戴着舒服。   segments 这款耳机 / 音质很好 / 戴着舒服
+  segment 1 blanked:             这款耳机，[SLOT][SLOT][SLOT][SLOT]，戴着舒服。
+
+Rows (UTF-8, tab-separated, one per line):
+
+  label<TAB>segment_index<TAB>candidate<TAB>text_with_slot
+
+label 1: the candidate is the segment that was blanked; label 0: a negative,
+a segment of another text. segment_index counts the segments of
+text_with_slot from 0 (the slot run is a segment of its own, so the index is
+the same as in the original text) and must point at the slot. Files to score
+may leave the label out (3 columns).
+
+`prepare` turns raw texts (one per line) into train.tsv / dev.tsv of such
+rows: duplicate texts are kept once, texts with fewer than `min_segments`
+segments are skipped (and counted), the texts are split into train and dev
+by a seeded shuffle before any row is made (a text, its slots and its
+negatives stay on one side), and each slot gets `negatives` candidates drawn
+from other texts of the same split, different from the original segment and
+from each other; with `length_match` they have the original's token count
+where the split has such segments (else the nearest counts).
+
+Model input (fine-tuning, `encode_row`):
+
+  [CLS] candidate [SEP] before [MASK] x N after [SEP]
+
+with N = min(slot size, number of candidate tokens): a candidate shorter
+than the slot gets as many masks as it has tokens, a longer one only as many
+as the slot has. The candidate keeps at most (max_seq_length - 3) // 2
+tokens; the context is cut from its far ends so the tokens next to the slot
+stay (`fit_context`).
+
+Span-masked pretraining (`create_pretraining_data.py --mode=rewrite`,
+`write_span_instances`): each row becomes
+
+  [CLS] candidate [SEP] before candidate after [SEP]
+
+where the candidate's tokens inside the text are one masked span: every
+position of it is predicted, and each shows [MASK] 80% of the time, itself
+10% and a random vocab entry 10% (Google's rule, bert_ad.masking). The
+next-sentence label follows Google's convention, 0 = "B goes with A" (a
+label-1 row: the candidate is the text's own segment) and 1 = "random" (a
+label-0 row), which is the opposite of the fine-tuning label. Rows that
+cannot form a span are skipped and counted in a summary line: an empty
+candidate (or one without tokens), a candidate not shorter than the text (no
+context around the slot), a candidate longer than --max_predictions_per_seq
+or than half of --max_seq_length.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import random
+import re
+import sys
+import time
+from typing import IO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from bert_ad.datasets import clean_text
+from bert_ad.errors import fail
+from bert_ad.masking import replacement
+from bert_ad.outputs import write_lines
+from bert_ad.tokenization import CLS, MASK, SEP
+
+SEGMENT_PUNCTUATION = "。！!？?，,：:"
+# Latin separators that do not cut between two digits (1,000  10:30).
+DIGIT_SEPARATORS = ",:"
+SLOT = "[SLOT]"
+ROW_COLUMNS = ("label", "segment_index", "candidate", "text_with_slot")
+LABELS = ("0", "1")
+_SLOT_RUN = re.compile("(?:" + re.escape(SLOT) + ")+")
+
+
+# ----------------------------------------------------------------------------
+# Segments and slots
+# ----------------------------------------------------------------------------
+
+def _cuts_here(text: str, i: int, punctuation: str) -> bool:
+    char = text[i]
+    if char not in punctuation:
+        return False
+    if char in DIGIT_SEPARATORS and 0 < i < len(text) - 1:
+        return not (text[i - 1].isdigit() and text[i + 1].isdigit())
+    return True
+
+
+def segment_spans(text: str, punctuation: str = SEGMENT_PUNCTUATION
+                  ) -> List[Tuple[int, int]]:
+    """(start, end) of each segment of `text`, in order.
+
+    A segment is a stretch between punctuation marks, without the spaces
+    around it; stretches that are empty or only spaces are not segments.
+
+    >>> segment_spans("好，很好！ ok")
+    [(0, 1), (2, 4), (6, 8)]
+    """
+    spans = []
+    start = 0
+    for i in range(len(text) + 1):
+        if i < len(text) and not _cuts_here(text, i, punctuation):
+            continue
+        piece = text[start:i]
+        stripped = piece.strip()
+        if stripped:
+            left = start + len(piece) - len(piece.lstrip())
+            spans.append((left, left + len(stripped)))
+        start = i + 1
+    return spans
+
+
+def split_segments(text: str, punctuation: str = SEGMENT_PUNCTUATION) -> List[str]:
+    """The segments of `text` (see `segment_spans`)."""
+    return [text[s:e] for s, e in segment_spans(text, punctuation)]
+
+
+def blank_segment(text: str, span: Tuple[int, int], size: int) -> str:
+    """`text` with the segment at `span` replaced by `size` SLOT markers."""
+    if size < 1:
+        raise ValueError(f"a slot needs at least one marker, got size {size}")
+    start, end = span
+    return text[:start] + SLOT * size + text[end:]
+
+
+class Slot(NamedTuple):
+    """A parsed text_with_slot: the text around the slot and its size."""
+
+    before: str
+    after: str
+    size: int        # SLOT markers = tokens of the blanked segment
+    segments: int    # segments of the text, the slot included
+
+
+def parse_slot(text_with_slot: str, segment_index: int, where: str) -> Slot:
+    """Check that `text_with_slot` has one slot, at segment `segment_index`.
+
+    Raises:
+      UserError naming `where`: no slot, two slots, a slot that is not a
+      whole segment, or an index that is not the slot's.
+    """
+    runs = list(_SLOT_RUN.finditer(text_with_slot))
+    if not runs:
+        fail(f"{where}: text_with_slot has no {SLOT} marker; blank the segment "
+             f"to rewrite with one {SLOT} per token of it")
+    if len(runs) > 1:
+        fail(f"{where}: text_with_slot has {len(runs)} separate {SLOT} runs; a "
+             f"row blanks exactly one segment")
+    run = runs[0]
+    spans = segment_spans(text_with_slot)
+    if segment_index >= len(spans):
+        fail(f"{where}: segment_index {segment_index} does not exist: the text "
+             f"has {len(spans)} segment(s), numbered 0 to {len(spans) - 1}")
+    slot_index = next((i for i, span in enumerate(spans)
+                       if span == (run.start(), run.end())), None)
+    if slot_index is None:
+        fail(f"{where}: the {SLOT} run is not a whole segment (text around it "
+             f"without punctuation in between); a slot replaces a segment")
+    if slot_index != segment_index:
+        fail(f"{where}: segment_index {segment_index} is not the slot: segment "
+             f"{segment_index} is {text_with_slot[slice(*spans[segment_index])]!r}"
+             f" and the {SLOT} run is segment {slot_index}")
+    return Slot(text_with_slot[:run.start()], text_with_slot[run.end():],
+                (run.end() - run.start()) // len(SLOT), len(spans))
+
+
+# ----------------------------------------------------------------------------
+# Row files
+# ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class RewriteRow:
+    """One row of a rewrite file.
+
+    label is "0", "1" or None (a 3-column file to score); columns are the
+    row's own fields as read, for output files; source and line (1-based)
+    say where it came from.
+    """
+
+    label: Optional[str]
+    segment_index: int
+    candidate: str
+    text_with_slot: str
+    slot: Slot
+    columns: Tuple[str, ...]
+    source: str = ""
+    line: int = 0
+
+    @property
+    def slot_key(self) -> Tuple[int, str]:
+        """Rows with the same key are candidates for the same slot."""
+        return self.segment_index, self.text_with_slot
+
+
+def file_lines(path: str, what: str) -> Iterator[Tuple[int, str]]:
+    """(1-based number, line without its end) of a UTF-8 file.
+
+    Splits on "\\n" only (a stray "\\r" or U+2028 inside a text stays), drops
+    a CRLF's "\\r" and a BOM on line 1.
+    """
+    if not os.path.isfile(path):
+        fail(f"{what} {path!r} does not exist")
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    fail(f"{path} line {number}: not valid UTF-8 (byte "
+                         f"{e.start}); save the file as UTF-8")
+                if number == 1 and line.startswith("\ufeff"):
+                    line = line[1:]
+                yield number, line.rstrip("\n").rstrip("\r")
+    except OSError as e:
+        fail(f"cannot read {what} {path!r}: {e.strerror or e}")
+
+
+def parse_row(fields: Sequence[str], where: str, labelled: Optional[bool] = True,
+              allow_empty_candidate: bool = False) -> RewriteRow:
+    """A RewriteRow from the tab-separated `fields` of one line.
+
+    Args:
+      fields: the line split on tabs.
+      where: "<file> line <n>", for error messages.
+      labelled: True: 4 columns with a label 0/1; None: 4 columns, or 3
+        without the label (files to score).
+      allow_empty_candidate: keep a row whose candidate is empty (span
+        pretraining counts and skips those) instead of refusing it.
+    """
+    allowed = (3, 4) if labelled is None else (4,)
+    if len(fields) not in allowed:
+        names = ROW_COLUMNS if 4 in allowed else ROW_COLUMNS[1:]
+        extra = " (or 3, without the label)" if labelled is None else ""
+        fail(f"{where}: expected {len(names)} tab-separated columns "
+             f"{', '.join(names)}{extra}, found {len(fields)}")
+    label = None
+    if len(fields) == 4:
+        label = fields[0].strip()
+        if label not in LABELS:
+            fail(f"{where}: label {label!r} must be 0 or 1 (1 = the candidate "
+                 f"is the blanked segment)")
+    index_text, candidate, text = fields[-3], fields[-2].strip(), fields[-1].strip()
+    try:
+        segment_index = int(index_text.strip())
+        if segment_index < 0:
+            raise ValueError
+    except ValueError:
+        fail(f"{where}: segment_index {index_text!r} is not a number 0, 1, 2, ...")
+    if not text:
+        fail(f"{where}: empty text_with_slot (column {len(fields)})")
+    if not candidate and not allow_empty_candidate:
+        fail(f"{where}: empty candidate (column {len(fields) - 1})")
+    slot = parse_slot(text, segment_index, where)
+    return RewriteRow(label, segment_index, candidate, text, slot, tuple(fields))
+
+
+def read_rows(path: str, what: str = "rewrite file", labelled: Optional[bool] = True,
+              allow_empty_candidate: bool = False) -> List[RewriteRow]:
+    """The rows of a rewrite file, in file order; blank lines are skipped.
+
+    Raises:
+      UserError naming the file and line (see `parse_row`), or a file
+      without rows.
+    """
+    rows = []
+    for number, line in file_lines(path, what):
+        if not line.strip():
+            continue
+        row = parse_row(line.split("\t"), f"{path} line {number}", labelled,
+                        allow_empty_candidate)
+        rows.append(dataclasses.replace(row, source=path, line=number))
+    if not rows:
+        fail(f"{what} {path!r} has no rows")
+    return rows
+
+
+# ----------------------------------------------------------------------------
+# Model input for fine-tuning
+# ----------------------------------------------------------------------------
+
+def fit_context(before: Sequence, after: Sequence, room: int) -> Tuple[list, list]:
+    """At most `room` tokens of context, those nearest the slot.
+
+    Each side keeps up to half of `room` (the before side the smaller half);
+    what one side does not need goes to the other.
+    """
+    if len(before) + len(after) <= room:
+        return list(before), list(after)
+    keep_before = min(len(before), max(room // 2, room - len(after)))
+    keep_after = room - keep_before
+    return list(before[len(before) - keep_before:]), list(after[:keep_after])
+
+
+def encode_row(row: RewriteRow, tokenizer, max_seq_length: int) -> Tuple[list, list]:
+    """(tokens, segment_ids) of `[CLS] candidate [SEP] before [MASK]*N after [SEP]`.
+
+    N = min(row.slot.size, candidate tokens); see the module doc.
+    """
+    max_tokens = max_seq_length - 3
+    candidate = tokenizer.tokenize(row.candidate)[:max_tokens // 2]
+    if not candidate:
+        fail(f"{row.source} line {row.line}: the candidate {row.candidate!r} has "
+             f"no tokens with this vocab")
+    masks = min(row.slot.size, len(candidate))
+    before, after = fit_context(tokenizer.tokenize(row.slot.before),
+                                tokenizer.tokenize(row.slot.after),
+                                max_tokens - len(candidate) - masks)
+    tokens = [CLS] + candidate + [SEP] + before + [MASK] * masks + after + [SEP]
+    segment_ids = [0] * (len(candidate) + 2) + [1] * (len(tokens) - len(candidate) - 2)
+    return tokens, segment_ids
+
+
+# ----------------------------------------------------------------------------
+# Preparing rows from raw texts
+# ----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PrepareSettings:
+    """How raw texts become rows (flags of scripts/prepare_rewrite_data.py)."""
+
+    negatives: int = 3
+    length_match: bool = True
+    dev_fraction: float = 0.1
+    seed: int = 12345
+    slots_per_text: int = 1   # 0: every segment of the text is a slot
+    min_segments: int = 2
+    max_texts: Optional[int] = None
+
+    def check(self) -> None:
+        if self.negatives < 1:
+            fail(f"--negatives={self.negatives} must be at least 1")
+        if not 0.0 < self.dev_fraction < 1.0:
+            fail(f"--dev_fraction={self.dev_fraction} must be between 0 and 1")
+        if self.slots_per_text < 0:
+            fail(f"--slots_per_text={self.slots_per_text} must be 0 (all) or more")
+        if self.min_segments < 1:
+            fail(f"--min_segments={self.min_segments} must be at least 1")
+        if self.max_texts is not None and self.max_texts < 1:
+            fail(f"--max_texts={self.max_texts} must be at least 1")
+
+
+class SourceText(NamedTuple):
+    """A raw text with its segments and their token counts."""
+
+    text: str
+    spans: List[Tuple[int, int]]
+    sizes: List[int]    # tokens per segment
+    source: str
+    line: int
+
+    def segment(self, i: int) -> str:
+        return self.text[slice(*self.spans[i])]
+
+
+def read_texts(paths: Sequence[str]) -> List[Tuple[str, str, int]]:
+    """(text, file, line) of every line of `paths`; tabs and breaks become spaces.
+
+    Raises:
+      UserError for a blank line (the input is one text per line) or bad UTF-8.
+    """
+    texts = []
+    for path in paths:
+        for number, line in file_lines(path, "input file"):
+            text = clean_text(line)
+            if not text:
+                fail(f"{path} line {number}: empty text; the input is one text "
+                     f"per line, so remove blank lines (e.g. grep -v '^\\s*$')")
+            texts.append((text, path, number))
+    if not texts:
+        fail(f"no texts in {', '.join(paths)}")
+    return texts
+
+
+def _derive_rng(seed: int, purpose: str) -> random.Random:
+    from bert_ad.pretraining_data import derive_seed
+    return random.Random(derive_seed(seed, 0, purpose))
+
+
+class NegativePool:
+    """Segments of one split's texts, by token count, to draw negatives from."""
+
+    def __init__(self, texts: Sequence[SourceText]):
+        self.by_size = collections.defaultdict(list)  # size -> [(text id, segment)]
+        for t, text in enumerate(texts):
+            for i, size in enumerate(text.sizes):
+                self.by_size[size].append((t, text.segment(i)))
+        self.everything = [entry for size in sorted(self.by_size)
+                           for entry in self.by_size[size]]
+        self.largest = max(self.by_size) if self.by_size else 0
+
+    def _groups(self, size: int, length_match: bool) -> Iterator[list]:
+        if not length_match:
+            yield self.everything
+            return
+        for distance in range(max(size, self.largest) + 1):
+            group = list(self.by_size.get(size - distance, [])) if distance else []
+            group += self.by_size.get(size + distance, [])
+            if group:
+                yield group
+
+    def draw(self, text_id: int, original: str, size: int, count: int,
+             rng: random.Random, length_match: bool) -> List[str]:
+        """Up to `count` distinct segments of other texts, none equal to
+        `original`; nearest token counts first with `length_match`."""
+        chosen = []  # type: List[str]
+
+        def eligible(entry) -> bool:
+            return entry[0] != text_id and entry[1] != original and entry[1] not in chosen
+
+        for group in self._groups(size, length_match):
+            need = count - len(chosen)
+            # Large groups: random probes find eligible entries fast.
+            for _ in range(8 * need if len(group) > 64 else 0):
+                entry = group[rng.randrange(len(group))]
+                if eligible(entry):
+                    chosen.append(entry[1])
+                    if len(chosen) == count:
+                        return chosen
+            rest = list(collections.OrderedDict(
+                (entry[1], None) for entry in group if eligible(entry)))
+            rng.shuffle(rest)
+            chosen.extend(rest[:count - len(chosen)])
+            if len(chosen) == count:
+                break
+        return chosen
+
+
+class PrepareStats:
+    """Counts for the summary and README.txt."""
+
+    def __init__(self):
+        self.counts = collections.OrderedDict()
+
+    def add(self, key: str, value: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + value
+
+    def __getitem__(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+
+def source_texts(texts: Sequence[Tuple[str, str, int]], tokenizer,
+                 settings: PrepareSettings, stats: PrepareStats) -> List[SourceText]:
+    """Unique texts with at least `min_segments` segments that have tokens."""
+    seen = set()
+    kept = []
+    for text, path, line in texts:
+        stats.add("texts read")
+        if text in seen:
+            stats.add("duplicate texts dropped")
+            continue
+        seen.add(text)
+        spans, sizes = [], []
+        for span in segment_spans(text):
+            size = len(tokenizer.tokenize(text[slice(*span)]))
+            if size:
+                spans.append(span)
+                sizes.append(size)
+        if len(spans) < settings.min_segments:
+            stats.add(f"texts with fewer than {settings.min_segments} segments skipped")
+            continue
+        kept.append(SourceText(text, spans, sizes, path, line))
+        if settings.max_texts is not None and len(kept) >= settings.max_texts:
+            break
+    return kept
+
+
+def split_texts(texts: Sequence[SourceText], settings: PrepareSettings
+                ) -> Dict[str, List[SourceText]]:
+    """{"train": [...], "dev": [...]}: a seeded cut by text, input order kept."""
+    order = list(range(len(texts)))
+    random.Random(settings.seed).shuffle(order)
+    n_dev = int(round(len(texts) * settings.dev_fraction))
+    if n_dev < 1 or n_dev >= len(texts):
+        fail(f"{len(texts)} usable texts leave "
+             f"{'dev' if n_dev < 1 else 'train'} empty with --dev_fraction="
+             f"{settings.dev_fraction}; add texts or change the fraction")
+    dev = set(order[:n_dev])
+    return {"train": [t for i, t in enumerate(texts) if i not in dev],
+            "dev": [t for i, t in enumerate(texts) if i in dev]}
+
+
+def make_rows(texts: Sequence[SourceText], settings: PrepareSettings, purpose: str,
+              stats: PrepareStats) -> List[List[str]]:
+    """Rows (lists of the 4 columns) for the slots of `texts`.
+
+    Each slot: the positive and its negatives, in a seeded random order.
+    """
+    rng = _derive_rng(settings.seed, f"rewrite-rows-{purpose}")
+    pool = NegativePool(texts)
+    rows = []
+    for t, text in enumerate(texts):
+        indexes = list(range(len(text.spans)))
+        if settings.slots_per_text:
+            indexes = sorted(rng.sample(indexes, min(settings.slots_per_text,
+                                                     len(indexes))))
+        for i in indexes:
+            original = text.segment(i)
+            blanked = blank_segment(text.text, text.spans[i], text.sizes[i])
+            negatives = pool.draw(t, original, text.sizes[i], settings.negatives,
+                                  rng, settings.length_match)
+            stats.add(f"{purpose} slots")
+            if len(negatives) < settings.negatives:
+                stats.add(f"{purpose} slots with fewer than {settings.negatives} "
+                          f"negatives (too few other segments)")
+            group = [["1", str(i), original, blanked]]
+            group += [["0", str(i), negative, blanked] for negative in negatives]
+            rng.shuffle(group)
+            rows.extend(group)
+            stats.add(f"{purpose} rows", len(group))
+    return rows
+
+
+def prepare(input_files: Sequence[str], output_dir: str, tokenizer,
+            settings: PrepareSettings = PrepareSettings(),
+            description: str = "") -> PrepareStats:
+    """Raw texts -> output_dir/train.tsv, dev.tsv and README.txt.
+
+    Args:
+      input_files: UTF-8 files, one text per line.
+      output_dir: where the files go (each written whole, then renamed).
+      tokenizer: the model's tokenizer; slot sizes and length matching count
+        its tokens.
+      settings: PrepareSettings.
+      description: a line for README.txt (how the tokenizer was chosen).
+
+    Returns:
+      The counts (also in README.txt).
+    """
+    settings.check()
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        fail(f"--output_dir {output_dir!r} is a file; choose a folder")
+    stats = PrepareStats()
+    texts = source_texts(read_texts(input_files), tokenizer, settings, stats)
+    splits = split_texts(texts, settings)
+    rows = {split: make_rows(splits[split], settings, split, stats)
+            for split in ("train", "dev")}
+    for split in ("train", "dev"):
+        stats.add(f"{split} texts", len(splits[split]))
+        write_lines(os.path.join(output_dir, f"{split}.tsv"),
+                    ("\t".join(row) for row in rows[split]))
+    readme = [
+        "Text-rewrite rows made by scripts/prepare_rewrite_data.py "
+        "(bert_ad/rewrite_data.py).",
+        f"Input: {', '.join(input_files)}",
+    ] + ([description] if description else []) + [
+        "Rows: label<TAB>segment_index<TAB>candidate<TAB>text_with_slot; label 1 "
+        "= the blanked segment, 0 = a segment of another text of the same split.",
+        f"Settings: {dataclasses.asdict(settings)}",
+        "",
+    ] + [f"{key}: {value}" for key, value in stats.counts.items()]
+    write_lines(os.path.join(output_dir, "README.txt"), readme)
+    return stats
+
+
+# ----------------------------------------------------------------------------
+# Span-masked pretraining instances (create_pretraining_data.py --mode=rewrite)
+# ----------------------------------------------------------------------------
+
+SKIP_EMPTY = "empty candidate"
+SKIP_NO_CONTEXT = "candidate not shorter than the text"
+SKIP_TOO_MANY = "candidate longer than --max_predictions_per_seq"
+SKIP_TOO_LONG = "candidate longer than half of --max_seq_length - 3"
+
+
+def span_tokens(row: RewriteRow, tokenizer, max_seq_length: int,
+                max_predictions: int):
+    """(candidate, before, after) tokens of a row, context cut to fit; or the
+    reason (one of the SKIP_* strings) why the row cannot form a span."""
+    candidate = tokenizer.tokenize(row.candidate)
+    if not candidate:
+        return SKIP_EMPTY
+    before = tokenizer.tokenize(row.slot.before)
+    after = tokenizer.tokenize(row.slot.after)
+    if not before and not after:
+        return SKIP_NO_CONTEXT
+    if len(candidate) > max_predictions:
+        return SKIP_TOO_MANY
+    room = max_seq_length - 3 - 2 * len(candidate)
+    if room < 0:
+        return SKIP_TOO_LONG
+    before, after = fit_context(before, after, room)
+    return candidate, before, after
+
+
+def span_instance(candidate: Sequence[str], before: Sequence[str],
+                  after: Sequence[str], is_random_next: bool,
+                  rng: random.Random, vocab_words: Sequence[str]):
+    """A TrainingInstance whose masked positions are the candidate's span in B.
+
+    Each span position is replaced as Google does (80% [MASK], 10% kept, 10%
+    random), drawing from `rng` in position order.
+    """
+    from bert_ad.pretraining_data import TrainingInstance
+    start = len(candidate) + 2 + len(before)
+    tokens = ([CLS] + list(candidate) + [SEP] + list(before) + list(candidate)
+              + list(after) + [SEP])
+    segment_ids = [0] * (len(candidate) + 2) + [1] * (len(tokens) - len(candidate) - 2)
+    positions = list(range(start, start + len(candidate)))
+    for p in positions:
+        tokens[p] = replacement(tokens[p], rng, vocab_words)
+    return TrainingInstance(tokens, segment_ids, positions, list(candidate),
+                            is_random_next)
+
+
+def write_span_instances(input_files: Sequence[str], output_files: Sequence[str],
+                         settings, tokenizer, stream: Optional[IO[str]] = None):
+    """create_pretraining_data for --mode=rewrite: rows -> span instances.
+
+    Args:
+      input_files: labelled rewrite row files (train.tsv of `prepare`).
+      output_files: TFRecord files; instances go round-robin over them.
+      settings: pretraining_data.InstanceSettings (max_seq_length,
+        max_predictions_per_seq, random_seed, dupe_factor are used).
+      tokenizer: the settings' tokenizer.
+      stream: where the skipped-rows summary line goes (default stderr).
+
+    Returns:
+      pretraining_data.Summary (its "documents" are the rows used).
+    """
+    from bert_ad.pretraining_data import (ShardWriter, Summary, derive_seed,
+                                          encode_example, instance_features)
+    started = time.monotonic()
+    spans = []
+    skipped = collections.Counter()
+    rows_read = 0
+    for path in input_files:
+        for row in read_rows(path, "input file", labelled=True,
+                             allow_empty_candidate=True):
+            rows_read += 1
+            result = span_tokens(row, tokenizer, settings.max_seq_length,
+                                 settings.max_predictions_per_seq)
+            if isinstance(result, str):
+                skipped[result] += 1
+            else:
+                spans.append(result + (row.label == "0",))
+    if skipped:
+        detail = ", ".join(f"{n} {reason}" for reason, n in skipped.most_common())
+        print(f"create_pretraining_data: skipped {sum(skipped.values())} of "
+              f"{rows_read} rows that cannot form a span: {detail}",
+              file=stream or sys.stderr)
+    if not spans:
+        fail(f"no row of {', '.join(input_files)} can form a span; see the "
+             f"skipped rows above")
+    vocab_words = list(tokenizer.vocab.keys())
+    instances = []
+    for dupe in range(settings.dupe_factor):
+        rng = random.Random(derive_seed(settings.random_seed, dupe, "rewrite-span"))
+        for candidate, before, after, is_random_next in spans:
+            instances.append(span_instance(candidate, before, after, is_random_next,
+                                           rng, vocab_words))
+    random.Random(derive_seed(settings.random_seed, 0, "rewrite-shuffle")).shuffle(
+        instances)
+    writer = ShardWriter(output_files)
+    try:
+        for instance in instances:
+            writer.write(encode_example(instance_features(
+                instance, tokenizer, settings.max_seq_length,
+                settings.max_predictions_per_seq)))
+        paths = writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    return Summary(len(spans), len(instances),
+                   sum(len(i.masked_lm_positions) for i in instances),
+                   sum(1 for i in instances if i.is_random_next), paths,
+                   time.monotonic() - started)
