@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from bert_ad.batching import TokenizedExamples, inference_batches, make_batch
-from bert_ad.checkpoint import require_variables
+from bert_ad.checkpoint import WarmStart, require_variables
 from bert_ad.compat import tf
 from bert_ad.towers import DevicePlan, build_towers
 from bert_ad.training import feature_placeholders
@@ -31,18 +31,32 @@ class Scorer:
 
     def __init__(self, plan: DevicePlan, feature_spec: dict,
                  tower_fn: Callable[[dict, int], dict], checkpoint: str,
-                 session_config=None):
+                 session_config=None, partial: bool = False, seed: int = 12345):
+        """`partial`: the checkpoint may lack some variables (a released model
+        without the task's head); those start from a seeded random init and
+        are listed in the log, as when training warm-starts."""
         self.graph = tf.Graph()
         with self.graph.as_default():
+            tf.set_random_seed(seed)
             self.placeholders = [feature_placeholders(feature_spec, i)
                                  for i in range(plan.num_towers)]
             self.outputs = build_towers(plan, lambda i: tower_fn(self.placeholders[i], i))
             variables = tf.global_variables()
-            require_variables(checkpoint, variables)
-            saver = tf.train.Saver(var_list=variables)
+            if partial:
+                restorer = WarmStart(checkpoint, variables)
+                restorer.log_summary()
+                init = tf.variables_initializer(variables)
+            else:
+                require_variables(checkpoint, variables)
+                restorer = tf.train.Saver(var_list=variables)
+                init = None
             self.graph.finalize()
         self.session = tf.Session(graph=self.graph, config=session_config)
-        saver.restore(self.session, checkpoint)
+        if init is not None:
+            self.session.run(init)
+            restorer.restore(self.session)
+        else:
+            restorer.restore(self.session, checkpoint)
 
     def run(self, per_tower_batches: list) -> list:
         feed = {}

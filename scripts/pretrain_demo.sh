@@ -6,7 +6,8 @@
 #
 #   bash scripts/pretrain_demo.sh [extra run_pretraining_mgpu.py flags]
 #
-# Environment: PYTHON, BERT_AD_CACHE, OUTPUT_DIR (default output/pretrain_demo), STEPS (300).
+# Environment: PYTHON, BERT_AD_CACHE, OUTPUT_DIR (default output/pretrain_demo), STEPS (300),
+# COMPARE_FROM_SCRATCH=1 to also train the same model shape from a random init.
 set -euo pipefail
 PYTHON="${PYTHON:-python}"
 CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
@@ -37,10 +38,20 @@ fi
 flags=(--bert_config_file="$MODEL_DIR/bert_config.json" --max_seq_length=128
        --max_predictions_per_seq=20 --eval_input_file="$DATA/heldout.tfrecord"
        --eval_batch_size=32 --max_eval_steps=100 --n_gpus=2)
+echo "== before: the released MiniLM (its MLM/NSP heads start fresh)"
+"$PYTHON" "$REPO/run_pretraining_mgpu.py" "${flags[@]}" --do_eval --nsp=true \
+  --init_checkpoint="$MODEL_DIR/bert_model.ckpt" --output_dir="$OUTPUT_DIR/before"
 echo "== continued pretraining, $STEPS steps"
 "$PYTHON" "$REPO/run_pretraining_mgpu.py" "${flags[@]}" --do_train --do_eval \
   --input_file="$DATA/train" --init_checkpoint="$MODEL_DIR/bert_model.ckpt" \
   --train_batch_size=16 --learning_rate=1e-4 --num_train_steps="$STEPS" \
   --num_warmup_steps=$((STEPS / 10)) --save_checkpoints_steps=100 --log_every_n_steps=25 \
   --output_dir="$OUTPUT_DIR/after" "$@"
-echo "demo: eval_results.txt in $OUTPUT_DIR/after"
+if [ "${COMPARE_FROM_SCRATCH:-0}" = 1 ]; then
+  echo "== the same $STEPS steps from a random init (MiniLM's shape), for comparison"
+  "$PYTHON" "$REPO/run_pretraining_mgpu.py" "${flags[@]}" --do_train --do_eval \
+    --input_file="$DATA/train" --train_batch_size=16 --learning_rate=1e-4 \
+    --num_train_steps="$STEPS" --num_warmup_steps=$((STEPS / 10)) \
+    --save_checkpoints_steps=100 --log_every_n_steps=25 --output_dir="$OUTPUT_DIR/scratch" "$@"
+fi
+echo "demo: eval_results.txt in $OUTPUT_DIR/{before,after${COMPARE_FROM_SCRATCH:+,scratch}}"
