@@ -5,6 +5,10 @@ ones. Order as in the predecessor: train -> predict -> eval. Outputs in
 --output_dir: model.ckpt-N, labels.txt, predict.txt (one predicted label
 index per input row, in input order), test_results.tsv (class
 probabilities per row), eval_results.txt (`key = value`).
+
+With a cluster (docs/multi_worker.md) every worker trains on its share of
+each global batch; the chief (worker 0) alone reads --init_checkpoint and
+writes labels.txt, checkpoints, predictions and eval results.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import numpy as np
 from absl import flags
 
 from bert_ad import processors
-from bert_ad.batching import prefetch, training_batches
+from bert_ad.batching import (make_batch, prefetch, split_for_towers, training_batches,
+                               training_stream)
 from bert_ad.checkpoint import latest_checkpoint, resolve_checkpoint
 from bert_ad.classification import FEATURE_SPEC, classifier
-from bert_ad.cli_common import (check_training_flags, define_training_flags,
-                                loop_settings, make_session_config, run_entry_point,
-                                train_settings)
+from bert_ad.cli_common import (build_training_graph, check_training_flags,
+                                define_training_flags, is_chief, loop_settings,
+                                make_session_config, num_workers, run_entry_point,
+                                train_settings, worker_index)
 from bert_ad.compat import tf
 from bert_ad.errors import fail
 from bert_ad.features import FeatureSettings, cache_key, cached_features, convert_examples
@@ -34,7 +40,6 @@ from bert_ad.outputs import write_lines
 from bert_ad.precision import compute_dtype
 from bert_ad.tokenization import TRUNCATION_STRATEGIES, check_max_seq_length, make_tokenizer
 from bert_ad.trainer import train
-from bert_ad.training import build_train_graph
 
 log = logging.getLogger("bert_ad")
 # Length bucketing sorts this many global batches at a time (see batching).
@@ -106,8 +111,9 @@ class ModelJob:
             fail(f"{vocab_flag} has {self.tokenizer.vocab_size} tokens but "
                  f"--bert_config_file says vocab_size={self.config.vocab_size}; "
                  "use the vocab the model was trained with")
+        # Only the chief reads it; other workers receive its weights.
         self.init_checkpoint = (resolve_checkpoint(FLAGS.init_checkpoint)
-                                if FLAGS.init_checkpoint else "")
+                                if FLAGS.init_checkpoint and is_chief() else "")
         self.output_dir = FLAGS.output_dir
         self.cache_dir = FLAGS.cache_dir or os.path.join(self.output_dir, "cache")
         self.padding = ("dynamic" if FLAGS.padding == "dynamic"
@@ -178,29 +184,57 @@ def read_eval_examples(job: Job) -> list:
     return examples
 
 
+def worker_training_batches(examples, per_tower: int, towers: int, seed: int,
+                            start_example: int, padding, bucket_batches: int,
+                            workers: int, index: int):
+    """Worker `index`'s micro-batches: one padded batch dict per local tower.
+
+    The cluster's global batch is dealt to `workers * towers` towers exactly
+    as one machine with that many towers would deal it (batching's
+    training_batches), and this worker keeps its towers' shares: the cluster
+    sees every example once per epoch, and 2 workers x 1 tower get the same
+    batches as 1 worker x 2 towers.
+    """
+    stream = training_stream(len(examples), per_tower * towers * workers, seed,
+                             start_example, examples.lengths, bucket_batches)
+    for indices in stream:
+        shares = split_for_towers(indices, towers * workers, examples.lengths)
+        yield [make_batch(examples, part, padding)
+               for part in shares[index * towers:(index + 1) * towers]]
+
+
 def do_train(job: ModelJob, examples) -> None:
     features = job.features("train", examples, examples[0].source)
     towers, per_tower = job.plan.num_towers, FLAGS.train_batch_size
     accumulation = FLAGS.gradient_accumulation_steps
-    global_batch = per_tower * towers * accumulation
+    workers = num_workers()
+    global_batch = per_tower * towers * accumulation * workers
     num_train_steps = max(1, int(len(examples) / global_batch * FLAGS.num_train_epochs))
     learning_rate = scale_learning_rate(FLAGS.learning_rate, global_batch,
                                         FLAGS.lr_reference_batch, FLAGS.lr_scaling)
     log.info("training: %d examples, %d tower(s) x batch %d x %d accumulation = global "
              "batch %d, %d steps, learning rate %g", len(examples), towers, per_tower,
              accumulation, global_batch, num_train_steps, learning_rate)
+    if workers > 1:
+        log.info("cluster: %d workers x %d tower(s) each; worker %d trains on %d of every "
+                 "%d examples", workers, towers, worker_index(), per_tower * towers,
+                 per_tower * towers * workers)
     settings = train_settings(learning_rate, num_train_steps,
                               int(num_train_steps * FLAGS.warmup_proportion))
 
     def batches(start_example: int):
         bucket = BUCKET_WINDOW_BATCHES if FLAGS.bucket_by_length else 0
-        return prefetch(training_batches(features, per_tower, towers, FLAGS.seed,
-                                         start_example, job.padding, bucket))
+        if workers == 1:
+            return prefetch(training_batches(features, per_tower, towers, FLAGS.seed,
+                                             start_example, job.padding, bucket))
+        return prefetch(worker_training_batches(features, per_tower, towers, FLAGS.seed,
+                                                start_example, job.padding, bucket,
+                                                workers, worker_index()))
 
     with tf.Graph().as_default():
-        graph = build_train_graph(job.plan, FEATURE_SPEC,
-                                  lambda f, i: job.tower_classifier(True)(f, i).loss,
-                                  settings)
+        graph = build_training_graph(job.plan, FEATURE_SPEC,
+                                     lambda f, i: job.tower_classifier(True)(f, i).loss,
+                                     settings)
         result = train(graph, batches, loop_settings(job.plan, num_train_steps,
                                                      global_batch, job.init_checkpoint))
     log.info("training done: global step %d, %d examples seen", result.global_step,
@@ -285,6 +319,8 @@ def _format(value) -> str:
 def main(argv=None) -> int:
     job = Job()
     log.info("%s", job.plan.describe())
+    if not is_chief():
+        return worker_main(job)
     # Read and check every input before anything is written: a bad dev or
     # predict file must fail in seconds, not after training, and leave
     # output_dir as it was.
@@ -309,6 +345,19 @@ def main(argv=None) -> int:
         do_predict(job, predict_examples)
     if eval_examples is not None:
         do_eval(job, eval_examples)
+    return 0
+
+
+def worker_main(job: Job) -> int:
+    """A non-chief worker: train its share; the chief writes every output."""
+    if FLAGS.do_predict or FLAGS.do_eval:
+        log.info("predict and eval are the chief's (worker 0's) job")
+    if not FLAGS.do_train:
+        return 0
+    train_examples = read_split(job, "train", limit=FLAGS.max_train_examples)
+    job.labels = resolve_labels(job, train_examples)
+    processors.check_labels(train_examples, job.labels)
+    do_train(job, train_examples)
     return 0
 
 

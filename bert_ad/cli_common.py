@@ -3,7 +3,9 @@
 `run_classifier_mgpu.py`, `run_pretraining_mgpu.py` and `rewrite_finetune.py`
 define their own data flags and call `define_training_flags()` for the rest,
 so `--n_gpus`, the optimizer and the checkpoint flags mean the same
-everywhere.
+everywhere. The cluster flags (`--worker_hosts`, `--task_index` or TF_CONFIG,
+see bert_ad/cluster.py and docs/multi_worker.md) turn any of them into one
+worker of a multi-machine run.
 """
 
 from __future__ import annotations
@@ -15,16 +17,28 @@ from typing import Callable
 
 from absl import flags
 
+from bert_ad.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
 from bert_ad.compat import session_config
 from bert_ad.errors import fail, run_cli
 from bert_ad.optimization import OPTIMIZERS
 from bert_ad.precision import PRECISIONS, compute_dtype
 from bert_ad.towers import DevicePlan, plan_from_environment
-from bert_ad.training import TrainSettings
+from bert_ad.training import TrainGraph, TrainSettings, build_train_graph
 from bert_ad.trainer import LoopSettings
 
 log = logging.getLogger("bert_ad")
 FLAGS = flags.FLAGS
+
+# This process's part in a multi-worker run (check_training_flags sets it).
+_cluster: ClusterRuntime | None = None
+# Flags that must be equal on every worker (compared at start, by hash).
+_CLUSTER_AGREED_FLAGS = (
+    "train_batch_size", "n_gpus", "gradient_accumulation_steps", "learning_rate",
+    "lr_scaling", "lr_reference_batch", "optimizer", "weight_decay_rate", "clip_norm",
+    "seed", "precision", "collective_implementation", "collective_pack_mb",
+    "collective_fp16", "max_seq_length", "num_train_epochs", "warmup_proportion",
+    "num_train_steps", "num_warmup_steps", "max_train_examples", "bucket_by_length",
+    "padding", "do_lower_case", "task_name", "max_predictions_per_seq", "nsp")
 
 
 def define_training_flags(default_learning_rate: float = 5e-5) -> None:
@@ -56,6 +70,23 @@ def define_training_flags(default_learning_rate: float = 5e-5) -> None:
     flags.DEFINE_enum("precision", "fp32", list(PRECISIONS),
                       "Activation precision; weights, slots and checkpoints stay fp32. "
                       "fp16 uses dynamic loss scaling.")
+    # Several machines (docs/multi_worker.md); TF_CONFIG works as well.
+    flags.DEFINE_string("worker_hosts", None,
+                        "Multi-worker: every worker's host:port, comma-separated, the "
+                        "chief (worker 0) first; the same list on every worker.")
+    flags.DEFINE_integer("task_index", None,
+                         "Multi-worker: this worker's position in --worker_hosts.")
+    flags.DEFINE_enum("collective_implementation", "auto", list(IMPLEMENTATIONS),
+                      "Cross-worker all-reduce: ring (gRPC), nccl (GPUs), auto = nccl "
+                      "with GPU towers, else ring.")
+    flags.DEFINE_float("collective_pack_mb", 32.0,
+                       "Gradients cross the network in buffers of about this many MiB.")
+    flags.DEFINE_bool("collective_fp16", False,
+                      "Exchange gradients between workers as float16 (half the bytes).")
+    flags.DEFINE_float("collective_timeout_s", 300.0,
+                       "A step waiting this long for another worker stops the run.")
+    flags.DEFINE_float("cluster_start_timeout_s", 600.0,
+                       "Every worker must be up and in step within this many seconds.")
 
 
 def check_training_flags(*positive: str) -> DevicePlan:
@@ -75,22 +106,84 @@ def check_training_flags(*positive: str) -> DevicePlan:
         fail(f"--learning_rate={FLAGS.learning_rate} must be positive")
     if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
         fail(f"--output_dir={FLAGS.output_dir} exists and is not a directory")
-    return plan_from_environment(FLAGS.n_gpus)
+    plan = plan_from_environment(FLAGS.n_gpus)
+    setup_cluster(plan)
+    return plan
+
+
+def setup_cluster(plan: DevicePlan) -> None:
+    """Read the cluster (flags or TF_CONFIG); start this worker's server if training.
+
+    Nothing happens without a cluster. The server starts here, before any
+    data is read, so a port in use is reported at once.
+    """
+    global _cluster
+    _cluster = None
+    spec = resolve_cluster(FLAGS.worker_hosts, FLAGS.task_index)
+    if spec is None:
+        return
+    agreed = " ".join(f"{name}={getattr(FLAGS, name)!r}" for name in _CLUSTER_AGREED_FLAGS
+                      if name in FLAGS)
+    runtime = ClusterRuntime(spec, make_session_config(plan), plan.uses_gpu,
+                             FLAGS.collective_implementation, FLAGS.collective_pack_mb,
+                             FLAGS.collective_fp16, FLAGS.collective_timeout_s,
+                             FLAGS.cluster_start_timeout_s, agreed)
+    for handler in log.handlers:
+        handler.setFormatter(logging.Formatter(
+            f"%(asctime)s [worker {spec.task_index}] %(message)s", "%H:%M:%S"))
+    log.info("%s", runtime.describe())
+    if FLAGS.do_train:
+        runtime.start()
+    _cluster = runtime
+
+
+def current_cluster() -> ClusterRuntime | None:
+    """This worker's ClusterRuntime, or None on a single machine."""
+    return _cluster
+
+
+def num_workers() -> int:
+    return 1 if _cluster is None else _cluster.num_workers
+
+
+def worker_index() -> int:
+    return 0 if _cluster is None else _cluster.task_index
+
+
+def is_chief() -> bool:
+    """True on a single machine and on worker 0: who reads checkpoints and writes outputs."""
+    return _cluster is None or _cluster.is_chief
+
+
+def build_training_graph(plan: DevicePlan, feature_spec: dict,
+                         tower_loss_fn: Callable[[dict, int], object],
+                         settings: TrainSettings) -> TrainGraph:
+    """build_train_graph, on this worker's task with the cross-worker all-reduce
+    when a cluster is configured."""
+    if _cluster is None:
+        return build_train_graph(plan, feature_spec, tower_loss_fn, settings)
+    return build_train_graph(_cluster.plan(plan), feature_spec, tower_loss_fn, settings,
+                             cross_worker_reduce=_cluster.gradient_reducer())
 
 
 def train_settings(learning_rate: float, num_train_steps: int,
                    num_warmup_steps: int) -> TrainSettings:
+    # Each worker draws its own dropout masks (its graph seed differs); the
+    # initial weights still agree: every worker gets the chief's at start.
     return TrainSettings(learning_rate, num_train_steps, num_warmup_steps, FLAGS.optimizer,
                          FLAGS.weight_decay_rate, FLAGS.clip_norm,
-                         FLAGS.gradient_accumulation_steps, FLAGS.seed, FLAGS.precision)
+                         FLAGS.gradient_accumulation_steps, FLAGS.seed + worker_index(),
+                         FLAGS.precision)
 
 
 def loop_settings(plan: DevicePlan, num_train_steps: int, global_batch: int,
                   init_checkpoint: str) -> LoopSettings:
+    """`global_batch`: examples per applied step over the whole cluster."""
+    config = make_session_config(plan) if _cluster is None else _cluster.session_config
     return LoopSettings(FLAGS.output_dir, num_train_steps, global_batch,
                         FLAGS.gradient_accumulation_steps, FLAGS.save_checkpoints_steps,
                         FLAGS.keep_checkpoint_max, FLAGS.log_every_n_steps, init_checkpoint,
-                        make_session_config(plan))
+                        config, _cluster)
 
 
 def make_session_config(plan: DevicePlan):

@@ -102,50 +102,45 @@ def load_checkpoint_tensor(path: str, name: str):
 # --- Several workers: TensorFlow's gRPC server and collective ops ---------------------
 #
 # Both lanes have the v1 collective ops (`collective_ops.all_reduce` and
-# friends) in graph mode. TF 2.x adds a per-op `timeout` and takes the
-# implementation as `communication_hint`; TF 1.15 has no timeout, picks NCCL
-# through the session's `experimental.collective_nccl`, only sums ("Add") or
-# multiplies, and its CPU ring has no float16.
+# friends) in graph mode. TF 2.x takes the implementation as
+# `communication_hint` (and has a per-op timeout we leave off: the cluster
+# runtime puts one deadline on the whole session call, the same in both
+# lanes); TF 1.15 picks NCCL through the session's
+# `experimental.collective_nccl`, only sums ("Add") or multiplies, wants the
+# op's input placed, and its CPU ring has no float16.
 
 def _collective_ops():
     from tensorflow.python.ops import collective_ops
     return collective_ops
 
 
-def _collective_kwargs(implementation: str, timeout_s: float) -> dict:
-    if IS_TF1:
-        return {}
-    return {"communication_hint": implementation, "timeout": float(timeout_s)}
+def _hint(implementation: str) -> dict:
+    return {} if IS_TF1 else {"communication_hint": implementation}
 
 
 def collective_all_reduce(tensor, group_size: int, group_key: int, instance_key: int,
-                          final_op: str = "Id", implementation: str = "ring",
-                          timeout_s: float = 0.0):
+                          final_op: str = "Id", implementation: str = "ring"):
     """Sum over the group (then `final_op`: "Id" or "Div" by the group size)."""
     return _collective_ops().all_reduce(tensor, group_size, group_key, instance_key,
-                                        "Add", final_op,
-                                        **_collective_kwargs(implementation, timeout_s))
+                                        "Add", final_op, **_hint(implementation))
 
 
 def collective_all_gather(tensor, group_size: int, group_key: int, instance_key: int,
-                          implementation: str = "ring", timeout_s: float = 0.0):
+                          implementation: str = "ring"):
     return _collective_ops().all_gather(tensor, group_size, group_key, instance_key,
-                                        **_collective_kwargs(implementation, timeout_s))
+                                        **_hint(implementation))
 
 
 def collective_broadcast_send(tensor, group_size: int, group_key: int, instance_key: int,
-                              implementation: str = "ring", timeout_s: float = 0.0):
+                              implementation: str = "ring"):
     return _collective_ops().broadcast_send(tensor, tensor.shape, tensor.dtype, group_size,
-                                            group_key, instance_key,
-                                            **_collective_kwargs(implementation, timeout_s))
+                                            group_key, instance_key, **_hint(implementation))
 
 
 def collective_broadcast_recv(shape, dtype, group_size: int, group_key: int,
-                              instance_key: int, implementation: str = "ring",
-                              timeout_s: float = 0.0):
+                              instance_key: int, implementation: str = "ring"):
     return _collective_ops().broadcast_recv(shape, dtype, group_size, group_key,
-                                            instance_key,
-                                            **_collective_kwargs(implementation, timeout_s))
+                                            instance_key, **_hint(implementation))
 
 
 def collective_fp16_problem(implementation: str) -> str | None:

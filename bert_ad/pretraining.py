@@ -20,9 +20,10 @@ from absl import flags
 
 from bert_ad.batching import padded_length, prefetch
 from bert_ad.checkpoint import checkpoint_step, latest_checkpoint, resolve_checkpoint
-from bert_ad.cli_common import (check_training_flags, define_training_flags,
-                                loop_settings, make_session_config, run_entry_point,
-                                train_settings)
+from bert_ad.cli_common import (build_training_graph, check_training_flags,
+                                define_training_flags, is_chief, loop_settings,
+                                make_session_config, num_workers, run_entry_point,
+                                train_settings, worker_index)
 from bert_ad.compat import tf
 from bert_ad.errors import fail
 from bert_ad.inference import Scorer
@@ -31,7 +32,6 @@ from bert_ad.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initial
 from bert_ad.outputs import write_lines
 from bert_ad.precision import compute_dtype
 from bert_ad.trainer import train
-from bert_ad.training import build_train_graph
 
 log = logging.getLogger("bert_ad")
 FLAGS = flags.FLAGS
@@ -247,15 +247,26 @@ def define_flags() -> None:
     define_training_flags(default_learning_rate=1e-4)
 
 
-def detect_nsp(files: Sequence[str], sample: int = 1000) -> bool:
-    """MLM-only data (create_pretraining_data --mode=mlm) has no segment B and no label 1."""
+def inspect_records(files: Sequence[str], vocab_size: int, flag: str,
+                    sample: int = 1000) -> bool:
+    """Check the first records against the model; return whether they carry NSP.
+
+    MLM-only data (create_pretraining_data --mode=mlm) has no segment B and no
+    label 1. A token id beyond vocab_size means the shards were made with
+    another vocab, which would otherwise fail deep inside TensorFlow.
+    """
+    has_nsp = False
     for i, record in enumerate(_records(files)):
         if i >= sample:
             break
-        example = parse_record(record)
+        example = parse_record(record, FLAGS.max_seq_length)
+        largest = int(max(example["input_ids"].max(), example["masked_lm_ids"].max()))
+        if largest >= vocab_size:
+            fail(f"{flag} holds token id {largest} but --bert_config_file has "
+                 f"vocab_size={vocab_size}: the shards were made with another vocab")
         if example["next_sentence_labels"] == 1 or example["segment_ids"].any():
-            return True
-    return False
+            has_nsp = True
+    return has_nsp
 
 
 def main() -> int:
@@ -266,8 +277,9 @@ def main() -> int:
     if FLAGS.max_seq_length > config.max_position_embeddings:
         fail(f"--max_seq_length={FLAGS.max_seq_length} exceeds the model's "
              f"max_position_embeddings ({config.max_position_embeddings})")
+    # Only the chief reads it; other workers receive its weights.
     init_checkpoint = (resolve_checkpoint(FLAGS.init_checkpoint)
-                       if FLAGS.init_checkpoint else "")
+                       if FLAGS.init_checkpoint and is_chief() else "")
     # Expanded even for eval alone, to refuse evaluating on training shards.
     train_files = expand_input_files(FLAGS.input_file, "--input_file") \
         if FLAGS.do_train or FLAGS.input_file else []
@@ -279,31 +291,48 @@ def main() -> int:
         if overlap:
             fail(f"--eval_input_file shares {sorted(overlap)[0]} with --input_file; "
                  "evaluate on held-out shards")
-    use_nsp = FLAGS.nsp == "true" or (
-        FLAGS.nsp == "auto" and detect_nsp(train_files or eval_files))
+    has_nsp = False
+    for files, flag in ((train_files, "--input_file"), (eval_files, "--eval_input_file")):
+        if files:
+            has_nsp = inspect_records(files, config.vocab_size, flag) or has_nsp
+    use_nsp = FLAGS.nsp == "true" or (FLAGS.nsp == "auto" and has_nsp)
     log.info("%s", plan.describe())
     log.info("objective: masked LM%s", " + next sentence" if use_nsp else " only")
     if FLAGS.do_train:
         do_train(plan, config, train_files, init_checkpoint, use_nsp)
-    if FLAGS.do_eval:
+    if FLAGS.do_eval and is_chief():
         do_eval(plan, config, eval_files, init_checkpoint, use_nsp)
+    elif FLAGS.do_eval:
+        log.info("eval is the chief's (worker 0's) job")
     return 0
 
 
 def do_train(plan, config: BertConfig, files: list, init_checkpoint: str,
              use_nsp: bool) -> None:
     towers, per_tower = plan.num_towers, FLAGS.train_batch_size
-    global_batch = per_tower * towers * FLAGS.gradient_accumulation_steps
+    workers, index = num_workers(), worker_index()
+    global_batch = per_tower * towers * FLAGS.gradient_accumulation_steps * workers
     log.info("pretraining on %d shard(s): %d tower(s) x batch %d x %d accumulation = "
              "global batch %d, %d steps", len(files), towers, per_tower,
              FLAGS.gradient_accumulation_steps, global_batch, FLAGS.num_train_steps)
+    if workers > 1:
+        log.info("cluster: %d workers x %d tower(s) each; worker %d trains on records "
+                 "%d..%d of every %d", workers, towers, index, index * per_tower * towers,
+                 (index + 1) * per_tower * towers - 1, per_tower * towers * workers)
 
     def micro_batches(start_example: int):
+        # The cluster reads one stream; tower t of worker i takes the records
+        # a single machine's tower i * towers + t would (the others are skipped
+        # unparsed), so every record is trained on once across the cluster.
         records = training_records(files, FLAGS.seed, start_example)
         while True:
-            yield [stack_batch([parse_record(next(records), FLAGS.max_seq_length)
-                                for _ in range(per_tower)], per_tower)
-                   for _ in range(towers)]
+            mine = []
+            for tower in range(towers * workers):
+                rows = [next(records) for _ in range(per_tower)]
+                if tower // towers == index:
+                    mine.append(stack_batch([parse_record(r, FLAGS.max_seq_length)
+                                             for r in rows], per_tower))
+            yield mine
 
     def batches(start_example: int):
         return prefetch(micro_batches(start_example))
@@ -311,7 +340,7 @@ def do_train(plan, config: BertConfig, files: list, init_checkpoint: str,
     settings = train_settings(FLAGS.learning_rate, FLAGS.num_train_steps,
                               FLAGS.num_warmup_steps)
     with tf.Graph().as_default():
-        graph = build_train_graph(
+        graph = build_training_graph(
             plan, FEATURE_SPEC,
             lambda f, i: pretraining_tower(config, f, True, use_nsp,
                                            compute_dtype(FLAGS.precision))["loss"],
@@ -354,7 +383,11 @@ def do_eval(plan, config: BertConfig, files: list, init_checkpoint: str,
     totals = {"mlm_loss": 0.0, "mlm_correct": 0.0, "mlm_weight": 0.0,
               "nsp_loss": 0.0, "nsp_correct": 0.0, "examples": 0.0}
     log.info("eval: %s on %d held-out shard(s)", checkpoint, len(files))
-    with Scorer(plan, FEATURE_SPEC, tower, checkpoint, make_session_config(plan)) as scorer:
+    # A released checkpoint (--init_checkpoint, nothing trained yet) may lack the
+    # MLM/NSP heads: they start fresh, which measures where pretraining starts.
+    from_release = checkpoint == init_checkpoint
+    with Scorer(plan, FEATURE_SPEC, tower, checkpoint, make_session_config(plan),
+                partial=from_release, seed=FLAGS.seed) as scorer:
         for per_tower_batches in eval_batches(files, FLAGS.eval_batch_size, plan.num_towers,
                                               FLAGS.max_eval_steps):
             # A short last batch may leave some towers without rows: give them

@@ -4,6 +4,13 @@ Our own session loop (no Estimator). It resumes by itself from the newest
 `model.ckpt-N` in output_dir: the global step, the schedule and the optimizer
 slots come from the checkpoint, and the data stream is re-positioned at the
 first example the interrupted run had not consumed.
+
+In a cluster run (`settings.cluster`, see bert_ad/cluster.py) the same loop
+runs on every worker against its TensorFlow server: only the chief (worker 0)
+reads init_checkpoint or resumes from output_dir, and only it writes
+checkpoints and summaries; the others receive its weights, step and stream
+position at start. Every session call runs under the cluster's deadline, and
+the logged loss is the cluster mean.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ class LoopSettings:
     def __init__(self, output_dir: str, num_train_steps: int, examples_per_step: int,
                  gradient_accumulation_steps: int = 1, save_checkpoints_steps: int = 1000,
                  keep_checkpoint_max: int = 5, log_every_n_steps: int = 10,
-                 init_checkpoint: str = "", session_config=None):
+                 init_checkpoint: str = "", session_config=None, cluster=None):
         self.output_dir = output_dir
         self.num_train_steps = num_train_steps
         self.examples_per_step = examples_per_step
@@ -39,6 +46,8 @@ class LoopSettings:
         self.log_every_n_steps = log_every_n_steps
         self.init_checkpoint = init_checkpoint
         self.session_config = session_config
+        # A bert_ad.cluster.ClusterRuntime for multi-worker runs, else None.
+        self.cluster = cluster
 
 
 class TrainResult:
@@ -60,27 +69,40 @@ MAX_CONSECUTIVE_OVERFLOWS = 40
 
 def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> TrainResult:
     """Run (or resume) training until `settings.num_train_steps` applied steps."""
-    os.makedirs(settings.output_dir, exist_ok=True)
+    cluster = settings.cluster
+    chief = cluster is None or cluster.is_chief
+    if chief:
+        os.makedirs(settings.output_dir, exist_ok=True)
     saved_variables = tf.global_variables()
     saver = tf.train.Saver(var_list=saved_variables,
                            max_to_keep=settings.keep_checkpoint_max)
-    resume_from = latest_checkpoint(settings.output_dir)
+    # The other workers get the chief's (resumed or warm-started) state at start.
+    resume_from = latest_checkpoint(settings.output_dir) if chief else None
     warm_start = None
     if resume_from:
         require_variables(resume_from, saved_variables, "--output_dir holds",
                           "use a new --output_dir or move the old checkpoints away")
-    elif settings.init_checkpoint:
+    elif settings.init_checkpoint and chief:
         warm_start = WarmStart(settings.init_checkpoint, saved_variables)
         warm_start.log_summary()
     fetches = {"loss": graph.loss, "applied": graph.train_step,
                "global_step": graph.step_after, "learning_rate": graph.learning_rate,
                "grad_norm": graph.grad_norm}
-    summaries = tf.summary.FileWriter(settings.output_dir)
+    run = _run_locally
+    if cluster is not None:
+        fetches["loss"] = cluster.mean_over_workers(graph.loss, after=graph.step_after)
+        start_sync = cluster.build_start_sync(
+            saved_variables, f"num_train_steps={settings.num_train_steps} "
+            f"examples_per_step={settings.examples_per_step} "
+            f"gradient_accumulation_steps={settings.gradient_accumulation_steps}")
+        run = cluster.run
+    summaries = tf.summary.FileWriter(settings.output_dir) if chief else None
     init_local = tf.local_variables_initializer()
     init_global = tf.global_variables_initializer()
     tf.get_default_graph().finalize()
 
-    with tf.Session(config=settings.session_config) as session:
+    target = cluster.target if cluster is not None else ""
+    with tf.Session(target, config=settings.session_config) as session:
         session.run(init_local)
         if resume_from:
             saver.restore(session, resume_from)
@@ -90,6 +112,8 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
             session.run(init_global)
             if warm_start:
                 warm_start.restore(session)
+        if cluster is not None:
+            cluster.synchronize(session, start_sync)
         start_step = int(session.run(graph.global_step))
         examples_seen = int(session.run(graph.examples_seen))
         if start_step >= settings.num_train_steps:
@@ -104,10 +128,11 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
         last_log_step = start_step
         while step < settings.num_train_steps:
             for _ in range(settings.gradient_accumulation_steps - 1):
-                micro_loss, _ = session.run([graph.loss, graph.micro_step],
-                                            _feed(graph, next(stream)))
+                micro_loss, _ = run(session, [graph.loss, graph.micro_step],
+                                    _feed(graph, next(stream)), what=f"step {step + 1}")
                 _check_finite(micro_loss, None, step, checkpoint)
-            values = session.run(fetches, _feed(graph, next(stream)))
+            values = run(session, fetches, _feed(graph, next(stream)),
+                         what=f"step {step + 1}")
             examples_seen += settings.examples_per_step
             loss = float(values["loss"])
             if values["applied"]:
@@ -133,18 +158,24 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
                 if skipped:
                     log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
                              skipped, session.run(graph.loss_scale.scale))
-                _write_summaries(summaries, step, loss, values, rate)
+                if summaries is not None:
+                    _write_summaries(summaries, step, loss, values, rate)
                 last_log_step, last_log_time = step, now
-            if step % settings.save_checkpoints_steps == 0 or \
-                    step == settings.num_train_steps:
+            if chief and (step % settings.save_checkpoints_steps == 0 or
+                          step == settings.num_train_steps):
                 session.run(graph.set_examples_seen,
                             {graph.examples_seen_value: examples_seen})
                 checkpoint = saver.save(session, os.path.join(settings.output_dir,
                                                               "model.ckpt"),
                                         global_step=step)
                 log.info("saved %s", checkpoint)
-        summaries.close()
+        if summaries is not None:
+            summaries.close()
     return TrainResult(step, examples_seen, loss, checkpoint, step - start_step)
+
+
+def _run_locally(session, fetches, feed_dict=None, what: str = ""):
+    return session.run(fetches, feed_dict)
 
 
 def _feed(graph: TrainGraph, micro_batch: list) -> dict:

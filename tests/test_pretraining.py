@@ -66,6 +66,7 @@ def workspace(tmp_path_factory):
     write_records(str(root / "heldout.tfrecord"), 13, seed=3)
     config = root / "bert_config.json"
     config.write_text(json.dumps(CONFIG))
+    (root / "small_vocab.json").write_text(json.dumps(dict(CONFIG, vocab_size=40)))
     return root
 
 
@@ -160,6 +161,8 @@ def test_mlm_only_data_turns_the_next_sentence_head_off(workspace, tmp_path):
      "--eval_input_file shares"),
     (["--do_train", "--input_file={root}/nothing-*.tfrecord"], "--input_file: no file matches"),
     (["--input_file={train}"], "nothing to do"),
+    (["--do_train", "--input_file={train}", "--bert_config_file={root}/small_vocab.json"],
+     "but --bert_config_file has vocab_size=40"),
     (["--do_train", "--input_file={train}", "--max_seq_length=24"],
      "sequences of 16 tokens but --max_seq_length=24"),
 ])

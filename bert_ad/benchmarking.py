@@ -1,0 +1,272 @@
+"""What the benchmark scripts share: FLOP counting, matmul peak, tables, workers.
+
+FLOPs of one BERT classifier training step (multiply-add = 2 FLOPs; only
+matrix multiplications are counted, the usual convention for "model FLOPs":
+layer norm, softmax, GELU, dropout and the optimizer's element-wise update
+are left out). For a model with L layers, hidden size H, intermediate size I
+and C labels, and a sequence of n tokens:
+
+    forward, per layer:   2 * (4*H*H + 2*H*I) * n     Q, K, V, output; FFN in, out
+                        + 4 * H * n * n               Q K^T and probs V (all heads)
+    forward, per sequence: 2*H*H + 2*H*C              pooler ([CLS] only), classifier
+    training = 3 * forward                            backward = 2 * forward (input
+                                                      and weight gradients)
+
+so, summed over the sequences of a step,
+
+    training FLOPs = 6 * P * tokens + 12 * L * H * sum(n^2)
+                     + 6 * (H*H + H*C) * sequences,   P = L * (4*H*H + 2*H*I)
+
+where P is the number of weights in the encoder's matrix multiplications (the
+embedding lookup is a gather, no FLOPs). "Useful" FLOPs use each example's
+real length n; "executed" FLOPs use the padded length the step really ran.
+`graph_matmul_flops` counts the same thing from a built graph, op by op, which
+is how the formula is tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Iterable, Sequence
+
+
+def encoder_matmul_params(config) -> int:
+    """Weights in the encoder's matrix multiplications: L * (4 H^2 + 2 H I)."""
+    h, i = config.hidden_size, config.intermediate_size
+    return config.num_hidden_layers * (4 * h * h + 2 * h * i)
+
+
+def forward_flops(config, lengths: Iterable[int], num_labels: int) -> int:
+    """Matmul FLOPs of one classifier forward pass over sequences of `lengths`.
+
+    Args:
+      config: a BertConfig (hidden_size, intermediate_size, num_hidden_layers).
+      lengths: tokens per sequence (real or padded, as the caller wants).
+      num_labels: classifier outputs C.
+
+    Returns:
+      FLOPs as an int (2 per multiply-add).
+    """
+    lengths = [int(n) for n in lengths]
+    h, layers = config.hidden_size, config.num_hidden_layers
+    per_token = 2 * encoder_matmul_params(config)
+    attention = 4 * layers * h * sum(n * n for n in lengths)
+    head = (2 * h * h + 2 * h * num_labels) * len(lengths)
+    return per_token * sum(lengths) + attention + head
+
+
+def training_flops(config, lengths: Iterable[int], num_labels: int) -> int:
+    """Matmul FLOPs of one training step (forward + backward) = 3 * forward."""
+    return 3 * forward_flops(config, lengths, num_labels)
+
+
+def _static(shape) -> list | None:
+    dims = shape.as_list() if shape.dims is not None else None
+    if dims is None or any(d is None for d in dims):
+        return None
+    return dims
+
+
+def graph_matmul_flops(graph) -> int:
+    """2*m*n*k summed over every MatMul / BatchMatMul op of `graph`.
+
+    Every such op must have fully static input shapes (build the graph with
+    fixed-shape placeholders); this is the independent count the formula
+    above is checked against.
+
+    Raises:
+      ValueError: a matmul op with an unknown dimension.
+    """
+    total = 0
+    for op in graph.get_operations():
+        if op.type == "MatMul":
+            a, b = (_static(t.shape) for t in op.inputs[:2])
+            if a is None or b is None:
+                raise ValueError(f"{op.name}: matmul with a dynamic shape")
+            m, k = (a[1], a[0]) if op.get_attr("transpose_a") else (a[0], a[1])
+            n = b[0] if op.get_attr("transpose_b") else b[1]
+            total += 2 * m * n * k
+        elif op.type in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
+            a, b = (_static(t.shape) for t in op.inputs[:2])
+            if a is None or b is None:
+                raise ValueError(f"{op.name}: matmul with a dynamic shape")
+            m, k = (a[-1], a[-2]) if op.get_attr("adj_x") else (a[-2], a[-1])
+            n = b[-2] if op.get_attr("adj_y") else b[-1]
+            batch = 1
+            for d in (a[:-2] if len(a) >= len(b) else b[:-2]):
+                batch *= d
+            total += 2 * batch * m * n * k
+    return total
+
+
+# ----------------------------------------------------------------------------
+# This machine's matmul rate
+# ----------------------------------------------------------------------------
+
+def measure_numpy_matmul(n: int = 2048, repeats: int = 5) -> float:
+    """Best FLOP/s of an n x n x n float32 numpy matmul over `repeats` runs."""
+    import numpy as np
+    rng = np.random.RandomState(0)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    np.matmul(a, b)  # warm-up: thread pool, page faults
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n ** 3 / best
+
+
+def measure_tf_matmul(m: int = 2048, k: int = 2048, n: int = 2048, repeats: int = 5,
+                      session_config=None) -> float:
+    """Best FLOP/s of a float32 [m, k] x [k, n] TensorFlow matmul on /cpu:0.
+
+    Runs in its own graph and session (the TF intra/inter-op thread pools are
+    the process's, as for training); the product is not fetched, so no copy
+    to Python is timed.
+    """
+    from bert_ad.compat import tf
+    with tf.Graph().as_default():
+        with tf.device("/cpu:0"):
+            a = tf.Variable(tf.random.normal([m, k], seed=1))
+            b = tf.Variable(tf.random.normal([k, n], seed=2))
+            product = tf.matmul(a, b)
+        with tf.Session(config=session_config) as session:
+            session.run(tf.global_variables_initializer())
+            session.run(product.op)
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                session.run(product.op)
+                best = min(best, time.perf_counter() - start)
+    return 2.0 * m * k * n / best
+
+
+# ----------------------------------------------------------------------------
+# Tables, statistics, machine, workers
+# ----------------------------------------------------------------------------
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence],
+                   align: str | None = None) -> str:
+    """A GitHub markdown table; cells are str()-ed, columns padded to width.
+
+    Args:
+      headers: column titles.
+      rows: one sequence of cells per row, as many as headers.
+      align: one character per column, "l" or "r" (default: first column
+        left, the others right).
+
+    Returns:
+      The table, one line per row, without a trailing newline.
+    """
+    cells = [[str(c) for c in row] for row in rows]
+    for row in cells:
+        if len(row) != len(headers):
+            raise ValueError(f"row {row} has {len(row)} cells, expected {len(headers)}")
+    align = align or "l" + "r" * (len(headers) - 1)
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values):
+        padded = [v.ljust(w) if a == "l" else v.rjust(w)
+                  for v, w, a in zip(values, widths, align)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join((":" + "-" * (w + 1)) if a == "l" else ("-" * (w + 1) + ":")
+                          for w, a in zip(widths, align)) + "|"
+    return "\n".join([line(headers), rule] + [line(r) for r in cells])
+
+
+def median(values: Sequence[float]) -> float:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def fmt(value: float, digits: int = 1) -> str:
+    """`value` with `digits` decimals; NaN (not measured) as "-"."""
+    if value is None or value != value:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_description() -> dict:
+    """nproc, CPU model, load average, Python and library versions."""
+    info = {"nproc": os.cpu_count(), "cpu_model": cpu_model(),
+            "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        info["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        info["loadavg"] = "unknown"
+    for module in ("numpy", "tensorflow", "torch", "transformers"):
+        info[module] = _version_without_import(module)
+    return info
+
+
+def _version_without_import(module: str) -> str:
+    """A package's version from its metadata (importing TF or torch here would
+    start their thread pools in the driver process)."""
+    try:
+        from importlib import metadata
+    except ImportError:  # Python 3.7
+        try:
+            import importlib_metadata as metadata  # type: ignore
+        except ImportError:
+            return "unknown"
+    names = {"tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow_cpu",
+                            "tensorflow-gpu")}.get(module, (module,))
+    for name in names:
+        try:
+            return metadata.version(name)
+        except Exception:
+            continue
+    return "not installed"
+
+
+RESULT_PREFIX = "BENCH_RESULT "
+
+
+def emit_result(result: dict) -> None:
+    """Print a worker's result as the one line the driver looks for."""
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def run_worker(command: Sequence[str], env: dict | None = None,
+               timeout: float | None = None) -> dict:
+    """Run a worker process and return the result it emitted.
+
+    Each measurement runs in a fresh process, so TensorFlow's and PyTorch's
+    thread pools never compete inside one process and a measurement starts
+    from the same state whatever ran before it.
+
+    Raises:
+      RuntimeError: the worker failed or printed no result (its output tail
+        is in the message).
+    """
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env=full_env, timeout=timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):])
+    tail = "\n".join(proc.stdout.splitlines()[-20:])
+    raise RuntimeError(f"worker {' '.join(command)} exited {proc.returncode} "
+                       f"without a result:\n{tail}")

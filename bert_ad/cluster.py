@@ -1,0 +1,606 @@
+"""Several machines: the cluster, TensorFlow's server, and keeping workers in step.
+
+The ecosystem's convention names the cluster: `TF_CONFIG`
+(`{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker",
+"index": i}}`) or the flags `--worker_hosts` / `--task_index`. Worker 0 is
+the chief. Each worker starts TensorFlow's own gRPC server, builds its own
+graph with its local towers (between-graph replication) and talks to the
+others only through collective ops (bert_ad/collective.py):
+
+* At start, before any step: every worker's model, global batch and flags
+  are compared (an all-gather of their hashes), the chief's weights and
+  optimizer state are broadcast to every worker (so only the chief reads
+  --init_checkpoint or resumes from --output_dir), and a checksum of the
+  weights is compared across workers.
+* Each step: this worker's mean gradient is all-reduced to the cluster mean
+  (packed, once per applied step), then every worker applies the same update.
+* A worker that dies or never comes up cannot hang the others: every
+  session call runs under a deadline (`--collective_timeout_s`, and
+  `--cluster_start_timeout_s` for start-up and for the first run of each
+  step kind, which includes TensorFlow's graph set-up). TF 2.x then aborts
+  the collective itself; where TensorFlow keeps waiting (TF 1.15 ignores run
+  timeouts inside collectives), a watchdog thread ends the process. Either
+  way the worker stops with a one-line error naming the workers that no
+  longer answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import weakref
+from typing import Callable, Sequence
+
+from bert_ad import compat
+from bert_ad.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
+                                SIGNATURE_INSTANCE_KEY, CollectiveKeys, Collectives,
+                                signature_numbers, variables_checksum)
+from bert_ad.compat import tf
+from bert_ad.errors import EXIT_USER_ERROR, fail
+from bert_ad.towers import DevicePlan
+
+log = logging.getLogger("bert_ad")
+
+IMPLEMENTATIONS = ("auto", "ring", "nccl")
+TF_CONFIG_SHAPE = ('{"cluster": {"worker": ["host:port", ...]}, '
+                   '"task": {"type": "worker", "index": i}}')
+JOB = "worker"
+# Extra time the watchdog grants TensorFlow's own timeout before ending the process.
+WATCHDOG_GRACE_S = 5.0
+_SIGNATURE_PARTS = ("model variables", "global batch and step count", "training flags")
+
+
+# --- who is in the cluster ------------------------------------------------------------
+
+class ClusterSpec:
+    """The workers' addresses and this process's place among them.
+
+    Attributes:
+      hosts: ["host:port", ...], worker i at hosts[i]; worker 0 is the chief.
+      task_index: this worker.
+      source: where it came from ("TF_CONFIG" or "--worker_hosts"), for messages.
+    """
+
+    def __init__(self, hosts: Sequence[str], task_index: int, source: str):
+        self.hosts = list(hosts)
+        self.task_index = task_index
+        self.source = source
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.task_index == 0
+
+    @property
+    def address(self) -> str:
+        return self.hosts[self.task_index]
+
+    def task_prefix(self, task: int | None = None) -> str:
+        task = self.task_index if task is None else task
+        return f"/job:{JOB}/replica:0/task:{task}"
+
+    def device(self, device_type: str = "CPU", index: int = 0) -> str:
+        return f"{self.task_prefix()}/device:{device_type}:{index}"
+
+    def describe(self) -> str:
+        return (f"cluster from {self.source}: worker {self.task_index} of "
+                f"{self.num_workers} at {self.address}"
+                f"{' (chief)' if self.is_chief else ''}; workers {','.join(self.hosts)}")
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ClusterSpec) and self.hosts == other.hosts
+                and self.task_index == other.task_index)
+
+
+def parse_address(text, where: str) -> tuple:
+    """"host:port" (or "[v6]:port") -> (host, port); UserError naming `where`."""
+    if not isinstance(text, str) or not text.strip():
+        fail(f"{where}: {text!r} is not a worker address; give host:port")
+    text = text.strip()
+    match = re.fullmatch(r"\[([0-9a-fA-F:.]+)\]:(\d+)|([^\s:\[\]/]+):(\d+)", text)
+    if not match:
+        fail(f"{where}: {text!r} is not host:port (e.g. 10.0.0.2:2222)")
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if not 1 <= port <= 65535:
+        fail(f"{where}: port {port} of {text!r} is not in 1..65535")
+    return host, port
+
+
+def _check_hosts(hosts: Sequence, where: str) -> list:
+    if not isinstance(hosts, list) or not hosts:
+        fail(f"{where} must be a non-empty list of host:port strings")
+    checked = []
+    for i, host in enumerate(hosts):
+        parse_address(host, f"{where}[{i}]")
+        checked.append(host.strip())
+    seen = {}
+    for i, host in enumerate(checked):
+        if host in seen:
+            fail(f"{where}: worker {i} and worker {seen[host]} both use {host}; "
+                 "give every worker its own host:port")
+        seen[host] = i
+    return checked
+
+
+def _check_index(index, num_workers: int, where: str) -> int:
+    if isinstance(index, bool) or not isinstance(index, int):
+        fail(f"{where}={index!r} is not an integer; give 0..{num_workers - 1}")
+    if not 0 <= index < num_workers:
+        fail(f"{where}={index} is out of range: the cluster lists {num_workers} "
+             f"worker(s), so it must be 0..{num_workers - 1}")
+    return index
+
+
+def parse_tf_config(text: str | None) -> ClusterSpec | None:
+    """The cluster of a TF_CONFIG value; None when it is unset or empty."""
+    if text is None or not text.strip():
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        fail(f"TF_CONFIG is not valid JSON ({e}); expected {TF_CONFIG_SHAPE}")
+    if not isinstance(config, dict):
+        fail(f"TF_CONFIG must be a JSON object like {TF_CONFIG_SHAPE}")
+    cluster = config.get("cluster")
+    if not isinstance(cluster, dict):
+        fail(f"TF_CONFIG has no \"cluster\" object; expected {TF_CONFIG_SHAPE}")
+    others = sorted(job for job in cluster if job != JOB)
+    if others:
+        fail(f"TF_CONFIG cluster has the job(s) {', '.join(map(repr, others))}: only "
+             "\"worker\" is supported (all-reduce, no parameter servers); list every "
+             "machine under cluster.worker, worker 0 is the chief")
+    if JOB not in cluster:
+        fail(f"TF_CONFIG cluster has no \"worker\" list; expected {TF_CONFIG_SHAPE}")
+    hosts = _check_hosts(cluster[JOB], "TF_CONFIG cluster.worker")
+    task = config.get("task")
+    if not isinstance(task, dict):
+        fail(f"TF_CONFIG has no \"task\" object; expected {TF_CONFIG_SHAPE}")
+    if task.get("type") != JOB:
+        fail(f"TF_CONFIG task.type is {task.get('type')!r}; it must be \"worker\"")
+    if "index" not in task:
+        fail("TF_CONFIG task has no \"index\"; give this worker's position in "
+             "cluster.worker (0 is the chief)")
+    index = _check_index(task["index"], len(hosts), "TF_CONFIG task.index")
+    return ClusterSpec(hosts, index, "TF_CONFIG")
+
+
+def parse_worker_flags(worker_hosts: str | None, task_index: int | None
+                       ) -> ClusterSpec | None:
+    """The cluster of --worker_hosts=h:p,h:p --task_index=i; None when unset."""
+    if not worker_hosts:
+        if task_index is not None:
+            fail(f"--task_index={task_index} needs --worker_hosts (host:port,host:port,...)")
+        return None
+    hosts = _check_hosts([h for h in worker_hosts.split(",")], "--worker_hosts")
+    if task_index is None:
+        fail("--worker_hosts needs --task_index (this worker's position in the list, "
+             "0 is the chief)")
+    index = _check_index(task_index, len(hosts), "--task_index")
+    return ClusterSpec(hosts, index, "--worker_hosts")
+
+
+def resolve_cluster(worker_hosts: str | None, task_index: int | None,
+                    environ: dict | None = None) -> ClusterSpec | None:
+    """The cluster from the flags or TF_CONFIG; None for a single machine.
+
+    Both may be given only if they agree. A cluster of one worker is a
+    single-machine run.
+    """
+    environ = os.environ if environ is None else environ
+    from_flags = parse_worker_flags(worker_hosts, task_index)
+    from_env = parse_tf_config(environ.get("TF_CONFIG"))
+    if from_flags and from_env and from_flags != from_env:
+        fail(f"--worker_hosts/--task_index ({from_flags.address}, worker "
+             f"{from_flags.task_index} of {','.join(from_flags.hosts)}) and TF_CONFIG "
+             f"(worker {from_env.task_index} of {','.join(from_env.hosts)}) disagree; "
+             "set only one of them")
+    spec = from_flags or from_env
+    if spec is not None and spec.num_workers == 1:
+        log.info("%s lists one worker: training on this machine alone", spec.source)
+        return None
+    return spec
+
+
+# --- devices ------------------------------------------------------------------------
+
+def _on_task(device: str, spec: ClusterSpec) -> str:
+    """"/cpu:1" or "/gpu:0" -> "/job:worker/replica:0/task:i/device:CPU:1"."""
+    match = re.fullmatch(r"/(?:device:)?(cpu|gpu):(\d+)", device.lower())
+    if not match:
+        raise ValueError(f"unexpected device string {device!r}")
+    return spec.device(match.group(1).upper(), int(match.group(2)))
+
+
+def worker_plan(plan: DevicePlan, spec: ClusterSpec) -> DevicePlan:
+    """`plan` with every device on this worker's task (same towers, same cards)."""
+    on_task = DevicePlan([_on_task(d, spec) for d in plan.tower_devices],
+                         plan.physical_names, plan.uses_gpu)
+    on_task.variable_device = _on_task(plan.variable_device, spec)
+    return on_task
+
+
+# --- the network ----------------------------------------------------------------------
+
+def port_is_free(port: int) -> bool:
+    """Whether this machine can listen on `port` (as TensorFlow's server will).
+
+    SO_REUSEADDR as gRPC sets it: a port left in TIME_WAIT by a killed run is
+    free again, one that another process listens on is not.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+def answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether something accepts TCP connections at host:port."""
+    host, port = parse_address(address, "worker address")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Mute file descriptor 2 (gRPC prints multi-line C++ errors on a failed bind)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+# --- deadlines ------------------------------------------------------------------------
+
+class Watchdog:
+    """Ends the process when a guarded call overruns its deadline.
+
+    A session call blocked in a collective op cannot be interrupted from
+    Python, and TF 1.15 ignores run timeouts there; this thread writes the
+    one-line error (as `run_cli` would) and exits with the user-error code.
+    """
+
+    def __init__(self, exit_fn: Callable[[int], None] = os._exit):
+        self._condition = threading.Condition()
+        self._deadline = None
+        self._message_fn = None
+        self._exit = exit_fn
+        self._thread = None
+
+    @contextlib.contextmanager
+    def guard(self, seconds: float, message_fn: Callable[[], str]):
+        with self._condition:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, daemon=True,
+                                                name="bert_ad-watchdog")
+                self._thread.start()
+            self._deadline = time.time() + seconds
+            self._message_fn = message_fn
+            self._condition.notify()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._deadline = None
+                self._message_fn = None
+                self._condition.notify()
+
+    def _watch(self) -> None:
+        while True:
+            with self._condition:
+                while self._deadline is None:
+                    self._condition.wait()
+                remaining = self._deadline - time.time()
+                if remaining > 0:
+                    self._condition.wait(remaining)
+                    continue
+                message_fn = self._message_fn
+            message = " ".join(message_fn().split())
+            try:
+                sys.stdout.flush()
+                print(f"error: {message}", file=sys.stderr, flush=True)
+            finally:
+                self._exit(EXIT_USER_ERROR)
+            return
+
+
+# --- one worker's part in a cluster run ----------------------------------------------
+
+# TensorFlow errors that mean "a peer is gone or late", not a bug in the graph.
+_PEER_ERRORS = ("DeadlineExceededError", "UnavailableError", "AbortedError",
+                "CancelledError")
+
+
+class ClusterRuntime:
+    """This worker's server, collective settings and start/step protocol.
+
+    Args:
+      spec: the cluster.
+      session_config: the single-machine ConfigProto of this worker's plan
+        (logical CPU devices, XLA); the server creates its devices from it.
+      uses_gpu: whether the towers run on GPUs (NCCL possible, the default).
+      implementation: "auto" (NCCL with GPUs, else ring), "ring" or "nccl".
+      pack_mb: gradients are exchanged in buffers of about this many MiB.
+      fp16: exchange gradients as float16.
+      step_timeout_s: a step (after start-up) must finish within this.
+      start_timeout_s: every worker must be up and in step within this.
+      signature: text of the flags that must agree on every worker.
+    """
+
+    def __init__(self, spec: ClusterSpec, session_config, uses_gpu: bool,
+                 implementation: str = "auto", pack_mb: float = 32.0, fp16: bool = False,
+                 step_timeout_s: float = 300.0, start_timeout_s: float = 600.0,
+                 signature: str = ""):
+        if implementation not in IMPLEMENTATIONS:
+            fail(f"--collective_implementation={implementation}: use one of "
+                 f"{', '.join(IMPLEMENTATIONS)}")
+        if implementation == "auto":
+            implementation = "nccl" if uses_gpu else "ring"
+        if implementation == "nccl" and not uses_gpu:
+            fail("--collective_implementation=nccl needs GPU towers, but this worker "
+                 "trains on the CPU; use ring (the default without GPUs)")
+        if fp16:
+            problem = compat.collective_fp16_problem(implementation)
+            if problem:
+                fail(f"--collective_fp16 is not available here: {problem}; leave it off "
+                     "or use TensorFlow 2.x")
+        for flag, value in (("--collective_timeout_s", step_timeout_s),
+                            ("--cluster_start_timeout_s", start_timeout_s),
+                            ("--collective_pack_mb", pack_mb)):
+            if not value > 0:
+                fail(f"{flag}={value} must be positive")
+        self.spec = spec
+        self.implementation = implementation
+        self.device_type = "GPU" if implementation == "nccl" else "CPU"
+        self.pack_bytes = int(pack_mb * 2 ** 20)
+        self.fp16 = fp16
+        self.step_timeout_s = float(step_timeout_s)
+        self.start_timeout_s = float(start_timeout_s)
+        self.signature = signature
+        self.session_config = tf.ConfigProto()
+        if session_config is not None:
+            self.session_config.CopyFrom(session_config)
+        compat.configure_collectives(self.session_config, spec.task_prefix(0),
+                                     f"/job:{JOB}/task:{spec.task_index}", implementation)
+        self.server = None
+        self.watchdog = Watchdog()
+        self._keys = weakref.WeakKeyDictionary()
+        # Fetch sets run once already: later runs get the step deadline.
+        self._warm = set()
+
+    # The cluster as the rest of the code sees it.
+    @property
+    def is_chief(self) -> bool:
+        return self.spec.is_chief
+
+    @property
+    def task_index(self) -> int:
+        return self.spec.task_index
+
+    @property
+    def num_workers(self) -> int:
+        return self.spec.num_workers
+
+    @property
+    def target(self) -> str:
+        if self.server is None:
+            raise RuntimeError("start() the server first")
+        return self.server.target
+
+    def describe(self) -> str:
+        return (f"{self.spec.describe()}; gradients all-reduced by {self.implementation} "
+                f"in packs of {self.pack_bytes / 2 ** 20:g} MiB"
+                f"{' as float16' if self.fp16 else ''}")
+
+    def start(self) -> None:
+        """Start this worker's TensorFlow server on its port (UserError if taken)."""
+        _, port = parse_address(self.spec.address, "this worker's address")
+        where = f"worker {self.task_index} ({self.spec.source})"
+        if not port_is_free(port):
+            fail(f"{where}: port {port} of {self.spec.address} is already in use on this "
+                 "machine (an earlier run still alive?); stop that process or give this "
+                 "worker another port")
+        try:
+            with _quiet_stderr():
+                self.server = compat.start_server(self.spec.hosts, self.task_index,
+                                                  self.session_config)
+        except tf.errors.OpError as e:
+            fail(f"{where}: TensorFlow could not start its server on "
+                 f"{self.spec.address} ({e.message.splitlines()[0]}); is port {port} "
+                 "free?")
+        log.info("TensorFlow server at %s", self.server.target)
+
+    # --- graph building (the same order on every worker) -----------------------------
+    def plan(self, plan: DevicePlan) -> DevicePlan:
+        """This worker's towers addressed inside the cluster."""
+        return worker_plan(plan, self.spec)
+
+    def _graph_keys(self) -> CollectiveKeys:
+        graph = tf.get_default_graph()
+        if graph not in self._keys:
+            self._keys[graph] = CollectiveKeys()
+        return self._keys[graph]
+
+    def _collectives(self, device_type: str) -> Collectives:
+        implementation = self.implementation if device_type == "GPU" else "ring"
+        return Collectives(self.num_workers, self.spec.device(device_type, 0), device_type,
+                           self._graph_keys(), implementation)
+
+    def gradient_reducer(self) -> Callable[[list], list]:
+        """The `cross_worker_reduce` hook of build_train_graph."""
+        def reduce(grads: list) -> list:
+            collectives = self._collectives(self.device_type)
+            return collectives.mean_gradients(grads, self.pack_bytes, self.fp16)
+        return reduce
+
+    def mean_over_workers(self, scalar, after=None):
+        """The cluster mean of a float32 scalar (the loss to log), after `after`."""
+        with tf.control_dependencies([] if after is None else [after]):
+            value = tf.identity(scalar)
+        return self._collectives("CPU").all_reduce(
+            value, mean=True, instance_key=LOSS_INSTANCE_KEY)
+
+    def build_start_sync(self, variables: Sequence, run_signature: str) -> dict:
+        """Ops that bring every worker into step; run them with `synchronize`.
+
+        Args:
+          variables: every variable a checkpoint holds (weights, slots, step).
+          run_signature: the loop's global batch and step count, as text.
+        """
+        collectives = self._collectives("CPU")
+        described = ";".join(f"{v.name}:{v.shape}:{v.dtype.base_dtype.name}"
+                             for v in variables)
+        parts = [described, run_signature, self.signature]
+        numbers = signature_numbers(parts)
+        with tf.name_scope("cluster_start"):
+            signature = collectives.all_gather(tf.constant(numbers, tf.float64),
+                                               instance_key=SIGNATURE_INSTANCE_KEY)
+            broadcast = collectives.broadcast_variables(variables, self.is_chief,
+                                                        self.pack_bytes)
+            with tf.control_dependencies([broadcast]):
+                checksum = variables_checksum(variables)
+            checksums = collectives.all_gather(checksum,
+                                               instance_key=CHECKSUM_INSTANCE_KEY)
+        return {"signature": signature, "mine": numbers, "broadcast": broadcast,
+                "checksums": checksums}
+
+    # --- running ------------------------------------------------------------------------
+    def synchronize(self, session, sync: dict) -> None:
+        """Wait for every worker, compare their settings, broadcast the chief's
+        weights and compare checksums. UserError (or exit) on any mismatch."""
+        started = time.time()
+        self.wait_for_workers(self.start_timeout_s)
+        deadline = started + self.start_timeout_s
+
+        def run(fetch, what):
+            return self.run(session, fetch, what=what,
+                            timeout_s=max(1.0, deadline - time.time()),
+                            flag="--cluster_start_timeout_s")
+
+        gathered = run(sync["signature"], "the start-up exchange of settings")
+        n = len(sync["mine"])
+        rows = [list(gathered[i * n:(i + 1) * n]) for i in range(self.num_workers)]
+        for worker, row in enumerate(rows):
+            for part, (theirs, chief) in enumerate(zip(row, rows[0])):
+                if theirs != chief:
+                    fail(f"worker {worker} was started with other "
+                         f"{_SIGNATURE_PARTS[part]} than the chief (worker 0); start "
+                         "every worker with the same model and flags (only the task "
+                         "index and --output_dir may differ)")
+        run(sync["broadcast"], "the broadcast of the chief's weights")
+        checksums = run(sync["checksums"], "the weight checksum exchange")
+        reference = checksums[0:3]
+        for worker in range(self.num_workers):
+            row = checksums[worker * 3:(worker + 1) * 3]
+            for mine, chief in zip(row, reference):
+                if abs(mine - chief) > 1e-9 * max(1.0, abs(chief)):
+                    fail(f"worker {worker}'s weights differ from the chief's after the "
+                         f"broadcast (checksum {row.tolist()} vs {reference.tolist()})")
+        log.info("%d workers in step after %.1fs; weights from the chief "
+                 "(checksum %.6g)", self.num_workers, time.time() - started, reference[0])
+
+    def wait_for_workers(self, timeout_s: float) -> None:
+        """Return once every other worker's server accepts connections."""
+        deadline = time.time() + timeout_s
+        waiting = [i for i in range(self.num_workers) if i != self.task_index]
+        logged = False
+        while waiting:
+            waiting = [i for i in waiting if not answers(self.spec.hosts[i], 1.0)]
+            if not waiting:
+                return
+            if time.time() >= deadline:
+                names = ", ".join(f"worker {i} ({self.spec.hosts[i]})" for i in waiting)
+                fail(f"worker {self.task_index}: {names} did not come up within "
+                     f"--cluster_start_timeout_s={self.start_timeout_s:g}; start every "
+                     f"worker (same flags, each with its own task index) or check "
+                     f"{self.spec.source}")
+            if not logged:
+                log.info("waiting for %s", ", ".join(
+                    f"worker {i} ({self.spec.hosts[i]})" for i in waiting))
+                logged = True
+            time.sleep(0.5)
+
+    def unreachable(self) -> list:
+        """Indices of the other workers whose server no longer answers."""
+        return [i for i in range(self.num_workers)
+                if i != self.task_index and not answers(self.spec.hosts[i], 1.0)]
+
+    def stalled_message(self, what: str, flag: str, timeout_s: float,
+                        error: str = "") -> str:
+        gone = self.unreachable()
+        if gone:
+            who = ", ".join(f"worker {i} ({self.spec.hosts[i]})" for i in gone)
+            cause = f"{who} no longer answer{'s' if len(gone) == 1 else ''}"
+        else:
+            cause = ("every other worker still answers, so one hangs or is much slower "
+                     f"(raise {flag} if that is expected)")
+        if error and error != "DeadlineExceededError":
+            happened = f"{what} failed ({error})"
+        else:
+            happened = f"{what} did not complete within {flag}={timeout_s:g}"
+        return (f"worker {self.task_index} of {self.num_workers}: {happened}: {cause}; "
+                "stopping. Restart every worker with the same flags to resume from the "
+                "chief's newest checkpoint in --output_dir")
+
+    def run(self, session, fetches, feed_dict=None, what: str = "a step",
+            timeout_s: float | None = None, flag: str = "--collective_timeout_s"):
+        """session.run with a deadline; a lost peer becomes a one-line error.
+
+        The deadline is `timeout_s` if given, else --collective_timeout_s, or
+        --cluster_start_timeout_s on the first run of these fetches
+        (TensorFlow prunes, places and optimises the graph then).
+        """
+        key = _fetch_key(fetches)
+        if timeout_s is None:
+            if key in self._warm:
+                timeout_s = self.step_timeout_s
+            else:
+                timeout_s, flag = self.start_timeout_s, "--cluster_start_timeout_s"
+        options = tf.RunOptions(timeout_in_ms=int(timeout_s * 1000))
+        with self.watchdog.guard(timeout_s + WATCHDOG_GRACE_S,
+                                 lambda: self.stalled_message(what, flag, timeout_s)):
+            try:
+                values = session.run(fetches, feed_dict, options=options)
+            except tf.errors.OpError as e:
+                if type(e).__name__ not in _PEER_ERRORS:
+                    raise
+                fail(self.stalled_message(what, flag, timeout_s, type(e).__name__))
+        self._warm.add(key)
+        return values
+
+
+def _fetch_key(fetches) -> tuple:
+    """What identifies a fetch structure across steps: its tensor and op names."""
+    if isinstance(fetches, dict):
+        return tuple(sorted((k, _fetch_key(v)) for k, v in fetches.items()))
+    if isinstance(fetches, (list, tuple)):
+        return tuple(_fetch_key(v) for v in fetches)
+    return (getattr(fetches, "name", repr(fetches)),)

@@ -1,0 +1,820 @@
+"""Training throughput of run_classifier_mgpu.py vs Hugging Face transformers (PyTorch CPU).
+
+    python scripts/bench_train.py              # the full suite (docs/benchmarks.md)
+    python scripts/bench_train.py --quick      # a few minutes: seq 64 only, 1 round
+    python scripts/bench_train.py --towers_scaling 1,4 --seq 128 --batch 32
+                                               # towers scaling (scripts/gpu_smoke.sh)
+    python scripts/bench_train.py --profile --seq 64 --padding dynamic
+                                               # where the time of one step goes
+
+The suite fine-tunes the real MiniLM-L6 (Google checkpoint from
+scripts/fetch_minilm.sh) on the real movie-review sentences
+(scripts/prepare_data.py movie_reviews) and prints markdown tables:
+
+  1. ours: examples/sec at max_seq_length 64 and 128, batch 16 per tower,
+     1 and 2 towers, fixed (max_length) vs dynamic padding;
+  2. the same job in Hugging Face transformers on PyTorch CPU
+     (BertForSequenceClassification, torch.optim.AdamW, clip 1.0, its own
+     tokenizer, padding="max_length" vs its DataCollatorWithPadding), and the
+     ratios ours / theirs;
+  3. useful-token FLOP/s of our step (see bert_ad/benchmarking.py for the
+     formula) as a fraction of this machine's matmul FLOP/s, measured by the
+     same worker process right before its training;
+  4. multi-tower overhead: 2 towers x 16 vs 1 tower x 32 on the same cores.
+
+Every measurement is a fresh worker process (this script with --worker),
+ours and theirs alternating, repeated --repeats times; tables give medians.
+Ours is timed inside `bert_ad.trainer.train`, the loop run_classifier_mgpu.py
+runs, on the graph `bert_ad.classifier.do_train` builds (build_train_graph +
+classifier head, adamw, clip 1.0, warm start from the checkpoint): the batch
+source records a timestamp each time the loop asks for a batch, so the
+window covers --steps whole steps (batch padding in Python, feed, session.run)
+after --warmup steps, and excludes start-up, warm start and the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from bert_ad import benchmarking as bench  # noqa: E402  (no TensorFlow import)
+
+SEED = 12345
+LEARNING_RATE = 5e-5
+WEIGHT_DECAY = 0.01
+CLIP_NORM = 1.0
+# max_length: --padding=max_length; dynamic: --padding=dynamic (the default);
+# bucketed: --padding=dynamic --bucket_by_length.
+PADDINGS = ("max_length", "dynamic", "bucketed")
+
+
+def default_cache() -> str:
+    return os.environ.get("BERT_AD_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bert_ad")
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    cache = default_cache()
+    parser.add_argument("--model_dir", default=os.path.join(cache, "minilm_google"),
+                        help="Google checkpoint folder (scripts/fetch_minilm.sh)")
+    parser.add_argument("--hf_dir", default=None,
+                        help="Hugging Face MiniLM folder (default: the minilm asset)")
+    parser.add_argument("--data_dir", default=os.path.join(cache, "data", "movie_reviews"),
+                        help="train.tsv of --task_name=sentiment "
+                             "(scripts/prepare_data.py movie_reviews)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
+
+
+# ----------------------------------------------------------------------------
+# Data shared by both workers: the same rows in the same order.
+# ----------------------------------------------------------------------------
+
+def read_train_examples(data_dir: str):
+    """(examples, label list) of the sentiment task's train.tsv."""
+    from bert_ad import processors
+    task = processors.get_task("sentiment")
+    examples = processors.read_examples(task, data_dir, "train")
+    return examples, processors.label_list(task, examples)
+
+
+def step_indices(lengths, batch: int, steps: int, bucketed: bool) -> list:
+    """The example indices of each of `steps` one-tower steps of batch `batch`,
+    in the order bert_ad.classifier.do_train takes them."""
+    import numpy as np
+    from bert_ad.batching import training_stream
+    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+    stream = training_stream(len(lengths), batch, SEED, 0, np.asarray(lengths),
+                             BUCKET_WINDOW_BATCHES if bucketed else 0)
+    return [next(stream) for _ in range(steps)]
+
+
+# ----------------------------------------------------------------------------
+# Worker: ours (bert_ad through trainer.train)
+# ----------------------------------------------------------------------------
+
+def build_ours(args, config_path: str, vocab_path: str):
+    """Tokenised features, BertConfig and labels, as bert_ad.classifier.Job does."""
+    from bert_ad.features import FeatureSettings, convert_examples
+    from bert_ad.modeling import BertConfig
+    from bert_ad.tokenization import make_tokenizer
+    examples, labels = read_train_examples(args.data_dir)
+    config = BertConfig.from_json_file(config_path)
+    tokenizer = make_tokenizer(vocab_path, True)
+    features = convert_examples(examples, tokenizer,
+                                FeatureSettings(args.seq, "head", 0.25, labels))
+    return features, config, labels
+
+
+def build_ours_graph(plan, config, num_labels: int, num_train_steps: int):
+    """The graph bert_ad.classifier.do_train builds (flags at their defaults)."""
+    from bert_ad.classification import FEATURE_SPEC, classifier
+    from bert_ad.training import TrainSettings, build_train_graph
+    settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=num_train_steps,
+                             num_warmup_steps=int(num_train_steps * 0.1),
+                             optimizer="adamw", weight_decay_rate=WEIGHT_DECAY,
+                             clip_norm=CLIP_NORM, gradient_accumulation_steps=1, seed=SEED)
+    return build_train_graph(
+        plan, FEATURE_SPEC,
+        lambda f, i: classifier(config, f, num_labels, True).loss, settings)
+
+
+def padding_value(args):
+    """make_batch's padding: "dynamic" (also when bucketed) or max_seq_length."""
+    return args.seq if args.padding == "max_length" else "dynamic"
+
+
+def batch_source(args, features):
+    """bert_ad.classifier.do_train's batch source for these settings:
+    (start_example) -> prefetched per-tower padded batches."""
+    from bert_ad.batching import prefetch, training_batches
+    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+    bucket = BUCKET_WINDOW_BATCHES if args.padding == "bucketed" else 0
+
+    def batches(start_example: int):
+        return prefetch(training_batches(features, args.batch, args.towers, SEED,
+                                         start_example, padding_value(args), bucket))
+    return batches
+
+
+def batch_lengths(micro_batch: list) -> list:
+    """[(real lengths of the tower's rows, padded length)] of one micro-batch."""
+    out = []
+    for batch in micro_batch:
+        real = batch["example_weights"] > 0
+        out.append(([int(n) for n in batch["input_mask"][real].sum(axis=1)],
+                    int(batch["input_mask"].shape[1])))
+    return out
+
+
+def worker_ours(args) -> dict:
+    from bert_ad.compat import TF_VERSION, session_config, tf
+    from bert_ad.towers import plan_from_environment
+    from bert_ad.trainer import LoopSettings, train
+
+    features, config, labels = build_ours(
+        args, os.path.join(args.model_dir, "bert_config.json"),
+        os.path.join(args.model_dir, "vocab.txt"))
+    plan = plan_from_environment(args.towers)
+    config_proto = session_config(plan.num_cpu_devices)
+    peaks = {}
+    if not args.no_peak:
+        peaks["tf_matmul_flops"] = bench.measure_tf_matmul(session_config=config_proto)
+        peaks["numpy_matmul_flops"] = bench.measure_numpy_matmul()
+        peaks["tf_model_matmul_flops"] = bench.measure_tf_matmul(
+            args.batch * args.seq, config.hidden_size, config.intermediate_size,
+            session_config=config_proto)
+    per_tower, towers = args.batch, args.towers
+    total_steps = args.warmup + args.steps + 1
+    source = batch_source(args, features)
+    stamps, cpu_stamps, micro_batches = [], [], []
+
+    def timed_batches(start_example: int):
+        # A timestamp each time the training loop asks for its next step.
+        for micro_batch in source(start_example):
+            stamps.append(time.perf_counter())
+            cpu_stamps.append(time.process_time())
+            micro_batches.append(micro_batch)
+            yield micro_batch
+
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as output_dir:
+        with tf.Graph().as_default():
+            graph = build_ours_graph(plan, config, len(labels), total_steps)
+            loop = LoopSettings(output_dir, total_steps, per_tower * towers, 1,
+                                save_checkpoints_steps=10 ** 9, keep_checkpoint_max=1,
+                                log_every_n_steps=10 ** 9,
+                                init_checkpoint=os.path.join(args.model_dir,
+                                                             "bert_model.ckpt"),
+                                session_config=config_proto)
+            result = train(graph, timed_batches, loop)
+    if result.steps_run != total_steps or len(stamps) < total_steps:
+        raise RuntimeError(f"ran {result.steps_run} steps, expected {total_steps}")
+    first, last = args.warmup, args.warmup + args.steps
+    elapsed = stamps[last] - stamps[first]
+    useful = executed = real_tokens = padded_tokens = 0
+    padded_lengths = []
+    for micro_batch in micro_batches[first:last]:
+        for lengths, seq in batch_lengths(micro_batch):
+            useful += bench.training_flops(config, lengths, len(labels))
+            executed += bench.training_flops(config, [seq] * len(lengths), len(labels))
+            real_tokens += sum(lengths)
+            padded_tokens += seq * len(lengths)
+            padded_lengths.append(seq)
+    durations = [b - a for a, b in zip(stamps[first:last], stamps[first + 1:last + 1])]
+    out = {"impl": "ours", "tf": TF_VERSION, "seq": args.seq, "padding": args.padding,
+           "towers": towers, "batch": per_tower, "steps": args.steps,
+           "examples_per_sec": args.steps * per_tower * towers / elapsed,
+           "median_step_sec": bench.median(durations),
+           "examples_per_cpu_sec": args.steps * per_tower * towers / (
+               cpu_stamps[last] - cpu_stamps[first]),
+           "useful_flops_per_sec": useful / elapsed,
+           "executed_flops_per_sec": executed / elapsed,
+           "real_tokens": real_tokens, "padded_tokens": padded_tokens,
+           "step_sec": durations, "padded_lengths": padded_lengths,
+           "final_loss": result.last_loss, "loadavg": _loadavg()}
+    out.update(peaks)
+    return out
+
+
+def worker_cli(args) -> dict:
+    """The real CLI as a user runs it; examples/sec from its own log lines.
+
+    --max_train_examples and --num_train_epochs=1 give at least warmup +
+    steps + 10 steps, a multiple of 10; the trainer logs every 10 steps and
+    the first interval (session start, first-shape set-up) is dropped.
+    """
+    import re
+    import subprocess
+    interval = 10
+    steps = -(-(args.warmup + args.steps) // interval) * interval + interval
+    global_batch = args.batch * args.towers
+    with tempfile.TemporaryDirectory(prefix="bench_cli_") as output_dir:
+        command = [
+            sys.executable, os.path.join(REPO, "run_classifier_mgpu.py"),
+            "--task_name=sentiment", f"--data_dir={args.data_dir}",
+            f"--vocab_file={os.path.join(args.model_dir, 'vocab.txt')}",
+            f"--bert_config_file={os.path.join(args.model_dir, 'bert_config.json')}",
+            f"--init_checkpoint={os.path.join(args.model_dir, 'bert_model.ckpt')}",
+            f"--max_seq_length={args.seq}", f"--train_batch_size={args.batch}",
+            f"--n_gpus={args.towers}", f"--max_train_examples={steps * global_batch}",
+            "--num_train_epochs=1", f"--learning_rate={LEARNING_RATE}",
+            f"--log_every_n_steps={interval}", "--save_checkpoints_steps=100000",
+            f"--padding={'max_length' if args.padding == 'max_length' else 'dynamic'}",
+            "--do_train=true", f"--output_dir={output_dir}"]
+        if args.padding == "bucketed":
+            command.append("--bucket_by_length=true")
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    rates = [float(m) for m in re.findall(r"([\d.]+) examples/sec", proc.stdout)]
+    if proc.returncode != 0 or len(rates) < 3:
+        raise RuntimeError(f"run_classifier_mgpu.py exited {proc.returncode} with "
+                           f"{len(rates)} rate lines:\n{proc.stdout[-2000:]}")
+    kept = rates[1:]
+    return {"impl": "cli", "seq": args.seq, "padding": args.padding,
+            "towers": args.towers, "batch": args.batch, "steps": interval * len(kept),
+            "examples_per_sec": bench.median(kept), "log_rates": rates,
+            "loadavg": _loadavg()}
+
+
+# ----------------------------------------------------------------------------
+# Worker: Hugging Face transformers on PyTorch CPU
+# ----------------------------------------------------------------------------
+
+def hf_model_dir(args) -> str:
+    if args.hf_dir:
+        return args.hf_dir
+    from bert_ad import assets
+    return assets.path("minilm", assets.MINILM_MODEL_DIR)
+
+
+def worker_hf(args) -> dict:
+    # Before torch loads OpenMP: on a machine whose cores are busy with other
+    # work, libgomp's default spin-waiting makes each of torch's many small
+    # parallel regions wait for a descheduled thread (10x slower steps here);
+    # PASSIVE is the setting that gives PyTorch its best throughput then.
+    if args.omp_wait_policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import (AutoTokenizer, BertForSequenceClassification,
+                              DataCollatorWithPadding, get_linear_schedule_with_warmup)
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.manual_seed(SEED)
+
+    hf_dir = hf_model_dir(args)
+    examples, labels = read_train_examples(args.data_dir)
+    label_ids = np.array([labels.index(e.label) for e in examples], np.int64)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    # Tokenised once up front (like a datasets.map), padded per batch by the
+    # collator, as a transformers training script does.
+    encoded = tokenizer([e.text_a for e in examples], truncation=True,
+                        max_length=args.seq)
+    rows = [{key: encoded[key][i] for key in encoded} for i in range(len(examples))]
+    if args.padding != "max_length":
+        collator = DataCollatorWithPadding(tokenizer, padding="longest")
+    else:
+        collator = DataCollatorWithPadding(tokenizer, padding="max_length",
+                                           max_length=args.seq)
+    model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=len(labels))
+    model.train()
+    no_decay = ("bias", "LayerNorm.weight")  # Google's exclusions, as HF's Trainer
+    groups = [
+        {"params": [p for n, p in model.named_parameters()
+                    if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
+        {"params": [p for n, p in model.named_parameters()
+                    if any(k in n for k in no_decay)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=LEARNING_RATE, eps=1e-6)
+    total_steps = args.warmup + args.steps + 1
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(total_steps * 0.1),
+                                                total_steps)
+    # "bucketed": our length-bucketed order, the counterpart of the Trainer's
+    # group_by_length.
+    plan = step_indices([len(r["input_ids"]) for r in rows], args.batch, total_steps,
+                        args.padding == "bucketed")
+    stamps, cpu_stamps, lengths_per_step, padded_per_step = [], [], [], []
+    loss = None
+    for step in range(total_steps):
+        stamps.append(time.perf_counter())
+        cpu_stamps.append(time.process_time())
+        indices = plan[step]
+        batch = collator([rows[i] for i in indices])
+        batch["labels"] = torch.from_numpy(label_ids[indices])
+        lengths_per_step.append([len(rows[i]["input_ids"]) for i in indices])
+        padded_per_step.append(int(batch["input_ids"].shape[1]))
+        output = model(**batch)
+        output.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = float(output.loss.detach())
+    stamps.append(time.perf_counter())
+    cpu_stamps.append(time.process_time())
+    first, last = args.warmup, args.warmup + args.steps
+    elapsed = stamps[last] - stamps[first]
+    config = _HFConfigView(model.config)
+    useful = sum(bench.training_flops(config, lengths, len(labels))
+                 for lengths in lengths_per_step[first:last])
+    durations = [b - a for a, b in zip(stamps[first:last], stamps[first + 1:last + 1])]
+    return {"impl": "hf", "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
+            "seq": args.seq, "padding": args.padding, "towers": 1, "batch": args.batch,
+            "steps": args.steps,
+            "examples_per_sec": args.steps * args.batch / elapsed,
+            "median_step_sec": bench.median(durations),
+            "examples_per_cpu_sec": args.steps * args.batch / (
+                cpu_stamps[last] - cpu_stamps[first]),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+            "useful_flops_per_sec": useful / elapsed,
+            "real_tokens": sum(sum(x) for x in lengths_per_step[first:last]),
+            "padded_tokens": sum(p * args.batch for p in padded_per_step[first:last]),
+            "torch_threads": torch.get_num_threads(), "final_loss": loss,
+            "loadavg": _loadavg()}
+
+
+class _HFConfigView:
+    """The fields of a transformers BertConfig that the FLOP formula reads."""
+
+    def __init__(self, config):
+        self.hidden_size = config.hidden_size
+        self.intermediate_size = config.intermediate_size
+        self.num_hidden_layers = config.num_hidden_layers
+
+
+# ----------------------------------------------------------------------------
+# Profile: where one step's time goes
+# ----------------------------------------------------------------------------
+
+def _category(name: str) -> str:
+    """Which part of the training step a traced op belongs to, by its name."""
+    if "clip_by_global_norm" in name:
+        return "clip by global norm (incl. embedding-gradient dedup)"
+    if "AdamWeightDecay" in name or "/adam_" in name or name.startswith("cond/"):
+        return "optimizer apply (adamw, dense, all 22.7M weights)"
+    if name.startswith("average_gradients"):
+        return "average gradients over towers"
+    if "/gradients/" in name or name.startswith("gradients"):
+        if "embeddings" in name:
+            return "backward: embeddings"
+        return "backward: encoder + head"
+    if name.startswith("tower_"):
+        if "embeddings" in name:
+            return "forward: embeddings"
+        return "forward: encoder + head"
+    return "other (variable reads, step counter, ...)"
+
+
+def worker_profile(args) -> dict:
+    """Time python-side batch making vs session.run, then trace one step."""
+    from bert_ad.batching import training_batches
+    from bert_ad.checkpoint import WarmStart
+    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+    from bert_ad.compat import session_config, tf
+    from bert_ad.towers import plan_from_environment
+
+    features, config, labels = build_ours(
+        args, os.path.join(args.model_dir, "bert_config.json"),
+        os.path.join(args.model_dir, "vocab.txt"))
+    plan = plan_from_environment(args.towers)
+    padding = padding_value(args)
+    with tf.Graph().as_default():
+        graph = build_ours_graph(plan, config, len(labels), 1000)
+        warm = WarmStart(os.path.join(args.model_dir, "bert_model.ckpt"),
+                         tf.global_variables())
+        fetches = {"loss": graph.loss, "applied": graph.train_step,
+                   "global_step": graph.step_after, "learning_rate": graph.learning_rate,
+                   "grad_norm": graph.grad_norm}
+        init = [tf.global_variables_initializer(), tf.local_variables_initializer()]
+        # Without do_train's prefetch thread, to time the Python side alone.
+        stream = training_batches(features, args.batch, args.towers, SEED, 0, padding,
+                                  BUCKET_WINDOW_BATCHES if args.padding == "bucketed"
+                                  else 0)
+        with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
+            session.run(init)
+            warm.restore(session)
+            batch_time = run_time = 0.0
+            for step in range(args.warmup + args.steps):
+                start = time.perf_counter()
+                feed = {}
+                for placeholders, batch in zip(graph.placeholders, next(stream)):
+                    for name, placeholder in placeholders.items():
+                        feed[placeholder] = batch[name]
+                middle = time.perf_counter()
+                session.run(fetches, feed)
+                end = time.perf_counter()
+                if step >= args.warmup:
+                    batch_time += middle - start
+                    run_time += end - middle
+            options = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE)
+            metadata = tf.RunMetadata()
+            start = time.perf_counter()
+            session.run(fetches, feed, options=options, run_metadata=metadata)
+            traced_wall = time.perf_counter() - start
+    by_category, by_type, by_node = {}, {}, {}
+    for device in metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+            micros = node.all_end_rel_micros
+            name = node.node_name.split(":")[0]
+            if name in ("_SOURCE", "_SINK"):
+                continue
+            op_type = node.timeline_label.split("(")[0].split("=")[-1].strip() \
+                if "=" in node.timeline_label else name
+            category = _category(name)
+            by_category[category] = by_category.get(category, 0) + micros
+            by_type[op_type] = by_type.get(op_type, 0) + micros
+            by_node[name] = by_node.get(name, 0) + micros
+    return {"impl": "profile", "seq": args.seq, "padding": args.padding,
+            "towers": args.towers, "batch": args.batch, "steps": args.steps,
+            "python_batch_sec_per_step": batch_time / args.steps,
+            "session_run_sec_per_step": run_time / args.steps,
+            "traced_step_wall_sec": traced_wall,
+            "op_micros_by_category": by_category, "op_micros_by_type": by_type,
+            "op_micros_by_node": by_node}
+
+
+def print_profile(result: dict) -> None:
+    print(f"\n### Profile: seq {result['seq']}, {result['padding']} padding, "
+          f"{result['towers']} tower(s) x {result['batch']}\n")
+    batch, run = result["python_batch_sec_per_step"], result["session_run_sec_per_step"]
+    print(bench.markdown_table(
+        ["per step (mean of %d)" % result["steps"], "ms", "share"],
+        [["python: indices + make_batch + feed dict", bench.fmt(batch * 1e3),
+          bench.fmt(100 * batch / (batch + run)) + "%"],
+         ["session.run (graph)", bench.fmt(run * 1e3),
+          bench.fmt(100 * run / (batch + run)) + "%"]]))
+    for title, table in (("category", result["op_micros_by_category"]),
+                         ("op type (top 15)", result["op_micros_by_type"]),
+                         ("op (top 15)", result["op_micros_by_node"])):
+        total = float(sum(table.values())) or 1.0
+        rows = sorted(table.items(), key=lambda kv: -kv[1])[:15]
+        print()
+        print(bench.markdown_table(
+            [f"traced step: op time by {title}", "ms (summed over threads)", "share"],
+            [[k, bench.fmt(v / 1e3), bench.fmt(100 * v / total) + "%"] for k, v in rows]))
+    print(f"\ntraced step wall time {result['traced_step_wall_sec'] * 1e3:.0f} ms "
+          "(tracing itself adds overhead)")
+
+
+# ----------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------
+
+def worker_command(args, impl: str, seq: int, padding: str, towers: int, batch: int,
+                   extra: list | None = None) -> list:
+    command = [sys.executable, os.path.abspath(__file__), "--worker", impl,
+               "--seq", str(seq), "--padding", padding, "--towers", str(towers),
+               "--batch", str(batch), "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--model_dir", args.model_dir,
+               "--data_dir", args.data_dir]
+    if args.hf_dir:
+        command += ["--hf_dir", args.hf_dir]
+    if impl == "hf":
+        command += ["--omp_wait_policy", args.omp_wait_policy]
+    return command + list(extra or [])
+
+
+class Suite:
+    """The runs of one suite and their results, keyed by configuration."""
+
+    def __init__(self, args):
+        self.args = args
+        self.results = {}
+
+    def run(self, impl: str, seq: int, padding: str, towers: int, batch: int) -> None:
+        key = (impl, seq, padding, towers, batch)
+        command = worker_command(self.args, impl, seq, padding, towers, batch)
+        started = time.time()
+        try:
+            result = bench.run_worker(command, env={"PYTHONPATH": REPO})
+        except RuntimeError as e:
+            print(f"  FAILED {key}: {e}", file=sys.stderr)
+            return
+        self.results.setdefault(key, []).append(result)
+        if self.args.json:  # after every run: a long suite cut short keeps its data
+            write_json(self.args.json, self.results)
+        extra = ""
+        if "examples_per_cpu_sec" in result:
+            extra += f" ({result['examples_per_cpu_sec']:.1f} per CPU-sec)"
+        if "tf_matmul_flops" in result:
+            extra += (f", useful {result['useful_flops_per_sec'] / 1e9:.1f} GFLOP/s, "
+                      f"matmul peak {_peak(result) / 1e9:.1f} GFLOP/s")
+        print(f"  {impl:4s} seq {seq:3d} {padding:10s} {towers} x {batch:2d}: "
+              f"{result['examples_per_sec']:7.1f} examples/sec{extra} "
+              f"({time.time() - started:.0f} s, load {_loadavg()})", file=sys.stderr,
+              flush=True)
+
+    def median(self, key, field: str = "examples_per_sec") -> float:
+        values = [r.get(field) for r in self.results.get(key, [])]
+        return bench.median([v for v in values if v is not None])
+
+
+def _loadavg() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "?"
+
+
+def suite_plan(args) -> list:
+    """One round of runs (impl, seq, padding, towers, batch), ours and theirs
+    interleaved."""
+    runs = []
+    for seq in ([64] if args.quick else [64, 128]):
+        for padding in PADDINGS:
+            runs.append(("ours", seq, padding, 1, 16))
+            if seq == 64 and padding != "bucketed" and not args.quick:
+                runs.append(("cli", seq, padding, 1, 16))
+            if not args.skip_hf:
+                runs.append(("hf", seq, padding, 1, 16))
+            if not args.quick or padding == "dynamic":
+                runs.append(("ours", seq, padding, 2, 16))
+            # The overhead pair at 128 only where the shapes are fixed.
+            if (seq == 64 and (not args.quick or padding == "dynamic")) or \
+                    padding == "max_length":
+                runs.append(("ours", seq, padding, 1, 32))
+    return runs
+
+
+def _peak(result: dict) -> float:
+    """The best float32 matmul rate the worker measured (the FLOP/s ceiling)."""
+    return max(result["tf_matmul_flops"], result["numpy_matmul_flops"],
+               result["tf_model_matmul_flops"])
+
+
+PADDING_NAMES = {"max_length": "max_length", "dynamic": "dynamic",
+                 "bucketed": "dynamic + length buckets"}
+
+
+def print_tables(suite: Suite, args) -> None:
+    seqs = sorted({k[1] for k in suite.results})
+    shapes = ((1, 16), (2, 16), (1, 32))
+    print("\n### Training examples/sec (median of %d rounds, %d timed steps each)\n"
+          % (args.repeats, args.steps))
+    rows = []
+    for seq in seqs:
+        for padding in PADDINGS:
+            keys = [("ours", seq, padding, t, b) for t, b in shapes]
+            keys[1:1] = [("cli", seq, padding, 1, 16), ("hf", seq, padding, 1, 16)]
+            for key in keys:
+                if key not in suite.results:
+                    continue
+                name = {"ours": "bert_ad (trainer.train, in process)",
+                        "cli": "bert_ad (run_classifier_mgpu.py, its log)",
+                        "hf": "HF transformers, PyTorch CPU"}[key[0]]
+                rows.append([name, seq, PADDING_NAMES[padding], f"{key[3]} x {key[4]}",
+                             bench.fmt(suite.median(key)),
+                             bench.fmt(suite.median(key, "examples_per_cpu_sec")),
+                             bench.fmt(suite.median(key, "median_step_sec") * 1e3, 0),
+                             len(suite.results[key])])
+    print(bench.markdown_table(["implementation", "max_seq_length", "padding",
+                                "towers x batch", "examples/sec", "examples/CPU-sec",
+                                "median step ms", "runs"], rows, "llllrrrr"))
+    print("\nexamples/sec: wall clock over the timed steps (the CLI row: the median "
+          "of the examples/sec its trainer logs every 10 steps, first interval "
+          "dropped). examples/CPU-sec: the same "
+          "examples over the CPU time the process used in that window (all threads), "
+          "which depends less on how much of the shared cores other jobs took.")
+
+    if not args.skip_hf:
+        print("\n### Ours / Hugging Face, 1 tower x 16 (ratio of medians)\n")
+        rows = []
+        pairs = [("max_length", "max_length", ">= 2.0"), ("dynamic", "dynamic", ">= 1.5"),
+                 ("bucketed", "bucketed", ""), ("dynamic", "max_length", ""),
+                 ("bucketed", "dynamic", "")]
+        for seq in seqs:
+            for mine, theirs, target in pairs:
+                ours_key, hf_key = ("ours", seq, mine, 1, 16), ("hf", seq, theirs, 1, 16)
+                if ours_key not in suite.results or hf_key not in suite.results:
+                    continue
+                wall = suite.median(ours_key) / suite.median(hf_key)
+                cpu = (suite.median(ours_key, "examples_per_cpu_sec")
+                       / suite.median(hf_key, "examples_per_cpu_sec"))
+                rows.append([seq, f"ours {PADDING_NAMES[mine]} / HF "
+                             f"{PADDING_NAMES[theirs]}", bench.fmt(wall, 2),
+                             bench.fmt(cpu, 2), target if seq == 64 else ""])
+        print(bench.markdown_table(["max_seq_length", "comparison", "examples/sec ratio",
+                                    "examples/CPU-sec ratio", "target"], rows, "llrrl"))
+        print("\nHF bucketed = the same length-bucketed order as ours (the counterpart "
+              "of TrainingArguments(group_by_length=True)), padded to the longest row.")
+
+    print("\n### Useful-token FLOP/s vs this machine's matmul FLOP/s\n")
+    rows = []
+    for seq in seqs:
+        for padding in PADDINGS:
+            ours_16 = suite.results.get(("ours", seq, padding, 1, 16), [])
+            for key in [("ours", seq, padding, t, b) for t, b in shapes] + [
+                    ("hf", seq, padding, 1, 16)]:
+                results = suite.results.get(key, [])
+                if not results:
+                    continue
+                if key[0] == "ours":
+                    peaks = [_peak(r) for r in results]
+                elif ours_16:  # HF workers do not measure; use ours' same-config peak
+                    peaks = [bench.median([_peak(r) for r in ours_16])] * len(results)
+                else:
+                    continue
+                useful = [r["useful_flops_per_sec"] / p for r, p in zip(results, peaks)]
+                executed = ([r["executed_flops_per_sec"] / p
+                             for r, p in zip(results, peaks)] if key[0] == "ours" else [])
+                share = [r["real_tokens"] / r["padded_tokens"] for r in results]
+                name = f"{key[3]} x {key[4]}" + ("" if key[0] == "ours" else " HF")
+                rows.append([seq, PADDING_NAMES[padding], name,
+                             bench.fmt(suite.median(key, "useful_flops_per_sec") / 1e9),
+                             bench.fmt(bench.median(peaks) / 1e9),
+                             bench.fmt(100 * bench.median(useful)) + "%",
+                             bench.fmt(100 * bench.median(executed)) + "%"
+                             if executed else "-",
+                             bench.fmt(100 * bench.median(share)) + "%"])
+    print(bench.markdown_table(
+        ["max_seq_length", "padding", "towers x batch", "useful GFLOP/s",
+         "matmul peak GFLOP/s", "useful / peak", "executed / peak",
+         "real / padded tokens"], rows, "lllrrrrr"))
+    print("\nuseful: matmul FLOPs of the real (unpadded) tokens; executed: of the padded "
+          "batch the step really ran (bert_ad/benchmarking.py has the formula). matmul "
+          "peak: the best float32 matmul rate each worker measured just before it "
+          "trained (best of 5 runs each of a TensorFlow 2048^3, a numpy 2048^3 and the "
+          "model-shaped TensorFlow [batch*seq, hidden] x [hidden, intermediate] "
+          "product); fractions are per run, then the median. Target: useful / peak "
+          ">= 40%.")
+
+    print("\n### Multi-tower overhead: 2 towers x 16 vs 1 tower x 32 (same cores)\n")
+    rows = []
+    for seq in seqs:
+        for padding in PADDINGS:
+            two, one = ("ours", seq, padding, 2, 16), ("ours", seq, padding, 1, 32)
+            if two in suite.results and one in suite.results:
+                rows.append([seq, PADDING_NAMES[padding], bench.fmt(suite.median(two)),
+                             bench.fmt(suite.median(one)),
+                             bench.fmt(suite.median(two) / suite.median(one), 3),
+                             bench.fmt(suite.median(two, "examples_per_cpu_sec")
+                                       / suite.median(one, "examples_per_cpu_sec"), 3)])
+    print(bench.markdown_table(["max_seq_length", "padding", "2 x 16 examples/sec",
+                                "1 x 32 examples/sec", "ratio", "ratio per CPU-sec"],
+                               rows, "llrrrr"))
+    print("\nTarget: ratio >= 0.95 (overhead within 5%).")
+
+
+def print_machine() -> None:
+    info = bench.machine_description()
+    print("### Machine\n")
+    print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
+
+
+def write_json(path: str, results: dict) -> None:
+    """Raw results ({"machine", "results": [{"key", "runs"}]}), via a temporary file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump({"machine": bench.machine_description(),
+                   "results": [{"key": list(k), "runs": v} for k, v in results.items()]},
+                  f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def load_json(path: str) -> dict:
+    with open(path) as f:
+        return {tuple(item["key"]): item["runs"] for item in json.load(f)["results"]}
+
+
+def run_suite(args) -> int:
+    print_machine()
+    suite = Suite(args)
+    plan = suite_plan(args)
+    for round_index in range(args.repeats):
+        print(f"round {round_index + 1}/{args.repeats}", file=sys.stderr, flush=True)
+        # Alternate the order between rounds so drift in the machine's load
+        # does not always favour the same configurations.
+        for run in (plan if round_index % 2 == 0 else list(reversed(plan))):
+            suite.run(*run)
+    print_tables(suite, args)
+    if args.profile_after:
+        for padding in PADDINGS:
+            command = worker_command(args, "profile", 64, padding, 1, 16)
+            print_profile(bench.run_worker(command, env={"PYTHONPATH": REPO}))
+    return 0
+
+
+def run_scaling(args) -> int:
+    """Examples/sec for each tower count and the scaling efficiency vs 1 tower."""
+    print_machine()
+    counts = [int(x) for x in args.towers_scaling.split(",")]
+    results = {}
+    for towers in counts:
+        command = worker_command(args, "ours", args.seq, args.padding, towers,
+                                 args.batch, ["--no_peak"])
+        results[towers] = bench.run_worker(command, env={"PYTHONPATH": REPO})
+    base = results[counts[0]]["examples_per_sec"] / counts[0]
+    print(f"\n### Tower scaling: seq {args.seq}, {args.padding} padding, batch "
+          f"{args.batch} per tower, {args.steps} timed steps\n")
+    print(bench.markdown_table(
+        ["towers", "examples/sec", "per tower", "scaling efficiency"],
+        [[t, bench.fmt(r["examples_per_sec"]), bench.fmt(r["examples_per_sec"] / t),
+          bench.fmt(100 * r["examples_per_sec"] / (t * base)) + "%"]
+         for t, r in results.items()]))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(parser)
+    parser.add_argument("--quick", action="store_true", help="seq 64 only, 1 round")
+    parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3)")
+    parser.add_argument("--skip_hf", action="store_true", help="no Hugging Face runs")
+    parser.add_argument("--json", default=None, help="also write raw results here")
+    parser.add_argument("--tables_from", default=None,
+                        help="print the tables of an earlier --json file and exit")
+    parser.add_argument("--profile_after", action="store_true",
+                        help="after the suite, profile seq 64 x 16, both paddings")
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile one configuration (--seq, --padding, ...)")
+    parser.add_argument("--towers_scaling", default=None,
+                        help="comma-separated tower counts: scaling table only")
+    # One configuration (workers, --profile, --towers_scaling).
+    parser.add_argument("--worker", choices=["ours", "hf", "cli", "profile"], default=None,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--seq", type=int, default=64, help="max_seq_length")
+    parser.add_argument("--padding", choices=list(PADDINGS), default="dynamic",
+                        help="bucketed = dynamic + --bucket_by_length")
+    parser.add_argument("--towers", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=16, help="batch size per tower")
+    parser.add_argument("--no_peak", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--omp_wait_policy", choices=["PASSIVE", "ACTIVE", "default"],
+                        default="PASSIVE",
+                        help="OMP_WAIT_POLICY of the PyTorch runs (see worker_hf)")
+    args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = 15 if args.quick else 40
+    if args.warmup is None:
+        args.warmup = 3 if args.quick else 5
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
+
+    if args.tables_from:
+        suite = Suite(args)
+        suite.results = load_json(args.tables_from)
+        args.repeats = max(len(v) for v in suite.results.values())
+        print_tables(suite, args)
+        return 0
+    if args.worker == "ours":
+        bench.emit_result(worker_ours(args))
+        return 0
+    if args.worker == "hf":
+        bench.emit_result(worker_hf(args))
+        return 0
+    if args.worker == "cli":
+        bench.emit_result(worker_cli(args))
+        return 0
+    if args.worker == "profile":
+        bench.emit_result(worker_profile(args))
+        return 0
+    for path, what in ((os.path.join(args.model_dir, "bert_model.ckpt.index"),
+                        "MiniLM Google checkpoint (run scripts/fetch_minilm.sh)"),
+                       (os.path.join(args.data_dir, "train.tsv"),
+                        "movie-review sentences (run scripts/prepare_data.py "
+                        "movie_reviews --output_dir DIR)")):
+        if not os.path.exists(path):
+            print(f"error: {path} not found: the {what}", file=sys.stderr)
+            return 2
+    if args.profile:
+        command = worker_command(args, "profile", args.seq, args.padding, args.towers,
+                                 args.batch)
+        print_profile(bench.run_worker(command, env={"PYTHONPATH": REPO}))
+        return 0
+    if args.towers_scaling:
+        return run_scaling(args)
+    return run_suite(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

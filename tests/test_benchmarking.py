@@ -1,0 +1,179 @@
+"""The benchmark suite's pure parts: the FLOP formula, tables, the worker protocol.
+
+No timing is asserted anywhere: the figures themselves are recorded in
+docs/benchmarks.md, not tested.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from bert_ad import benchmarking as bench
+from bert_ad.batching import TokenizedExamples, make_batch
+from bert_ad.compat import tf
+from bert_ad.modeling import BertConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(**overrides) -> BertConfig:
+    values = dict(vocab_size=50, hidden_size=4, num_hidden_layers=1,
+                  num_attention_heads=2, intermediate_size=8,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                  max_position_embeddings=16)
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+def test_flops_match_a_hand_count():
+    # H=4, I=8, one layer, 2 labels, one sequence of 3 tokens, forward:
+    #   projections Q,K,V,O: 4 matmuls [3,4]x[4,4] = 4 * 2*3*4*4 = 384
+    #   FFN: [3,4]x[4,8] and [3,8]x[8,4]          = 2 * 2*3*4*8 = 384
+    #   attention: QK^T and PV over 2 heads of 2:  2 * 2 * (2*3*3*2) = 144
+    #   pooler [1,4]x[4,4] = 32; classifier [1,4]x[4,2] = 16
+    config = tiny_config()
+    assert bench.encoder_matmul_params(config) == 4 * 16 + 2 * 32
+    assert bench.forward_flops(config, [3], 2) == 384 + 384 + 144 + 32 + 16
+    assert bench.training_flops(config, [3], 2) == 3 * 960
+    # Two sequences: token terms add, the attention term is per sequence (n^2).
+    assert bench.forward_flops(config, [3, 5], 2) == (
+        2 * 128 * 8 + 4 * 4 * (9 + 25) + 2 * 48)
+
+
+def test_flops_scale_with_layers_and_ignore_padding_they_are_not_given():
+    two_layers = tiny_config(num_hidden_layers=2)
+    one_layer = tiny_config()
+    head = 2 * (2 * 4 * 4 + 2 * 4 * 2)
+    assert bench.forward_flops(two_layers, [3, 5], 2) - head == 2 * (
+        bench.forward_flops(one_layer, [3, 5], 2) - head)
+    assert bench.training_flops(one_layer, [], 2) == 0
+
+
+def _build_classifier(config: BertConfig, batch: int, seq: int, num_labels: int,
+                      train: bool):
+    from bert_ad.classification import classifier
+    features = {
+        "input_ids": tf.placeholder(tf.int32, [batch, seq]),
+        "input_mask": tf.placeholder(tf.int32, [batch, seq]),
+        "segment_ids": tf.placeholder(tf.int32, [batch, seq]),
+        "label_ids": tf.placeholder(tf.int32, [batch]),
+        "example_weights": tf.placeholder(tf.float32, [batch]),
+    }
+    out = classifier(config, features, num_labels, train)
+    if train:
+        tf.gradients(out.loss, tf.trainable_variables())
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_formula_equals_the_matmuls_of_the_real_graph(train):
+    config = tiny_config(hidden_size=8, num_hidden_layers=2, intermediate_size=12)
+    with tf.Graph().as_default() as graph:
+        _build_classifier(config, batch=3, seq=5, num_labels=3, train=train)
+        counted = bench.graph_matmul_flops(graph)
+    formula = (bench.training_flops if train else bench.forward_flops)(
+        config, [5, 5, 5], 3)
+    assert counted == formula
+
+
+def test_graph_count_refuses_dynamic_shapes():
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 4])
+        tf.matmul(x, tf.ones([4, 2]))
+        with pytest.raises(ValueError, match="dynamic shape"):
+            bench.graph_matmul_flops(graph)
+
+
+def test_markdown_table_pads_and_aligns():
+    table = bench.markdown_table(["name", "rate"], [["ours", "12.5"], ["hf", 3]])
+    assert table.splitlines() == [
+        "| name | rate |",
+        "|:-----|-----:|",
+        "| ours | 12.5 |",
+        "| hf   |    3 |",
+    ]
+    left = bench.markdown_table(["a", "b"], [["x", "yy"]], align="ll")
+    assert left.splitlines()[1:] == ["|:--|:---|", "| x | yy |"]
+    with pytest.raises(ValueError, match="3 cells, expected 2"):
+        bench.markdown_table(["a", "b"], [[1, 2, 3]])
+
+
+def test_fmt_and_median():
+    assert bench.fmt(12345.678) == "12,345.7"
+    assert bench.fmt(0.5, 2) == "0.50"
+    assert bench.fmt(float("nan")) == "-"
+    assert bench.median([3.0, None, 1.0, 2.0]) == 2.0
+    assert math.isnan(bench.median([]))
+
+
+def test_run_worker_returns_the_emitted_result_and_reports_failures(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {REPO!r})\n"
+        "from bert_ad import benchmarking as b\n"
+        "print('noise before')\n"
+        "b.emit_result({'rate': 1.5, 'name': sys.argv[1]})\n"
+        "print('noise after')\n")
+    assert bench.run_worker([sys.executable, str(script), "x"]) == {
+        "rate": 1.5, "name": "x"}
+    failing = tmp_path / "failing.py"
+    failing.write_text("print('about to fail')\nraise SystemExit(3)\n")
+    with pytest.raises(RuntimeError, match="exited 3 without a result") as error:
+        bench.run_worker([sys.executable, str(failing)])
+    assert "about to fail" in str(error.value)
+
+
+def test_matmul_measurements_return_a_rate():
+    assert bench.measure_numpy_matmul(n=32, repeats=2) > 0
+    assert bench.measure_tf_matmul(16, 8, 4, repeats=2) > 0
+
+
+def test_machine_description_names_cores_and_cpu():
+    info = bench.machine_description()
+    assert info["nproc"] == os.cpu_count()
+    assert info["cpu_model"]
+    assert info["tensorflow"] != "not installed"
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(REPO, "scripts", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_train_counts_real_tokens_of_real_rows_only():
+    bench_train = _load_script("bench_train")
+    examples = TokenizedExamples(
+        {"input_ids": [np.arange(1, n + 1) for n in (3, 9, 5)],
+         "segment_ids": [np.zeros(n, np.int32) for n in (3, 9, 5)]},
+        np.array([0, 1, 0]))
+    # Tower 0: rows 0 and 1 (dynamic: padded to 16); tower 1: row 2 and a filler row.
+    micro_batch = [make_batch(examples, [0, 1], "dynamic"),
+                   make_batch(examples, [2], 64, batch_size=2)]
+    assert bench_train.batch_lengths(micro_batch) == [([3, 9], 16), ([5], 64)]
+
+
+def test_bench_train_plan_has_every_comparison_the_tables_need():
+    bench_train = _load_script("bench_train")
+
+    class Args:
+        quick, skip_hf = False, False
+    plan = bench_train.suite_plan(Args)
+    assert len(plan) == len(set(plan))
+    for seq in (64, 128):
+        for padding in bench_train.PADDINGS:
+            assert ("ours", seq, padding, 1, 16) in plan
+            assert ("hf", seq, padding, 1, 16) in plan
+            assert ("ours", seq, padding, 2, 16) in plan
+    for padding in bench_train.PADDINGS:  # the multi-tower overhead pairs
+        assert ("ours", 64, padding, 1, 32) in plan
+    Args.quick, Args.skip_hf = True, True
+    assert {run[0] for run in bench_train.suite_plan(Args)} == {"ours"}

@@ -1,0 +1,592 @@
+"""Several workers for real: TensorFlow servers on loopback ports, CPU towers.
+
+* The collective layer (bert_ad/collective.py) between three workers in one
+  subprocess: packed gradient means (dense, sparse, None), float16 exchange,
+  the chief's broadcast, checksums and all-gather, against numpy.
+* run_classifier_mgpu.py as users run it: 2 workers x 1 tower (started with
+  scripts/launch_local_workers.sh) end with the same weights and optimizer
+  state as 1 worker x 2 towers and as 1 worker x 1 tower with the double
+  batch (dropout off, relative difference <= 1e-5); run_pretraining_mgpu.py
+  likewise with 2 workers and 2 towers, accumulating 2 micro-batches.
+* A killed worker makes the other stop with a one-line error within its
+  timeout; relaunching both resumes from the chief's newest checkpoint, and
+  only the chief wrote to its output dir.
+* Bad cluster input (malformed TF_CONFIG, task index out of range, a port in
+  use, a worker that never comes up, workers with different flags) is one
+  `error:` line, exit 2.
+
+Every subprocess is killed in teardown; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from bert_ad.compat import IS_TF1, tf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(REPO, "tests")
+CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
+PRETRAINING = os.path.join(REPO, "run_pretraining_mgpu.py")
+LAUNCHER = os.path.join(REPO, "scripts", "launch_local_workers.sh")
+SAMPLE = os.path.join(REPO, "data", "sample_sentiment")
+TIMEOUT = 240          # any single subprocess
+BATCH = 4              # per tower
+STEPS = 5              # 40 training rows, global batch 8, 1 epoch
+STEP_TIMEOUT = 10      # --collective_timeout_s in the fault test
+START_TIMEOUT = 90     # --cluster_start_timeout_s (first steps included) on a busy box
+
+
+# ---------------------------------------------------------------------------
+# Processes.
+
+
+def free_ports(n: int) -> list:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_config(ports: list, index: int) -> str:
+    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": index}})
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["CUDA_VISIBLE_DEVICES"] = "-1"
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+class Processes:
+    """Started subprocesses, each writing to its own log file; all killed at exit."""
+
+    def __init__(self):
+        self.running = []
+
+    def start(self, command: list, log_path: str, **env) -> subprocess.Popen:
+        log = open(log_path, "w")
+        process = subprocess.Popen(command, cwd=REPO, env=_env(**env), stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        process.log_path = log_path
+        self.running.append(process)
+        return process
+
+    def __enter__(self) -> "Processes":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for process in self.running:
+            if process.poll() is None:
+                # The launcher's workers share its session: end them all.
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait(process: subprocess.Popen, timeout: float = TIMEOUT) -> int:
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        pytest.fail(f"{process.args} still running after {timeout}s; log:\n"
+                    f"{read(process.log_path)}")
+
+
+def read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def flag_args(flags: dict) -> list:
+    return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()
+            if v is not None]
+
+
+def error_lines(log: str) -> list:
+    return [line for line in log.splitlines() if line.startswith("error:")]
+
+
+def assert_one_error_line(process: subprocess.Popen, *expected: str) -> str:
+    log = read(process.log_path)
+    assert process.returncode == 2, log
+    assert "Traceback" not in log, log
+    errors = error_lines(log)
+    assert len(errors) == 1 and log.splitlines()[-1] == errors[0], log
+    for text in expected:
+        assert text in errors[0], log
+    return errors[0]
+
+
+# ---------------------------------------------------------------------------
+# The collective layer, three workers in one process.
+
+
+def collective_check(out_path: str) -> None:
+    """Run in a subprocess: 3 servers, one thread per worker; save what each got."""
+    import threading
+
+    from bert_ad import compat
+    from bert_ad.collective import CollectiveKeys, Collectives, variables_checksum
+
+    workers = 3
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(workers)]
+    configs, servers = [], []
+    for i in range(workers):
+        config = tf.ConfigProto()
+        compat.configure_collectives(config, "/job:worker/replica:0/task:0",
+                                     f"/job:worker/task:{i}", "ring")
+        configs.append(config)
+        servers.append(compat.start_server(hosts, i, config))
+    results = [None] * workers
+    errors = []
+
+    def worker(i):
+        try:
+            device = f"/job:worker/replica:0/task:{i}/device:CPU:0"
+            with tf.Graph().as_default():
+                collectives = Collectives(workers, device, "CPU", CollectiveKeys())
+                inputs = collective_inputs(i)
+                with tf.device(device):
+                    grads = [tf.constant(inputs["dense"]), None,
+                             tf.IndexedSlices(tf.constant(inputs["slice_values"]),
+                                              tf.constant(inputs["slice_indices"]),
+                                              tf.constant([6, 2])),
+                             tf.constant(inputs["vector"])]
+                    weights = tf.get_variable("weights", initializer=inputs["weights"])
+                    step = tf.get_variable("step", initializer=np.int64(10 + i))
+                # 40-byte packs: the three gradients travel in three packs.
+                mean = collectives.mean_gradients(grads, pack_bytes=40)
+                half = (collectives.mean_gradients(grads, pack_bytes=1 << 20, fp16=True)
+                        if not IS_TF1 else [])
+                broadcast = collectives.broadcast_variables([weights, step], i == 0,
+                                                            pack_bytes=40)
+                with tf.control_dependencies([broadcast]):
+                    checksum = variables_checksum([weights, step])
+                checksums = collectives.all_gather(checksum)
+                gathered = collectives.all_gather(tf.constant([i + 0.5], tf.float64))
+                fetch = {"dense": mean[0], "slices": mean[2], "vector": mean[3],
+                         "checksums": checksums, "gathered": gathered}
+                if half:
+                    fetch.update(half_dense=half[0], half_slices=half[2])
+                assert mean[1] is None
+                shapes = [g.shape.as_list() for g in (mean[0], mean[2], mean[3])]
+                with tf.Session(servers[i].target, config=configs[i]) as session:
+                    session.run(tf.global_variables_initializer())
+                    values = session.run(fetch)
+                    values["weights"], values["step"] = session.run([weights, step])
+                values["shapes"] = np.array(shapes, dtype=object)
+                results[i] = values
+        except Exception as e:  # reported by the main thread
+            errors.append(f"worker {i}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
+               for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    if errors or any(r is None for r in results):
+        raise SystemExit("; ".join(errors) or "a worker did not finish")
+    flat = {f"{i}/{k}": v for i, r in enumerate(results) for k, v in r.items()}
+    np.savez(out_path, **flat)
+
+
+def collective_inputs(worker: int) -> dict:
+    rng = np.random.RandomState(worker)
+    return {"dense": rng.randn(3, 2).astype(np.float32),
+            "slice_values": rng.randn(3, 2).astype(np.float32),
+            "slice_indices": np.array([worker, 4, 4], np.int32),
+            "vector": rng.randn(7).astype(np.float32),
+            "weights": rng.randn(4, 3).astype(np.float32)}
+
+
+def test_collectives_between_three_workers(tmp_path):
+    out = str(tmp_path / "results.npz")
+    code = (f"import sys; sys.path.insert(0, {TESTS!r}); "
+            f"from test_multiworker import collective_check; collective_check({out!r})")
+    with Processes() as processes:
+        process = processes.start([sys.executable, "-c", code], str(tmp_path / "log"))
+        assert wait(process) == 0, read(process.log_path)
+    got = dict(np.load(out, allow_pickle=True))
+    inputs = [collective_inputs(w) for w in range(3)]
+    dense = np.mean([x["dense"] for x in inputs], axis=0)
+    slices = np.zeros((6, 2), np.float32)
+    for x in inputs:
+        np.add.at(slices, x["slice_indices"], x["slice_values"])
+    slices /= 3
+    vector = np.mean([x["vector"] for x in inputs], axis=0)
+    for w in range(3):
+        np.testing.assert_allclose(got[f"{w}/dense"], dense, rtol=1e-6)
+        np.testing.assert_allclose(got[f"{w}/slices"], slices, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got[f"{w}/vector"], vector, rtol=1e-6)
+        assert got[f"{w}/shapes"].tolist() == [[3, 2], [6, 2], [7]]
+        if not IS_TF1:
+            np.testing.assert_allclose(got[f"{w}/half_dense"], dense, rtol=2e-3, atol=2e-3)
+            np.testing.assert_allclose(got[f"{w}/half_slices"], slices, rtol=2e-3,
+                                       atol=2e-3)
+        # The chief's variables everywhere, checked by every worker's checksum.
+        np.testing.assert_array_equal(got[f"{w}/weights"], inputs[0]["weights"])
+        assert got[f"{w}/step"] == 10
+        np.testing.assert_array_equal(got[f"{w}/checksums"],
+                                      np.tile(got["0/checksums"][:3], 3))
+        np.testing.assert_array_equal(got[f"{w}/gathered"], [0.5, 1.5, 2.5])
+    # Not vacuous: the workers started from different values.
+    assert not np.allclose(inputs[1]["weights"], inputs[0]["weights"])
+
+
+# ---------------------------------------------------------------------------
+# The classifier CLI on a tiny model.
+
+
+class Setup:
+    """Paths and flags of the tiny model and data."""
+
+
+def _words(text: str) -> list:
+    return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Setup:
+    """Tiny BERT without dropout, a vocab of the sample's words, a shared start."""
+    from bert_ad.classification import FEATURE_SPEC, classifier
+    from bert_ad.modeling import BertConfig
+    from bert_ad.training import feature_placeholders
+
+    s = Setup()
+    s.root = str(tmp_path_factory.mktemp("multiworker"))
+    words = set()
+    for split in ("train", "dev"):
+        with open(os.path.join(SAMPLE, f"{split}.tsv"), encoding="utf-8") as f:
+            for line in f:
+                words.update(_words(line.split("\t", 1)[-1]))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
+    s.vocab_file = os.path.join(s.root, "vocab.txt")
+    with open(s.vocab_file, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    with open(os.path.join(REPO, "configs", "tiny_bert_config.json")) as f:
+        config = json.load(f)
+    config.update(vocab_size=len(tokens), hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0, initializer_range=0.2)
+    s.config_file = os.path.join(s.root, "bert_config.json")
+    with open(s.config_file, "w") as f:
+        json.dump(config, f)
+    s.data_dir = os.path.join(s.root, "data")
+    os.makedirs(s.data_dir)
+    for split in ("train", "dev"):
+        shutil.copy(os.path.join(SAMPLE, f"{split}.tsv"), s.data_dir)
+    # Every run starts from these weights (a 1- and a 2-tower graph would
+    # draw different initial values from the same seed).
+    s.init_checkpoint = os.path.join(s.root, "init", "model.ckpt")
+    with tf.Graph().as_default():
+        tf.set_random_seed(7)
+        classifier(BertConfig.from_dict(config), feature_placeholders(FEATURE_SPEC, 0), 2,
+                   is_training=True)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, s.init_checkpoint)
+    s.flags = {
+        "task_name": "sentiment", "data_dir": s.data_dir, "vocab_file": s.vocab_file,
+        "bert_config_file": s.config_file, "init_checkpoint": s.init_checkpoint,
+        "max_seq_length": 64, "train_batch_size": BATCH, "num_train_epochs": 1,
+        "learning_rate": 1e-3, "log_every_n_steps": 1, "do_train": True,
+        "cluster_start_timeout_s": START_TIMEOUT,
+    }
+    return s
+
+
+def checkpoint_values(prefix: str) -> dict:
+    return {name: tf.train.load_variable(prefix, name)
+            for name, _ in tf.train.list_variables(prefix)}
+
+
+def relative_difference(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-6))
+
+
+def pretraining_flags(root: str) -> dict:
+    """A tiny MLM+NSP pretraining job on records written like test_pretraining's,
+    from one shared starting point."""
+    from test_pretraining import CONFIG, PREDICTIONS, SEQ, write_records
+
+    from bert_ad.modeling import BertConfig
+    from bert_ad.pretraining import FEATURE_SPEC, pretraining_tower
+    from bert_ad.training import feature_placeholders
+
+    os.makedirs(os.path.join(root, "shards"))
+    for shard in range(2):
+        write_records(os.path.join(root, "shards", f"shard-{shard}.tfrecord"), 40,
+                      seed=shard + 1)
+    values = dict(CONFIG, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = os.path.join(root, "bert_config.json")
+    with open(config, "w") as f:
+        json.dump(values, f)
+    init_checkpoint = os.path.join(root, "init", "model.ckpt")
+    with tf.Graph().as_default():
+        tf.set_random_seed(7)
+        pretraining_tower(BertConfig.from_dict(values), feature_placeholders(FEATURE_SPEC, 0),
+                          True, True)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, init_checkpoint)
+    return {"bert_config_file": config, "input_file": os.path.join(root, "shards"),
+            "init_checkpoint": init_checkpoint,
+            "max_seq_length": SEQ, "max_predictions_per_seq": PREDICTIONS,
+            "train_batch_size": BATCH, "learning_rate": 1e-3, "num_warmup_steps": 2,
+            "num_train_steps": STEPS, "log_every_n_steps": 1, "do_train": True,
+            "gradient_accumulation_steps": 2, "cluster_start_timeout_s": START_TIMEOUT}
+
+
+@pytest.fixture(scope="module")
+def equivalence_runs(setup):
+    """Side by side: the classifier with 2 workers x 1 tower, 1 worker x 2 towers and
+    1 worker x 1 tower x 8; pretraining with 2 workers and with 2 towers."""
+    root = os.path.join(setup.root, "equivalence")
+    os.makedirs(root)
+    pretraining = pretraining_flags(os.path.join(root, "pretraining_data"))
+    runs = {
+        "two_workers": (CLASSIFIER, 2, dict(setup.flags, n_gpus=1)),
+        "two_towers": (CLASSIFIER, 1, dict(setup.flags, n_gpus=2)),
+        "double_batch": (CLASSIFIER, 1, dict(setup.flags, n_gpus=1,
+                                             train_batch_size=2 * BATCH)),
+        # With accumulation: the exchange happens after the 2nd micro-batch.
+        "pretraining_two_workers": (PRETRAINING, 2, dict(pretraining, n_gpus=1)),
+        "pretraining_two_towers": (PRETRAINING, 1, dict(pretraining, n_gpus=2)),
+    }
+    logs = {}
+    with Processes() as processes:
+        started = {}
+        for name, (script, workers, flags) in runs.items():
+            flags["output_dir"] = os.path.join(root, name)
+            if workers == 1:
+                command, env = [sys.executable, script], {}
+            else:
+                logs[name] = os.path.join(root, f"{name}_logs")
+                command = ["bash", LAUNCHER, str(workers), script]
+                env = {"PYTHON": sys.executable, "WORKER_LOG_DIR": logs[name]}
+            started[name] = processes.start(command + flag_args(flags),
+                                            os.path.join(root, f"{name}.log"), **env)
+        with ThreadPoolExecutor(len(started)) as pool:
+            codes = dict(zip(started, pool.map(wait, started.values())))
+    for name, process in started.items():
+        extra = ""
+        for i in range(2):
+            path = os.path.join(logs.get(name, "-"), f"worker_{i}.log")
+            if os.path.exists(path):
+                extra += f"\n--- worker {i}:\n" + read(path)
+        assert codes[name] == 0, f"{name}:\n{read(process.log_path)}{extra}"
+    return ({name: flags["output_dir"] for name, (_, _, flags) in runs.items()},
+            logs["two_workers"])
+
+
+def test_two_workers_equal_two_towers_and_the_double_batch(setup, equivalence_runs):
+    dirs, _ = equivalence_runs
+    final = {name: checkpoint_values(os.path.join(d, f"model.ckpt-{STEPS}"))
+             for name, d in dirs.items()}
+    reference = final["two_towers"]
+    names = sorted(reference)
+    assert any(n.endswith("/adam_m") for n in names) and "global_step" in names
+    for other in ("two_workers", "double_batch"):
+        assert sorted(final[other]) == names, other
+        for name in names:
+            if "attention/self/key/bias" in name:
+                # Its gradient is zero in exact arithmetic (a bias added to every
+                # key shifts each query's scores by one constant, which softmax
+                # ignores): the value is rounding noise, compared by size.
+                assert np.max(np.abs(final[other][name])) < 1e-5, name
+                continue
+            difference = relative_difference(final[other][name], reference[name])
+            assert difference <= 1e-5, f"{other} vs two_towers: {name} differs by " \
+                                       f"{difference:.2e}"
+    assert final["two_workers"]["global_step"] == STEPS
+    # The step moved the weights, so the comparison above could fail.
+    start = checkpoint_values(setup.init_checkpoint)
+    kernel = "bert/encoder/layer_1/output/dense/kernel"
+    assert relative_difference(final["two_workers"][kernel], start[kernel]) > 1e-3
+
+
+def test_pretraining_two_workers_equal_two_towers(equivalence_runs):
+    dirs, _ = equivalence_runs
+    two_workers, two_towers = (
+        checkpoint_values(os.path.join(dirs[name], f"model.ckpt-{STEPS}"))
+        for name in ("pretraining_two_workers", "pretraining_two_towers"))
+    assert sorted(two_workers) == sorted(two_towers)
+    assert any(n.startswith("cls/predictions/") for n in two_towers)
+    for name in two_towers:
+        if "attention/self/key/bias" in name:  # rounding noise, see above
+            continue
+        difference = relative_difference(two_workers[name], two_towers[name])
+        assert difference <= 1e-5, f"{name} differs by {difference:.2e}"
+    assert two_workers["global_step"] == STEPS
+    assert two_workers["examples_seen"] == STEPS * 2 * BATCH * 2
+
+
+def test_only_the_chief_writes_and_both_log_the_cluster_loss(equivalence_runs):
+    dirs, logs = equivalence_runs
+    chief, other = (read(os.path.join(logs, f"worker_{i}.log")) for i in range(2))
+    assert f"saved {dirs['two_workers']}/model.ckpt-{STEPS}" in chief
+    assert "saved " not in other
+    events = [n for n in os.listdir(dirs["two_workers"]) if n.startswith("events.")]
+    assert len(events) == 1
+    # Every worker logs the same cluster-mean loss at every step.
+    pattern = r"\[worker \d\] step (\d+)/\d+  loss (\S+)"
+    assert re.findall(pattern, chief) == re.findall(pattern, other)
+    assert len(re.findall(pattern, chief)) == STEPS
+    for log in (chief, other):
+        assert "2 workers in step after" in log
+        assert re.search(r"cluster: 2 workers x 1 tower\(s\) each; worker \d trains on 4 of "
+                         r"every 8 examples", log)
+
+
+# ---------------------------------------------------------------------------
+# A worker dies; the other stops; both restart and resume.
+
+
+def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(setup):
+    root = os.path.join(setup.root, "fault")
+    chief_dir, other_dir = os.path.join(root, "chief"), os.path.join(root, "other")
+    # 12 epochs of 40 rows, global batch 8: 60 steps, a checkpoint every 5.
+    flags = dict(setup.flags, n_gpus=1, num_train_epochs=12, save_checkpoints_steps=5,
+                 log_every_n_steps=5, collective_timeout_s=STEP_TIMEOUT)
+    total = 60
+    ports = free_ports(2)
+
+    def start(processes, index, tag):
+        output_dir = chief_dir if index == 0 else other_dir
+        return processes.start([sys.executable, CLASSIFIER] +
+                               flag_args(dict(flags, output_dir=output_dir)),
+                               os.path.join(root, f"{tag}_worker_{index}.log"),
+                               TF_CONFIG=tf_config(ports, index))
+
+    os.makedirs(root)
+    with Processes() as processes:
+        chief, other = start(processes, 0, "first"), start(processes, 1, "first")
+        deadline = time.time() + TIMEOUT
+        first = os.path.join(chief_dir, "model.ckpt-5.index")
+        while not os.path.exists(first):
+            assert chief.poll() is None and other.poll() is None, read(chief.log_path)
+            assert time.time() < deadline, read(chief.log_path)
+            time.sleep(0.05)
+        other.kill()
+        killed_at = time.time()
+        wait(chief)
+        stopped_after = time.time() - killed_at
+    # TF 2.x notices the closed connection at once; TF 1.15 waits for the step
+    # deadline, then the watchdog (5 s grace) ends it.
+    assert stopped_after < STEP_TIMEOUT + 5 + 10, stopped_after
+    message = assert_one_error_line(chief, "error: worker 0 of 2: step ",
+                                    f"worker 1 (127.0.0.1:{ports[1]}) no longer answers",
+                                    "Restart every worker with the same flags")
+    stopped_at = int(re.search(r"step (\d+)", message).group(1))
+    newest = max(int(m.group(1)) for m in map(re.compile(r"model\.ckpt-(\d+)\.index$").match,
+                                              os.listdir(chief_dir)) if m)
+    assert 5 <= newest < total and stopped_at > newest
+    assert os.listdir(other_dir) == ["cache"]  # the other worker never wrote output
+
+    # Same ports, same flags: both resume from the chief's newest checkpoint.
+    with Processes() as processes:
+        chief, other = start(processes, 0, "second"), start(processes, 1, "second")
+        assert wait(chief) == 0, read(chief.log_path)
+        assert wait(other) == 0, read(other.log_path)
+    chief_log, other_log = read(chief.log_path), read(other.log_path)
+    assert re.search(rf"resuming from \S*chief/model\.ckpt-{newest}\n", chief_log), chief_log
+    assert "resuming" not in other_log
+    done = f"training done: global step {total}, {total * 8} examples seen"
+    assert done in chief_log and done in other_log
+    logged = [int(s) for s in re.findall(r"\] step (\d+)/", chief_log)]
+    assert logged == list(range(newest + 5, total + 1, 5)), chief_log
+    assert os.path.exists(os.path.join(chief_dir, f"model.ckpt-{total}.index"))
+    assert os.listdir(other_dir) == ["cache"]
+
+
+# ---------------------------------------------------------------------------
+# Bad cluster input: one line, exit 2.
+
+
+def test_bad_cluster_input_is_one_error_line(setup):
+    root = os.path.join(setup.root, "bad")
+    os.makedirs(root)
+    base = dict(setup.flags, n_gpus=1)
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    busy_port = busy.getsockname()[1]
+    lonely = free_ports(2)
+    mismatch = free_ports(2)
+    cases = {
+        "malformed": ({"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1"'}, {},
+                      ["error: TF_CONFIG is not valid JSON", '{"cluster": {"worker"']),
+        "index_out_of_range": ({"TF_CONFIG": tf_config([1, 2], 2)}, {},
+                               ["TF_CONFIG task.index=2 is out of range: the cluster lists "
+                                "2 worker(s), so it must be 0..1"]),
+        "flag_out_of_range": ({}, {"worker_hosts": "127.0.0.1:1,127.0.0.1:2",
+                                   "task_index": 5},
+                              ["--task_index=5 is out of range"]),
+        "port_in_use": ({"TF_CONFIG": tf_config([busy_port, 1], 0)}, {},
+                        [f"port {busy_port} of 127.0.0.1:{busy_port} is already in use"]),
+        "never_comes_up": ({"TF_CONFIG": tf_config(lonely, 1)},
+                           {"cluster_start_timeout_s": 3},
+                           [f"error: worker 1: worker 0 (127.0.0.1:{lonely[0]}) did not "
+                            "come up within --cluster_start_timeout_s=3"]),
+        "other_flags_0": ({"TF_CONFIG": tf_config(mismatch, 0)}, {},
+                          ["worker 1 was started with other training flags than the "
+                           "chief (worker 0)"]),
+        "other_flags_1": ({"TF_CONFIG": tf_config(mismatch, 1)}, {"learning_rate": 2e-3},
+                          ["worker 1 was started with other training flags than the "
+                           "chief (worker 0)"]),
+    }
+    if IS_TF1:
+        cases["fp16_on_tf1"] = ({"TF_CONFIG": tf_config(free_ports(2), 0)},
+                                {"collective_fp16": True},
+                                ["--collective_fp16 is not available here: TensorFlow "
+                                 "1.15's CPU ring all-reduce has no float16"])
+    try:
+        with Processes() as processes:
+            started = {}
+            for name, (env, changes, _) in cases.items():
+                flags = dict(base, output_dir=os.path.join(root, name), **changes)
+                started[name] = processes.start([sys.executable, CLASSIFIER] +
+                                                flag_args(flags),
+                                                os.path.join(root, f"{name}.log"), **env)
+            # The launcher passes a worker's failure on.
+            launcher = processes.start(["bash", LAUNCHER, "2", CLASSIFIER, "--do_train",
+                                        f"--output_dir={root}/launcher"],
+                                       os.path.join(root, "launcher.log"),
+                                       PYTHON=sys.executable)
+            with ThreadPoolExecutor(len(started) + 1) as pool:
+                list(pool.map(wait, list(started.values()) + [launcher]))
+    finally:
+        busy.close()
+    for name, (_, _, expected) in cases.items():
+        assert_one_error_line(started[name], *expected)
+    log = read(launcher.log_path)
+    assert launcher.returncode == 2, log
+    assert log.count("error: --task_name is required") == 2, log
+    for i in range(2):
+        assert f"launch_local_workers: worker {i} exited with status 2" in log, log
+    # Refused before anything was written.
+    for name in ("malformed", "index_out_of_range", "flag_out_of_range", "port_in_use"):
+        assert not os.path.exists(os.path.join(root, name))
