@@ -43,7 +43,7 @@ from absl import flags
 
 from bert_ad import classifier
 from bert_ad.batching import TokenizedExamples
-from bert_ad.cli_common import run_entry_point
+from bert_ad.cli_common import is_chief, run_entry_point, worker_index
 from bert_ad.errors import fail
 from bert_ad.features import FeatureSettings, cache_key, cached_features
 from bert_ad.outputs import write_lines
@@ -233,6 +233,10 @@ def main() -> int:
         classifier.scoring_checkpoint(job)
     else:
         classifier.do_train(job, train_rows)
+    if not is_chief():  # in a cluster, worker 0 alone scores and writes results
+        log.info("worker %d: predict and eval are the chief's (worker 0's) job",
+                 worker_index())
+        return 0
     if predict_rows is not None:
         do_predict(job, predict_rows)
     if eval_rows is not None:
