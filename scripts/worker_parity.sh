@@ -9,22 +9,17 @@
 # Environment: PYTHON, BERT_AD_CACHE, OUTPUT_ROOT (default output/worker_parity),
 # EPOCHS (default 2), MAX_TRAIN_EXAMPLES (default: all 3,200), MAX_SEQ_LENGTH (default 64).
 set -euo pipefail
-PYTHON="${PYTHON:-python}"
-CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUTPUT_ROOT="${OUTPUT_ROOT:-output/worker_parity}"
 EPOCHS="${EPOCHS:-2}"
 MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-64}"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 SEEDS=("$@")
 [ $# -eq 0 ] && SEEDS=(1 2 3)
 LIMIT=()
 [ -n "${MAX_TRAIN_EXAMPLES:-}" ] && LIMIT=("--max_train_examples=$MAX_TRAIN_EXAMPLES")
 
-MODEL_DIR="$CACHE/minilm_google"
-PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
-DATA_DIR="$CACHE/data/movie_reviews"
-[ -f "$DATA_DIR/train.tsv" ] || "$PYTHON" "$REPO/scripts/prepare_data.py" movie_reviews --output_dir "$DATA_DIR"
+fetch_minilm
+DATA_DIR="$(prepare_dataset movie_reviews)"
 mkdir -p "$OUTPUT_ROOT"
 
 printf "%-22s %-6s %s\n" setting seed dev_accuracy | tee "$OUTPUT_ROOT.tsv"

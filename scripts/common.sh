@@ -1,0 +1,21 @@
+# Sourced by the shell scripts in this folder: the interpreter ($PYTHON), the download
+# cache ($CACHE), this checkout on PYTHONPATH ($REPO), and the real assets they share.
+PYTHON="${PYTHON:-python}"
+CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+# The real MiniLM-L6 as a Google checkpoint (bert_model.ckpt, bert_config.json, vocab.txt).
+MODEL_DIR="$CACHE/minilm_google"
+
+fetch_minilm() {
+  PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
+}
+
+# prepare_dataset NAME: build a real data set once (scripts/prepare_data.py); print its folder.
+prepare_dataset() {
+  local dir="$CACHE/data/$1"
+  if [ ! -f "$dir/train.tsv" ]; then
+    "$PYTHON" "$REPO/scripts/prepare_data.py" "$1" --output_dir "$dir" >&2
+  fi
+  echo "$dir"
+}
