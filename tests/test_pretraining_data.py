@@ -48,16 +48,6 @@ GOOGLE_PACKAGE = "bert_tensorflow"  # bert-tensorflow==1.0.4 in bert_ad.assets
 
 
 @pytest.fixture(scope="module")
-def minilm_vocab(minilm_dir) -> str:
-    return os.path.join(minilm_dir, "vocab.txt")
-
-
-@pytest.fixture(scope="module")
-def en_tokenizer(minilm_vocab) -> FullTokenizer:
-    return FullTokenizer(minilm_vocab, do_lower_case=True)
-
-
-@pytest.fixture(scope="module")
 def lee_lines(lee_corpus) -> list:
     with open(lee_corpus, encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip()]
@@ -269,9 +259,9 @@ def google():
     return _google_functions()
 
 
-def test_masking_matches_google(google, en_tokenizer, lee_lines):
-    vocab_words = list(en_tokenizer.vocab)
-    text = en_tokenizer.tokenize(" ".join(lee_lines[:3]))
+def test_masking_matches_google(google, minilm_tokenizer, lee_lines):
+    vocab_words = list(minilm_tokenizer.vocab)
+    text = minilm_tokenizer.tokenize(" ".join(lee_lines[:3]))
     draw = random.Random(0)
     for seed in range(300):
         a = draw.randint(1, 60)
@@ -287,10 +277,10 @@ def test_masking_matches_google(google, en_tokenizer, lee_lines):
 
 
 @pytest.mark.parametrize("max_seq_length,short_seq_prob", [(64, 0.1), (128, 0.5), (12, 0.3)])
-def test_instances_match_google(google, en_tokenizer, lee_lines, max_seq_length,
+def test_instances_match_google(google, minilm_tokenizer, lee_lines, max_seq_length,
                                 short_seq_prob):
-    vocab_words = list(en_tokenizer.vocab)
-    documents = [[en_tokenizer.tokenize(s) for s in split_sentences(line)]
+    vocab_words = list(minilm_tokenizer.vocab)
+    documents = [[minilm_tokenizer.tokenize(s) for s in split_sentences(line)]
                  for line in lee_lines[:25]]
     settings = InstanceSettings(max_seq_length=max_seq_length,
                                 short_seq_prob=short_seq_prob)
@@ -350,14 +340,15 @@ def _mask_kinds(u, mask_id) -> collections.Counter:
 
 
 def test_nsp_instances_on_english_text(lee_file, lee_lines, minilm_vocab,
-                                       en_tokenizer, tmp_path):
+                                       minilm_tokenizer, tmp_path):
     settings = InstanceSettings(vocab_file=minilm_vocab, max_seq_length=64,
                                 dupe_factor=6)
     summary, records = _run([lee_file], str(tmp_path / "en.tfrecord"), settings,
                             doc_per_line=True, chunk_documents=10)
     assert summary.documents == EN_DOCS and summary.instances == len(records) > 1000
-    corpus = Corpus(lee_lines, en_tokenizer)
-    cls_id, sep_id, mask_id = en_tokenizer.cls_id, en_tokenizer.sep_id, en_tokenizer.mask_id
+    corpus = Corpus(lee_lines, minilm_tokenizer)
+    tok = minilm_tokenizer
+    cls_id, sep_id, mask_id = tok.cls_id, tok.sep_id, tok.mask_id
     kinds, labels, masked = collections.Counter(), collections.Counter(), 0
     for record in records:
         u = unpack(record, 64, 20, cls_id, sep_id)
@@ -382,15 +373,15 @@ def test_nsp_instances_on_english_text(lee_file, lee_lines, minilm_vocab,
 
 
 def test_mlm_mode_packs_one_segment(lee_file, lee_lines, minilm_vocab,
-                                    en_tokenizer, tmp_path):
+                                    minilm_tokenizer, tmp_path):
     settings = InstanceSettings(vocab_file=minilm_vocab, max_seq_length=96,
                                 dupe_factor=1, mode="mlm")
     summary, records = _run([lee_file], str(tmp_path / "mlm.tfrecord"), settings,
                             doc_per_line=True)
-    corpus = Corpus(lee_lines, en_tokenizer)
+    corpus = Corpus(lee_lines, minilm_tokenizer)
     lengths = []
     for record in records:
-        u = unpack(record, 96, 20, en_tokenizer.cls_id, en_tokenizer.sep_id,
+        u = unpack(record, 96, 20, minilm_tokenizer.cls_id, minilm_tokenizer.sep_id,
                    mode="mlm")
         assert corpus.find(u.a)
         lengths.append(u.n)
@@ -401,11 +392,11 @@ def test_mlm_mode_packs_one_segment(lee_file, lee_lines, minilm_vocab,
     assert len(records) < 1.5 * sum(lengths) / 96
 
 
-def test_mlm_packing_keeps_every_token(lee_lines, en_tokenizer):
-    sentences = [en_tokenizer.tokenize(s) for s in split_sentences(lee_lines[0])]
+def test_mlm_packing_keeps_every_token(lee_lines, minilm_tokenizer):
+    sentences = [minilm_tokenizer.tokenize(s) for s in split_sentences(lee_lines[0])]
     document = Document([s for s in sentences if s])
     settings = InstanceSettings(max_seq_length=64, short_seq_prob=0.0, mode="mlm")
-    maker = InstanceMaker(settings, list(en_tokenizer.vocab))
+    maker = InstanceMaker(settings, list(minilm_tokenizer.vocab))
     instances = maker.from_document([document], 0, random.Random(1))
     assert max(len(s) for s in document.segments) <= 62
     texts = []

