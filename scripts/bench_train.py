@@ -1,35 +1,47 @@
 """Training throughput of run_classifier_mgpu.py vs Hugging Face transformers (PyTorch CPU).
 
-    python scripts/bench_train.py              # the full suite (docs/benchmarks.md)
-    python scripts/bench_train.py --quick      # a few minutes: seq 64 only, 1 round
-    python scripts/bench_train.py --towers_scaling 1,4 --seq 128 --batch 32
-                                               # towers scaling (scripts/gpu_smoke.sh)
+    python scripts/bench_train.py --json train.json --profile_after
+                                     # the full suite (docs/benchmarks.md)
+    python scripts/bench_train.py --quick
+                                     # a few minutes: seq 64, 1 round, fewer runs
+    python scripts/bench_train.py --seqs 64 --repeats 5
+                                     # the suite for some sequence lengths only
+    python scripts/bench_train.py --tables_from train.json
+                                     # print the tables of an earlier run again
     python scripts/bench_train.py --profile --seq 64 --padding dynamic
-                                               # where the time of one step goes
+                                     # where the time of one step goes
+    python scripts/bench_train.py --experiments --seq 64 --padding bucketed
+                                     # the library vs the suggested speed-ups
+    python scripts/bench_train.py --towers_scaling 1,4 --seq 128 --batch 32
+                                     # towers scaling (scripts/gpu_smoke.sh)
 
 The suite fine-tunes the real MiniLM-L6 (Google checkpoint from
 scripts/fetch_minilm.sh) on the real movie-review sentences
 (scripts/prepare_data.py movie_reviews) and prints markdown tables:
 
   1. ours: examples/sec at max_seq_length 64 and 128, batch 16 per tower,
-     1 and 2 towers, fixed (max_length) vs dynamic padding;
+     1 and 2 towers, padding to max_length, dynamic (the default) and
+     dynamic + --bucket_by_length; a row from the real CLI's own log;
   2. the same job in Hugging Face transformers on PyTorch CPU
      (BertForSequenceClassification, torch.optim.AdamW, clip 1.0, its own
      tokenizer, padding="max_length" vs its DataCollatorWithPadding), and the
-     ratios ours / theirs;
+     ratios ours / theirs, paired round by round;
   3. useful-token FLOP/s of our step (see bert_ad/benchmarking.py for the
      formula) as a fraction of this machine's matmul FLOP/s, measured by the
-     same worker process right before its training;
+     same worker process before and after its training;
   4. multi-tower overhead: 2 towers x 16 vs 1 tower x 32 on the same cores.
 
 Every measurement is a fresh worker process (this script with --worker),
-ours and theirs alternating, repeated --repeats times; tables give medians.
-Ours is timed inside `bert_ad.trainer.train`, the loop run_classifier_mgpu.py
-runs, on the graph `bert_ad.classifier.do_train` builds (build_train_graph +
-classifier head, adamw, clip 1.0, warm start from the checkpoint): the batch
-source records a timestamp each time the loop asks for a batch, so the
-window covers --steps whole steps (batch padding in Python, feed, session.run)
-after --warmup steps, and excludes start-up, warm start and the checkpoint.
+ours and theirs alternating, repeated --repeats times (the order reversed
+every other round); tables give medians. Ours is timed inside
+`bert_ad.trainer.train`, the loop run_classifier_mgpu.py runs, on the graph
+`bert_ad.classifier.do_train` builds (build_train_graph + classifier head,
+adamw, clip 1.0, warm start from the checkpoint) with its batch source
+(training_batches + prefetch): the source records a timestamp each time the
+loop asks for a batch, so the window covers --steps whole steps after
+--warmup steps and excludes start-up, warm start and the checkpoint.
+Besides the wall clock, each worker reports examples per CPU-second of its
+own process, which a machine shared with other jobs disturbs far less.
 """
 
 from __future__ import annotations
@@ -87,14 +99,26 @@ def read_train_examples(data_dir: str):
     return examples, processors.label_list(task, examples)
 
 
+def bucket_window_batches() -> int:
+    """bert_ad.classifier.BUCKET_WINDOW_BATCHES, read from the source: importing
+    bert_ad.classifier would load TensorFlow into the PyTorch worker."""
+    import ast
+    with open(os.path.join(REPO, "bert_ad", "classifier.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                getattr(t, "id", None) == "BUCKET_WINDOW_BATCHES" for t in node.targets):
+            return int(ast.literal_eval(node.value))
+    raise RuntimeError("bert_ad/classifier.py no longer defines BUCKET_WINDOW_BATCHES")
+
+
 def step_indices(lengths, batch: int, steps: int, bucketed: bool) -> list:
     """The example indices of each of `steps` one-tower steps of batch `batch`,
     in the order bert_ad.classifier.do_train takes them."""
     import numpy as np
     from bert_ad.batching import training_stream
-    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
     stream = training_stream(len(lengths), batch, SEED, 0, np.asarray(lengths),
-                             BUCKET_WINDOW_BATCHES if bucketed else 0)
+                             bucket_window_batches() if bucketed else 0)
     return [next(stream) for _ in range(steps)]
 
 
@@ -138,6 +162,7 @@ def batch_source(args, features):
     (start_example) -> prefetched per-tower padded batches."""
     from bert_ad.batching import prefetch, training_batches
     from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+    assert BUCKET_WINDOW_BATCHES == bucket_window_batches()
     bucket = BUCKET_WINDOW_BATCHES if args.padding == "bucketed" else 0
 
     def batches(start_example: int):
@@ -450,6 +475,8 @@ def worker_hf(args) -> dict:
         loss = float(output.loss.detach())
     stamps.append(time.perf_counter())
     cpu_stamps.append(time.process_time())
+    if "tensorflow" in sys.modules:  # its thread pools would share the cores
+        raise RuntimeError("TensorFlow was imported into the PyTorch worker")
     first, last = args.warmup, args.warmup + args.steps
     elapsed = stamps[last] - stamps[first]
     config = _HFConfigView(model.config)
@@ -582,7 +609,8 @@ def print_profile(result: dict) -> None:
     batch, run = result["python_batch_sec_per_step"], result["session_run_sec_per_step"]
     print(bench.markdown_table(
         ["per step (mean of %d)" % result["steps"], "ms", "share"],
-        [["python: indices + make_batch + feed dict", bench.fmt(batch * 1e3),
+        [["python: training_batches + feed dict (prefetched when training)",
+          bench.fmt(batch * 1e3),
           bench.fmt(100 * batch / (batch + run)) + "%"],
          ["session.run (graph)", bench.fmt(run * 1e3),
           bench.fmt(100 * run / (batch + run)) + "%"]]))
@@ -931,7 +959,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tables_from", default=None,
                         help="print the tables of an earlier --json file and exit")
     parser.add_argument("--profile_after", action="store_true",
-                        help="after the suite, profile seq 64 x 16, both paddings")
+                        help="after the suite, profile seq 64, 1 x 16, every padding")
     parser.add_argument("--profile", action="store_true",
                         help="only profile one configuration (--seq, --padding, ...)")
     parser.add_argument("--towers_scaling", default=None,
@@ -948,7 +976,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", choices=list(VARIANTS), default="library",
                         help=argparse.SUPPRESS)
     parser.add_argument("--experiments", action="store_true",
-                        help="measure the suggested speed-ups (fused AdamW, XLA) "
+                        help="measure the suggested speed-ups (fused AdamW, lazy "
+                             "embedding Adam, XLA) "
                              "against the library, paired, --repeats rounds")
     parser.add_argument("--omp_wait_policy", choices=["PASSIVE", "ACTIVE", "default"],
                         default="PASSIVE",

@@ -240,3 +240,8 @@ def test_lazy_prototype_moves_only_the_rows_the_batch_used():
     np.testing.assert_array_equal(lazy["word_embeddings:0"][[1, 3, 4]], table[[1, 3, 4]])
     assert not np.allclose(dense["word_embeddings:0"][[1, 3, 4]], table[[1, 3, 4]])
     np.testing.assert_allclose(lazy["layer/kernel:0"], dense["layer/kernel:0"], rtol=1e-5)
+
+
+def test_bench_train_reads_the_bucket_window_without_importing_the_cli():
+    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+    assert _load_script("bench_train").bucket_window_batches() == BUCKET_WINDOW_BATCHES
