@@ -14,7 +14,6 @@ writes labels.txt, checkpoints, predictions and eval results.
 from __future__ import annotations
 
 import logging
-import math
 import os
 
 import numpy as np
@@ -28,7 +27,7 @@ from bert_ad.classification import FEATURE_SPEC, classifier
 from bert_ad.cli_common import (build_training_graph, check_training_flags,
                                 define_training_flags, is_chief, loop_settings,
                                 make_session_config, num_workers, run_entry_point,
-                                train_settings, worker_index)
+                                train_settings, worker_index, write_train_results)
 from bert_ad.compat import tf
 from bert_ad.errors import fail
 from bert_ad.features import FeatureSettings, cache_key, cached_features, convert_examples
@@ -36,7 +35,7 @@ from bert_ad.inference import run_inference
 from bert_ad.metrics import classification_metrics
 from bert_ad.modeling import BertConfig
 from bert_ad.optimization import scale_learning_rate
-from bert_ad.outputs import write_lines
+from bert_ad.outputs import write_key_values, write_lines
 from bert_ad.precision import compute_dtype
 from bert_ad.tokenization import TRUNCATION_STRATEGIES, check_max_seq_length, make_tokenizer
 from bert_ad.trainer import train
@@ -239,6 +238,8 @@ def do_train(job: ModelJob, examples) -> None:
                                                      global_batch, job.init_checkpoint))
     log.info("training done: global step %d, %d examples seen", result.global_step,
              result.examples_seen)
+    if is_chief():
+        write_train_results(job.output_dir, result, global_batch, learning_rate)
 
 
 def scoring_checkpoint(job: ModelJob) -> str:
@@ -294,8 +295,7 @@ def evaluate(job: ModelJob, examples) -> tuple:
 
 def write_eval_results(output_dir: str, metrics: dict) -> None:
     """eval_results.txt: `key = value` lines, sorted by key."""
-    write_lines(os.path.join(output_dir, "eval_results.txt"),
-                (f"{key} = {_format(value)}" for key, value in sorted(metrics.items())))
+    write_key_values(os.path.join(output_dir, "eval_results.txt"), metrics)
 
 
 def do_eval(job: Job, examples) -> dict:
@@ -310,10 +310,6 @@ def do_eval(job: Job, examples) -> dict:
 def _checkpoint_step(prefix: str) -> int:
     from bert_ad.checkpoint import checkpoint_step
     return checkpoint_step(prefix)
-
-
-def _format(value) -> str:
-    return f"{value:.6f}" if isinstance(value, float) and not math.isnan(value) else str(value)
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,8 @@ from bert_ad.optimization import OPTIMIZERS
 from bert_ad.precision import PRECISIONS, compute_dtype
 from bert_ad.towers import DevicePlan, plan_from_environment
 from bert_ad.training import TrainGraph, TrainSettings, build_train_graph
-from bert_ad.trainer import LoopSettings
+from bert_ad.outputs import write_key_values
+from bert_ad.trainer import LoopSettings, TrainResult
 
 log = logging.getLogger("bert_ad")
 FLAGS = flags.FLAGS
@@ -184,6 +185,16 @@ def loop_settings(plan: DevicePlan, num_train_steps: int, global_batch: int,
                         FLAGS.gradient_accumulation_steps, FLAGS.save_checkpoints_steps,
                         FLAGS.keep_checkpoint_max, FLAGS.log_every_n_steps, init_checkpoint,
                         config, _cluster)
+
+
+def write_train_results(output_dir: str, result: TrainResult, global_batch: int,
+                        learning_rate: float) -> None:
+    """train_results.txt: steps, examples, wall time and rate of this run's loop."""
+    values = result.summary(global_batch)
+    values.update(global_batch=global_batch, learning_rate=float(learning_rate))
+    write_key_values(os.path.join(output_dir, "train_results.txt"), values)
+    log.info("train: %d steps in %.1f s, %.1f examples/sec", result.steps_run,
+             result.train_seconds, values["train_examples_per_sec"])
 
 
 def make_session_config(plan: DevicePlan):

@@ -7,9 +7,10 @@ silently lost: it is kept as `<name>.~N~` (GNU backup style) and the log says so
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
-from typing import Iterable
+from typing import Iterable, Mapping
 
 log = logging.getLogger("bert_ad")
 
@@ -40,3 +41,27 @@ def write_lines(path: str, lines: Iterable[str]) -> str:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def format_value(value) -> str:
+    """Floats with 6 decimals (nan as `nan`), everything else as str()."""
+    if isinstance(value, float) and not math.isnan(value):
+        return f"{value:.6f}"
+    return str(value)
+
+
+def write_key_values(path: str, values: Mapping) -> str:
+    """`key = value` lines sorted by key (eval_results.txt, train_results.txt)."""
+    return write_lines(path, (f"{key} = {format_value(value)}"
+                              for key, value in sorted(values.items())))
+
+
+def read_key_values(path: str) -> dict:
+    """The {key: str value} of a file write_key_values wrote."""
+    values = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            key, sep, value = line.rstrip("\n").partition(" = ")
+            if sep:
+                values[key] = value
+    return values

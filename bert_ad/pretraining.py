@@ -23,13 +23,13 @@ from bert_ad.checkpoint import checkpoint_step, latest_checkpoint, resolve_check
 from bert_ad.cli_common import (build_training_graph, check_training_flags,
                                 define_training_flags, is_chief, loop_settings,
                                 make_session_config, num_workers, run_entry_point,
-                                train_settings, worker_index)
+                                train_settings, worker_index, write_train_results)
 from bert_ad.compat import tf
 from bert_ad.errors import fail
 from bert_ad.inference import Scorer
 from bert_ad.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                               dense, layer_norm)
-from bert_ad.outputs import write_lines
+from bert_ad.outputs import write_key_values
 from bert_ad.precision import compute_dtype
 from bert_ad.trainer import train
 
@@ -349,6 +349,8 @@ def do_train(plan, config: BertConfig, files: list, init_checkpoint: str,
                                                      global_batch, init_checkpoint))
     log.info("pretraining done: global step %d, %d examples seen", result.global_step,
              result.examples_seen)
+    if is_chief():
+        write_train_results(FLAGS.output_dir, result, global_batch, FLAGS.learning_rate)
 
 
 def eval_batches(files: list, per_tower: int, towers: int, max_steps: int):
@@ -419,9 +421,7 @@ def do_eval(plan, config: BertConfig, files: list, init_checkpoint: str,
     if use_nsp:
         metrics["next_sentence_accuracy"] = totals["nsp_correct"] / totals["examples"]
         metrics["next_sentence_loss"] = totals["nsp_loss"] / totals["examples"]
-    write_lines(os.path.join(FLAGS.output_dir, "eval_results.txt"),
-                (f"{k} = {v:.6f}" if isinstance(v, float) else f"{k} = {v}"
-                 for k, v in sorted(metrics.items())))
+    write_key_values(os.path.join(FLAGS.output_dir, "eval_results.txt"), metrics)
     log.info("eval: %s", "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                    for k, v in sorted(metrics.items())))
     return metrics

@@ -52,12 +52,27 @@ class LoopSettings:
 
 class TrainResult:
     def __init__(self, global_step: int, examples_seen: int, last_loss: float | None,
-                 checkpoint: str | None, steps_run: int):
+                 checkpoint: str | None, steps_run: int, train_seconds: float = 0.0,
+                 skipped_steps: int = 0):
         self.global_step = global_step
         self.examples_seen = examples_seen
         self.last_loss = last_loss
         self.checkpoint = checkpoint
         self.steps_run = steps_run
+        # Wall time of the step loop of this run (checkpoint saves included,
+        # start-up, warm start and restore excluded).
+        self.train_seconds = train_seconds
+        self.skipped_steps = skipped_steps
+
+    def summary(self, examples_per_step: int) -> dict:
+        """The train_results.txt figures of this run."""
+        examples = self.steps_run * examples_per_step
+        return {"global_step": self.global_step, "steps_run": self.steps_run,
+                "examples_seen": self.examples_seen, "train_seconds": self.train_seconds,
+                "train_examples_per_sec": examples / self.train_seconds
+                if self.train_seconds > 0 else 0.0,
+                "skipped_steps": self.skipped_steps,
+                "final_loss": self.last_loss if self.last_loss is not None else float("nan")}
 
 
 # (start_example) -> iterator over micro-batches; each is one feed dict per tower.
@@ -171,7 +186,8 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
                 log.info("saved %s", checkpoint)
         if summaries is not None:
             summaries.close()
-    return TrainResult(step, examples_seen, loss, checkpoint, step - start_step)
+    return TrainResult(step, examples_seen, loss, checkpoint, step - start_step,
+                       time.time() - started, skipped)
 
 
 def _run_locally(session, fetches, feed_dict=None, what: str = ""):

@@ -333,6 +333,29 @@ def test_eval_results_match_predictions(setup, trained):
     assert float(results["eval_loss"]) == pytest.approx(loss, abs=1e-4)
 
 
+def test_train_results_describe_the_run(trained):
+    output_dir, run = trained
+    results = {}
+    with open(os.path.join(output_dir, "train_results.txt"), encoding="utf-8") as f:
+        for line in f:
+            match = re.fullmatch(r"(\S+) = (\S+)", line.rstrip("\n"))
+            assert match, f"train_results.txt line {line!r} is not `key = value`"
+            results[match.group(1)] = match.group(2)
+    assert int(results["global_step"]) == STEPS
+    assert int(results["steps_run"]) == STEPS
+    assert int(results["examples_seen"]) == EXAMPLES_SEEN
+    assert int(results["global_batch"]) == TOWERS * BATCH
+    assert float(results["learning_rate"]) == pytest.approx(1e-3)
+    assert int(results["skipped_steps"]) == 0
+    seconds = float(results["train_seconds"])
+    assert seconds > 0
+    assert float(results["train_examples_per_sec"]) == pytest.approx(
+        EXAMPLES_SEEN / seconds, rel=1e-4)
+    logged = re.findall(rf"step {STEPS}/{STEPS}\s+loss (\S+)", run.stderr)
+    assert logged, run.stderr[-2000:]
+    assert float(results["final_loss"]) == pytest.approx(float(logged[-1]), abs=1e-4)
+
+
 # ---------------------------------------------------------------------------
 # 4. --flagfile
 

@@ -121,6 +121,11 @@ def test_train_then_eval_on_held_out_data(workspace, tmp_path):
                                "next_sentence_loss"]
     assert metrics["eval_examples"] == "13"  # every held-out record exactly once
     assert metrics["global_step"] == "30"
+    lines = open(os.path.join(output, "train_results.txt")).read().splitlines()
+    trained = dict(line.split(" = ") for line in lines)
+    assert (trained["global_step"], trained["steps_run"]) == ("30", "30")
+    assert float(trained["learning_rate"]) == pytest.approx(1e-2)
+    assert int(trained["examples_seen"]) == 30 * int(trained["global_batch"])
     # The untrained loss is about ln(64) = 4.16: the model learned.
     assert float(metrics["masked_lm_loss"]) < 3.9
     assert float(metrics["masked_lm_accuracy"]) > 0.9  # id 7 found (chance: 1/64)
