@@ -155,7 +155,9 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str,
         f"--num_train_epochs={EPOCHS}", f"--seed={spec.seed}",
         "--save_checkpoints_steps=100000", "--keep_checkpoint_max=1",
         "--log_every_n_steps=50", "--eval_batch_size=32", "--predict_batch_size=32",
-        "--do_train", "--do_eval", "--do_predict", f"--output_dir={output_dir}"]
+        "--do_train", "--do_eval", "--do_predict", f"--output_dir={output_dir}",
+        # Tokenized once per data set for the whole study (keyed by content).
+        f"--cache_dir={os.path.join(os.path.dirname(output_dir), 'features')}"]
     if spec.max_train_examples is not None:
         command.append(f"--max_train_examples={spec.max_train_examples}")
     return command
@@ -190,8 +192,10 @@ def last_error_line(stderr: str) -> str:
 
 
 def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str,
-            output_root: str) -> dict:
-    """Run `spec` in a fresh output dir; its record (status "ok" or "failed")."""
+            output_root: str, keep_checkpoints: bool = False) -> dict:
+    """Run `spec` in a fresh output dir; its record (status "ok" or "failed").
+    The checkpoints (weights + Adam slots, ~270 MB for MiniLM) are deleted
+    once the record is taken unless `keep_checkpoints`."""
     from bert_ad.outputs import read_key_values
     output_dir = os.path.join(output_root, spec.name)
     if os.path.exists(output_dir):   # an interrupted earlier attempt: start over
@@ -221,6 +225,10 @@ def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str,
                   examples_per_sec=float(trained["train_examples_per_sec"]),
                   final_loss=float(trained["final_loss"]))
     record.update(test_metrics(data_dir, output_dir))
+    if not keep_checkpoints:
+        for name in os.listdir(output_dir):
+            if name.startswith("model.ckpt-"):
+                os.remove(os.path.join(output_dir, name))
     return record
 
 
@@ -470,6 +478,8 @@ def parse_args(argv=None):
                         help="PNG of the figures (default: docs/accuracy.png; --quick: none)")
     parser.add_argument("--report_only", action="store_true",
                         help="run nothing: tables and plot from --runs")
+    parser.add_argument("--keep_checkpoints", action="store_true",
+                        help="keep each run's model.ckpt-N (deleted by default)")
     parser.add_argument("--max_runs", type=int, default=None,
                         help="stop after this many new runs")
     args = parser.parse_args(argv)
@@ -512,7 +522,8 @@ def main(argv=None) -> int:
         print(f"{len(todo)} run(s) to do, {len(done)} already in {args.runs}", flush=True)
         for i, spec in enumerate(todo, 1):
             record = run_one(spec, sys.executable, args.model_dir,
-                             os.path.join(args.data_root, spec.dataset), args.output_root)
+                             os.path.join(args.data_root, spec.dataset), args.output_root,
+                             args.keep_checkpoints)
             append_run(args.runs, record)
             result = (f"dev {record['dev_accuracy']:.4f} test {record['test_accuracy']:.4f}"
                       if record["status"] == "ok" else f"FAILED: {record['error']}")

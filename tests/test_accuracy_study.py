@@ -142,6 +142,10 @@ def test_run_record_matches_the_run_files(one_run):
     assert record["test_accuracy"] == pytest.approx(np.mean(predicted == truth))
     assert record["examples_per_sec"] > 0 and record["wall_seconds"] > 0
     assert "--n_gpus=2" in record["command"]
+    files = os.listdir(output_dir)
+    assert not [f for f in files if f.startswith("model.ckpt-")], files
+    assert {"predict.txt", "eval_results.txt", "train_results.txt", "log.txt"} <= set(files)
+    assert os.listdir(os.path.join(os.path.dirname(output_dir), "features"))
 
 
 def test_failed_run_is_recorded_with_its_error(tmp_path):
