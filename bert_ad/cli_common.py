@@ -17,6 +17,7 @@ from typing import Callable
 
 from absl import flags
 
+from bert_ad.cli_help import flag_error_message, print_help, wants_help
 from bert_ad.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
 from bert_ad.compat import session_config
 from bert_ad.errors import fail, run_cli
@@ -214,14 +215,13 @@ def run_entry_point(define_flags: Callable[[], None], main: Callable[[], int],
     """Define flags, parse argv (absl, --flagfile included), run main as a CLI."""
     define_flags()
     argv = sys.argv if argv is None else argv
+    if wants_help(argv):
+        print_help(f"{os.path.basename(argv[0])} --flag=value ... [--flagfile=FILE]",
+                   sys.modules[main.__module__].__doc__ or "", FLAGS)
     try:
         FLAGS(argv)
     except flags.Error as e:
-        # absl's messages may span lines or start with its own "ERROR::".
-        message = " ".join(str(e).split())
-        if message.startswith("ERROR::"):
-            message = message[len("ERROR::"):].strip()
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {flag_error_message(e)}", file=sys.stderr)
         sys.exit(2)
 
     def logged_main() -> int:

@@ -1012,20 +1012,17 @@ def _define_flags(flag_values) -> None:
 def parse_flags(argv: Sequence[str]):
     """Parse `argv` (argv[0] is the program) into a fresh absl FlagValues."""
     from absl import flags
+
+    from bert_ad.cli_help import flag_error_message, print_help, wants_help
     flag_values = flags.FlagValues()
     _define_flags(flag_values)
-    if any(a in ("-h", "--help", "-help", "--helpfull") for a in argv[1:]):
-        print(f"usage: {os.path.basename(argv[0])} --input_file=... "
-              f"--vocab_file=... (--output_file=... | --output_dir=...)\n\n"
-              + __doc__ + "\n" + flag_values.get_help())
-        sys.exit(0)
+    if wants_help(argv):
+        print_help(f"{os.path.basename(argv[0])} --input_file=... --vocab_file=... "
+                   "(--output_file=... | --output_dir=...)", __doc__, flag_values)
     try:
         rest = flag_values(list(argv))
     except flags.Error as e:
-        message = " ".join(str(e).split())
-        if message.startswith("ERROR::"):
-            message = message[len("ERROR::"):].strip()
-        raise UserError(message) from None
+        raise UserError(flag_error_message(e)) from None
     if len(rest) > 1:
         fail(f"unexpected argument {rest[1]!r}; flags look like --name=value")
     return flag_values
