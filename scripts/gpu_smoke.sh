@@ -12,10 +12,7 @@
 # (max_length) padding, 5 warm-up + 30 timed steps per tower count. On a machine
 # where TensorFlow sees no GPU it says so and exits 0: there is nothing to do.
 set -euo pipefail
-PYTHON="${PYTHON:-python}"
-CACHE="${BERT_AD_CACHE:-$HOME/.cache/bert_ad}"
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 GPUS="$("$PYTHON" -c 'from bert_ad.compat import list_gpu_count; print(list_gpu_count())' | tail -n 1)"
 if [ "$GPUS" -eq 0 ]; then
@@ -26,12 +23,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 fi
 
-MODEL_DIR="$CACHE/minilm_google"
-PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
-DATA_DIR="$CACHE/data/movie_reviews"
-if [ ! -f "$DATA_DIR/train.tsv" ]; then
-  "$PYTHON" "$REPO/scripts/prepare_data.py" movie_reviews --output_dir "$DATA_DIR"
-fi
+fetch_minilm
+DATA_DIR="$(prepare_dataset movie_reviews)"
 
 COUNTS=1
 if [ "$GPUS" -gt 1 ]; then COUNTS="1,$GPUS"; fi

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -245,3 +246,15 @@ def test_lazy_prototype_moves_only_the_rows_the_batch_used():
 def test_bench_train_reads_the_bucket_window_without_importing_the_cli():
     from bert_ad.classifier import BUCKET_WINDOW_BATCHES
     assert _load_script("bench_train").bucket_window_batches() == BUCKET_WINDOW_BATCHES
+
+
+def test_gpu_smoke_without_a_gpu_says_there_is_nothing_to_do(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="-1",
+               BERT_AD_CACHE=str(tmp_path / "cache"))
+    run = subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_smoke.sh")],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == (
+        "gpu_smoke: TensorFlow sees no GPU here (CUDA_VISIBLE_DEVICES=-1); nothing to do")
+    assert not (tmp_path / "cache").exists()   # nothing fetched

@@ -22,7 +22,7 @@ LAUNCHERS = {
 def _run(command: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(["bash", "-c", command], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+                          stderr=subprocess.PIPE, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_help_into_a_closed_pipe_is_quiet():
     try:
         run = subprocess.run([sys.executable, "create_pretraining_data.py", "--help"],
                              cwd=REPO, env=env, stdout=write_end, stderr=subprocess.PIPE,
-                             universal_newlines=True, timeout=300)
+                             text=True, timeout=300)
     finally:
         os.close(write_end)
     assert run.returncode == 0, run.stderr
