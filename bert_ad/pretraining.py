@@ -30,6 +30,7 @@ from bert_ad.inference import Scorer
 from bert_ad.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                               dense, layer_norm)
 from bert_ad.outputs import write_key_values
+from bert_ad.pretraining_records import FEATURE_NAMES, FLOAT_FEATURES
 from bert_ad.precision import compute_dtype
 from bert_ad.trainer import train
 
@@ -47,10 +48,6 @@ FEATURE_SPEC = {
     "next_sentence_labels": (tf.int32, [None]),
     "example_weights": (tf.float32, [None]),
 }
-RECORD_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
-                   "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
-
-
 # --- the model: BERT + Google's MLM and NSP heads --------------------------------
 
 def gather_positions(sequence, positions):
@@ -155,12 +152,12 @@ def parse_record(record: bytes, max_seq_length: int | None = None) -> dict:
     """One tf.train.Example of create_pretraining_data.py as numpy arrays."""
     feature = tf.train.Example.FromString(record).features.feature
     parsed = {}
-    for name in RECORD_FEATURES:
+    for name in FEATURE_NAMES:
         if name not in feature:
             fail(f"pretraining record lacks the feature {name!r}: is this a file written "
                  "by create_pretraining_data.py?")
         values = feature[name]
-        if name == "masked_lm_weights":
+        if name in FLOAT_FEATURES:
             parsed[name] = np.array(values.float_list.value, np.float32)
         else:
             parsed[name] = np.array(values.int64_list.value, np.int32)
@@ -214,7 +211,7 @@ def stack_batch(examples: list, rows: int) -> dict:
     seq = padded_length(max(int(e["input_mask"].sum()) for e in examples), "dynamic")
     seq = min(seq, len(examples[0]["input_ids"]))
     batch = {}
-    for name in RECORD_FEATURES:
+    for name in FEATURE_NAMES:
         first = examples[0][name]
         shape = (rows,) + np.shape(first)
         if name in ("input_ids", "input_mask", "segment_ids"):

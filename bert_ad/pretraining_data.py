@@ -65,34 +65,24 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
-import glob
 import hashlib
-import itertools
 import multiprocessing
 import os
 import random
-import re
-import struct
 import sys
-import tempfile
 import time
-from typing import (Dict, IO, Iterable, Iterator, List, NamedTuple, Optional,
+from typing import (IO, Iterable, Iterator, List, NamedTuple, Optional,
                     Sequence, Tuple)
 
-import numpy as np
-
-from bert_ad.errors import UserError, fail, require_file, run_cli
+from bert_ad.errors import UserError, fail, run_cli
 from bert_ad.masking import mask_tokens
+from bert_ad.pretraining_records import (ShardWriter, check_outputs, encode_example,
+                                         output_paths)
+from bert_ad.pretraining_text import chunked, expand_input_files, read_documents
 from bert_ad.tokenization import (CLS, SEP, SentencePieceTokenizer,
                                   check_max_seq_length, make_tokenizer)
 
-FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
-                 "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
-FLOAT_FEATURES = ("masked_lm_weights",)
 MODES = ("nsp", "mlm", "rewrite")
-SHARD_NAME = "pretrain-{:05d}-of-{:05d}.tfrecord"
-SHARD_GLOB = "pretrain-*-of-*.tfrecord"
 # [CLS] A [SEP] B [SEP] needs two tokens of text, and the short-sequence
 # target is drawn from [2, max_seq_length - 3].
 MIN_SEQ_LENGTH = 5
@@ -153,128 +143,6 @@ class InstanceSettings:
     @property
     def whole_word(self) -> bool:
         return self.do_whole_word_mask or self.chinese_whole_word
-
-
-# ----------------------------------------------------------------------------
-# Reading: files -> lines -> documents (lists of sentences) -> chunks
-# ----------------------------------------------------------------------------
-
-_SENTENCE_END = re.compile(
-    # Latin terminators count only before a space or the end ("3.14" stays).
-    r"(?:[.!?\u2026]+)[\"'\u201d\u2019\u00bb)\]]*(?=\s|$)"
-    # CJK terminators end a sentence wherever they are.
-    r"|[\u3002\uff01\uff1f\uff61]+[\"'\u201d\u2019\u300d\u300f\uff09\u300b)\]]*")
-
-
-def split_sentences(text: str) -> List[str]:
-    """Cut one document's text into sentences, keeping their punctuation.
-
-    >>> split_sentences("It rained. Did it?  Yes! 天晴了。走吧")
-    ['It rained.', 'Did it?', 'Yes!', '天晴了。', '走吧']
-    """
-    sentences = []
-    start = 0
-    for match in _SENTENCE_END.finditer(text):
-        sentences.append(text[start:match.end()])
-        start = match.end()
-    sentences.append(text[start:])
-    return [s.strip() for s in sentences if s.strip()]
-
-
-def documents_from_lines(lines: Iterable[str], doc_per_line: bool = False
-                         ) -> Iterator[List[str]]:
-    """Documents (lists of sentence strings) from text lines, lazily.
-
-    Args:
-      lines: the lines of one file, with or without their line ends.
-      doc_per_line: one document per line (split with `split_sentences`)
-        instead of Google's one sentence per line, blank line between
-        documents.
-
-    Yields:
-      Non-empty lists of non-empty, stripped sentences.
-    """
-    document = []  # type: List[str]
-    for line in lines:
-        line = line.strip()
-        if doc_per_line:
-            sentences = split_sentences(line)
-            if sentences:
-                yield sentences
-        elif line:
-            document.append(line)
-        elif document:
-            yield document
-            document = []
-    if document:
-        yield document
-
-
-def _file_lines(path: str) -> Iterator[str]:
-    """The lines of a UTF-8 file, one at a time; bad UTF-8 is a UserError."""
-    try:
-        with open(path, "rb") as f:
-            for line_number, raw in enumerate(f, 1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    fail(f"input file {path!r} line {line_number} is not valid "
-                         f"UTF-8 ({e.reason} at byte {e.start}); convert the "
-                         f"file to UTF-8 (e.g. iconv -f GBK -t UTF-8)")
-                if line_number == 1 and line.startswith("\ufeff"):
-                    line = line[1:]
-                yield line
-    except OSError as e:
-        fail(f"cannot read input file {path!r}: {e.strerror or e}")
-
-
-def read_documents(paths: Sequence[str], doc_per_line: bool = False
-                   ) -> Iterator[List[str]]:
-    """Documents of all `paths` in order, read lazily (see
-    `documents_from_lines`); a document never spans two files."""
-    for path in paths:
-        yield from documents_from_lines(_file_lines(path), doc_per_line)
-
-
-def chunked(items: Iterable, size: int) -> Iterator[list]:
-    """Consecutive lists of `size` items (the last may be shorter), taking
-    only what each list needs from `items`."""
-    iterator = iter(items)
-    while True:
-        chunk = list(itertools.islice(iterator, size))
-        if not chunk:
-            return
-        yield chunk
-
-
-def expand_input_files(spec: str) -> List[str]:
-    """Files named by --input_file: a comma list of paths and globs.
-
-    Globs are expanded in sorted order; the list keeps the order given.
-
-    Raises:
-      UserError: an empty spec, a glob that matches no file, a path that does
-        not exist, or a folder.
-    """
-    entries = [e.strip() for e in (spec or "").split(",") if e.strip()]
-    if not entries:
-        fail("--input_file is not set; give a text file, a glob such as "
-             "'corpus/*.txt', or a comma list of them")
-    files = []
-    for entry in entries:
-        if glob.has_magic(entry):
-            matches = sorted(p for p in glob.glob(entry) if os.path.isfile(p))
-            if not matches:
-                fail(f"--input_file pattern {entry!r} matches no file")
-            files.extend(matches)
-        elif os.path.isdir(entry):
-            fail(f"--input_file {entry!r} is a folder; give its files, e.g. "
-                 f"{os.path.join(entry, '*.txt')!r}")
-        elif not os.path.exists(entry):
-            fail(f"input file {entry!r} does not exist")
-        else:
-            files.append(entry)
-    return files
 
 
 # ----------------------------------------------------------------------------
@@ -513,50 +381,6 @@ class InstanceMaker:
                                 is_random_next)
 
 
-# ----------------------------------------------------------------------------
-# tf.train.Example records, without TensorFlow (workers stay light)
-# ----------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1 << 18)  # ids repeat: encode each once
-def _varint(value: int) -> bytes:
-    if value < 0:
-        raise ValueError(f"cannot encode {value}: int64 features here are >= 0")
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _length_delimited(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + _varint(len(payload)) + payload
-
-
-def encode_example(features: Dict[str, Sequence]) -> bytes:
-    """A serialized tf.train.Example of int64 and float lists.
-
-    Names in FLOAT_FEATURES become FloatList, the others Int64List (values
-    must be >= 0); features are written in the order given, so equal inputs
-    give equal bytes.
-    """
-    entries = []
-    for name, values in features.items():
-        if name in FLOAT_FEATURES:
-            # FloatList { repeated float value = 1 [packed] } in Feature field 2
-            payload = struct.pack(f"<{len(values)}f", *values)
-            feature = _length_delimited(0x12, _length_delimited(0x0A, payload))
-        else:
-            # Int64List { repeated int64 value = 1 [packed] } in Feature field 3
-            payload = b"".join([_varint(v) for v in values])
-            feature = _length_delimited(0x1A, _length_delimited(0x0A, payload))
-        # map<string, Feature> entry: key = 1, value = 2; Features.feature = 1
-        entry = (_length_delimited(0x0A, name.encode("utf-8"))
-                 + _length_delimited(0x12, feature))
-        entries.append(_length_delimited(0x0A, entry))
-    return _length_delimited(0x0A, b"".join(entries))  # Example.features = 1
-
-
 def instance_features(instance: TrainingInstance, tokenizer, max_seq_length: int,
                       max_predictions_per_seq: int) -> "collections.OrderedDict":
     """Google's seven features of one instance, padded (see module doc)."""
@@ -576,26 +400,6 @@ def instance_features(instance: TrainingInstance, tokenizer, max_seq_length: int
     features["masked_lm_weights"] = [1.0] * m + [0.0] * pad_m
     features["next_sentence_labels"] = [1 if instance.is_random_next else 0]
     return features
-
-
-def read_instances(path: str) -> Iterator[Dict[str, np.ndarray]]:
-    """The records of one TFRecord file written here, in file order.
-
-    Yields:
-      dict feature name -> 1-D array (int64; float32 for masked_lm_weights).
-    """
-    require_file(path, "TFRecord file")
-    from bert_ad.compat import tf
-    for record in tf.io.tf_record_iterator(path):
-        example = tf.train.Example.FromString(record)
-        features = example.features.feature
-        out = {}
-        for name in FEATURE_NAMES:
-            if name in FLOAT_FEATURES:
-                out[name] = np.array(features[name].float_list.value, np.float32)
-            else:
-                out[name] = np.array(features[name].int64_list.value, np.int64)
-        yield out
 
 
 # ----------------------------------------------------------------------------
@@ -704,129 +508,6 @@ def process_chunks(chunks: Iterable[List[List[str]]], settings: InstanceSettings
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
-
-
-# ----------------------------------------------------------------------------
-# Output files
-# ----------------------------------------------------------------------------
-
-def shard_paths(output_dir: str, num_shards: int) -> List[str]:
-    return [os.path.join(output_dir, SHARD_NAME.format(i, num_shards))
-            for i in range(num_shards)]
-
-
-def output_paths(output_file: str, output_dir: str, num_shards: int) -> List[str]:
-    """The files to write, from --output_file or --output_dir/--num_shards."""
-    if bool(output_file) == bool(output_dir):
-        fail("give exactly one of --output_file (a comma list of files) and "
-             "--output_dir (with --num_shards)"
-             + (f"; got --output_file={output_file} and --output_dir="
-                f"{output_dir}" if output_file else ""))
-    if output_dir:
-        if num_shards < 1:
-            fail(f"--num_shards={num_shards} must be at least 1")
-        if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-            fail(f"--output_dir {output_dir!r} is a file, not a folder")
-        return shard_paths(output_dir, num_shards)
-    paths = [p.strip() for p in output_file.split(",") if p.strip()]
-    if not paths:
-        fail(f"--output_file={output_file!r} names no file")
-    seen = set()
-    for p in paths:
-        key = os.path.realpath(p)
-        if key in seen:
-            fail(f"--output_file lists {p!r} twice")
-        seen.add(key)
-        if os.path.isdir(p):
-            fail(f"--output_file {p!r} is a folder; use --output_dir for shards")
-    return paths
-
-
-def check_outputs(paths: Sequence[str], input_files: Sequence[str],
-                  overwrite: bool, output_dir: str = "") -> None:
-    """Refuse to clobber inputs, existing outputs (without --overwrite), or
-    to mix shards with those of an earlier run with another --num_shards."""
-    inputs = {os.path.realpath(p) for p in input_files}
-    for p in paths:
-        if os.path.realpath(p) in inputs:
-            fail(f"output file {p!r} is also an input file; write elsewhere")
-    existing = [p for p in paths if os.path.exists(p)]
-    if existing and not overwrite:
-        fail(f"output file {existing[0]!r} exists"
-             + (f" (and {len(existing) - 1} more)" if len(existing) > 1 else "")
-             + "; pass --overwrite to replace, or write elsewhere")
-    if output_dir:
-        ours = {os.path.realpath(p) for p in paths}
-        stale = sorted(p for p in glob.glob(os.path.join(output_dir, SHARD_GLOB))
-                       if os.path.realpath(p) not in ours)
-        if stale:
-            fail(f"--output_dir {output_dir!r} holds {os.path.basename(stale[0])}"
-                 + (f" and {len(stale) - 1} more shards" if len(stale) > 1 else "")
-                 + " from a run with another --num_shards; a reader of the "
-                   "folder would mix both runs, so remove them or use another "
-                   "--output_dir")
-
-
-def _new_file_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-class ShardWriter:
-    """TFRecord writers on temporary names; commit() renames them into
-    place, abort() removes them. Record k goes to file k % len(paths)."""
-
-    def __init__(self, paths: Sequence[str]):
-        from bert_ad.compat import tf
-        self.paths = list(paths)
-        self.temps = []  # type: List[str]
-        self.writers = []
-        self.count = 0
-        try:
-            for path in self.paths:
-                directory = os.path.dirname(os.path.abspath(path))
-                os.makedirs(directory, exist_ok=True)
-                fd, temp = tempfile.mkstemp(
-                    dir=directory, prefix=f".{os.path.basename(path)}.",
-                    suffix=".tmp")
-                os.close(fd)
-                self.temps.append(temp)
-                os.chmod(temp, _new_file_mode())  # mkstemp's is 0600
-                self.writers.append(tf.io.TFRecordWriter(temp))
-        except OSError as e:
-            self.abort()
-            fail(f"cannot create output file in "
-                 f"{os.path.dirname(os.path.abspath(path))!r}: "
-                 f"{e.strerror or e}")
-        except BaseException:
-            self.abort()
-            raise
-
-    def write(self, record: bytes) -> None:
-        self.writers[self.count % len(self.writers)].write(record)
-        self.count += 1
-
-    def _close(self) -> None:
-        for writer in self.writers:
-            writer.close()
-        self.writers = []
-
-    def commit(self) -> List[str]:
-        self._close()
-        for temp, path in zip(self.temps, self.paths):
-            os.replace(temp, path)
-        self.temps = []
-        return self.paths
-
-    def abort(self) -> None:
-        try:
-            self._close()
-        finally:
-            for temp in self.temps:
-                if os.path.exists(temp):
-                    os.remove(temp)
-            self.temps = []
 
 
 # ----------------------------------------------------------------------------

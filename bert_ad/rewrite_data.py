@@ -628,8 +628,8 @@ def write_span_instances(input_files: Sequence[str], output_files: Sequence[str]
     Returns:
       pretraining_data.Summary (its "documents" are the rows used).
     """
-    from bert_ad.pretraining_data import (ShardWriter, Summary, derive_seed,
-                                          encode_example, instance_features)
+    from bert_ad.pretraining_data import Summary, derive_seed, instance_features
+    from bert_ad.pretraining_records import ShardWriter, encode_example
     started = time.monotonic()
     spans = []
     skipped = collections.Counter()

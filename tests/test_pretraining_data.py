@@ -28,12 +28,10 @@ import pytest
 from bert_ad import assets
 from bert_ad.errors import UserError
 from bert_ad.masking import candidate_groups, mask_tokens, num_to_predict
-from bert_ad.pretraining_data import (FEATURE_NAMES, Document, InstanceMaker,
-                                      InstanceSettings, chunked,
-                                      create_pretraining_data,
-                                      documents_from_lines, encode_example,
-                                      main, process_chunks, read_instances,
-                                      split_sentences)
+from bert_ad.pretraining_data import (Document, InstanceMaker, InstanceSettings,
+                                      create_pretraining_data, main, process_chunks)
+from bert_ad.pretraining_records import FEATURE_NAMES, encode_example, read_instances
+from bert_ad.pretraining_text import chunked, documents_from_lines, split_sentences
 from bert_ad.tokenization import CLS, MASK, SEP, FullTokenizer, SentencePieceTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from bert_ad import datasets, pretraining_data, rewrite_data
+from bert_ad import datasets, pretraining_data, pretraining_records, rewrite_data
 from bert_ad.errors import UserError
 from bert_ad.masking import MASK_PROB
 from bert_ad.rewrite_data import (SEGMENT_PUNCTUATION, PrepareSettings,
@@ -486,7 +486,7 @@ def test_rewrite_mode_of_create_pretraining_data(prepared, chinese_vocab, zh_tok
     for row in usable:
         expected[(row.candidate, row.slot.before, row.slot.after, row.label)] += 2
     found = collections.Counter()
-    for record in pretraining_data.read_instances(str(tmp_path / "a.tfrecord")):
+    for record in pretraining_records.read_instances(str(tmp_path / "a.tfrecord")):
         n = int(record["input_mask"].sum())
         tokens = zh_tokenizer.convert_ids_to_tokens(record["input_ids"][:n])
         m = int(record["masked_lm_weights"].sum())
