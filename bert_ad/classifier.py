@@ -210,7 +210,8 @@ def do_train(job: ModelJob, examples) -> None:
     global_batch = per_tower * towers * accumulation * workers
     num_train_steps = max(1, int(len(examples) / global_batch * FLAGS.num_train_epochs))
     learning_rate = scale_learning_rate(FLAGS.learning_rate, global_batch,
-                                        FLAGS.lr_reference_batch, FLAGS.lr_scaling)
+                                        FLAGS.lr_reference_batch or per_tower,
+                                        FLAGS.lr_scaling)
     log.info("training: %d examples, %d tower(s) x batch %d x %d accumulation = global "
              "batch %d, %d steps, learning rate %g", len(examples), towers, per_tower,
              accumulation, global_batch, num_train_steps, learning_rate)

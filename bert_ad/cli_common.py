@@ -62,9 +62,14 @@ def define_training_flags(default_learning_rate: float = 5e-5) -> None:
                       "adamw = Google's AdamWeightDecay; lamb for large batches.")
     flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.")
     flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm (0: off).")
-    flags.DEFINE_enum("lr_scaling", "none", ["none", "linear", "sqrt"],
-                      "Scale --learning_rate by global batch / --lr_reference_batch.")
-    flags.DEFINE_integer("lr_reference_batch", 32, "Batch --learning_rate was tuned for.")
+    # sqrt: what kept accuracy at 2-16x the batch in docs/accuracy.md (linear
+    # made AdamW diverge); identity for one tower without accumulation.
+    flags.DEFINE_enum("lr_scaling", "sqrt", ["none", "linear", "sqrt"],
+                      "Scale --learning_rate by (global batch / --lr_reference_batch): "
+                      "none, linear, or sqrt (the default, see docs/accuracy.md).")
+    flags.DEFINE_integer("lr_reference_batch", 0,
+                         "Batch --learning_rate was tuned for (0: --train_batch_size, "
+                         "i.e. one tower without accumulation).")
     flags.DEFINE_integer("seed", 12345, "Seed for data order, init and dropout.")
     flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
     flags.DEFINE_integer("log_every_n_steps", 10, "Log and summarise every N steps.")
@@ -106,6 +111,9 @@ def check_training_flags(*positive: str) -> DevicePlan:
     compute_dtype(FLAGS.precision)  # refuses what this lane cannot run
     if FLAGS.learning_rate <= 0:
         fail(f"--learning_rate={FLAGS.learning_rate} must be positive")
+    if FLAGS.lr_reference_batch < 0:
+        fail(f"--lr_reference_batch={FLAGS.lr_reference_batch} must be positive, or 0 for "
+             "--train_batch_size")
     if os.path.exists(FLAGS.output_dir) and not os.path.isdir(FLAGS.output_dir):
         fail(f"--output_dir={FLAGS.output_dir} exists and is not a directory")
     plan = plan_from_environment(FLAGS.n_gpus)
@@ -192,7 +200,8 @@ def write_train_results(output_dir: str, result: TrainResult, global_batch: int,
                         learning_rate: float) -> None:
     """train_results.txt: steps, examples, wall time and rate of this run's loop."""
     values = result.summary(global_batch)
-    values.update(global_batch=global_batch, learning_rate=float(learning_rate))
+    # %.6f would round a learning rate such as 7.07e-05 to 0.000071.
+    values.update(global_batch=global_batch, learning_rate=f"{float(learning_rate):.8g}")
     write_key_values(os.path.join(output_dir, "train_results.txt"), values)
     log.info("train: %d steps in %.1f s, %.1f examples/sec", result.steps_run,
              result.train_seconds, values["train_examples_per_sec"])

@@ -99,14 +99,15 @@ if [ ! -f "$MODEL/bert_model.ckpt.index" ]; then
 fi
 
 # 7. Fine-tune the slot classifier, evaluate on the held-out texts, rank
-#    every held-out slot's candidates.
+#    every held-out slot's candidates. The global batch is 32 whatever
+#    N_GPUS is, and the learning rate is the one for it: no scaling.
 FINETUNED="$OUTPUT_DIR/finetuned"
 step "rewrite_finetune.py -> $FINETUNED"
 "$PYTHON" "$REPO/rewrite_finetune.py" --data_dir="$DATA" --vocab_file="$VOCAB" \
   --bert_config_file="$MODEL/bert_config.json" \
   --init_checkpoint="$MODEL/bert_model.ckpt" --output_dir="$FINETUNED" \
   --max_seq_length=64 --train_batch_size=$((32 / N_GPUS)) --n_gpus="$N_GPUS" \
-  --eval_batch_size=64 --predict_batch_size=64 --learning_rate=2e-4 \
+  --eval_batch_size=64 --predict_batch_size=64 --learning_rate=2e-4 --lr_scaling=none \
   --num_train_epochs="$FINETUNE_EPOCHS" --save_checkpoints_steps=500 \
   --log_every_n_steps=100 --do_train --do_eval --do_predict --rank "$@"
 

@@ -24,6 +24,7 @@ for seed in "${SEEDS[@]}"; do
       --vocab_file="$MODEL_DIR/vocab.txt" --bert_config_file="$MODEL_DIR/bert_config.json" \
       --init_checkpoint="$MODEL_DIR/bert_model.ckpt" --max_seq_length=64 \
       --train_batch_size="$2" --n_gpus="$1" --num_train_epochs=2 --learning_rate=5e-5 \
+      --lr_scaling=none \
       --seed="$seed" --save_checkpoints_steps=1000 --log_every_n_steps=100 \
       --do_train=true --do_eval=true --output_dir="$out" 2>/dev/null
     accuracy=$(sed -n 's/^eval_accuracy = //p' "$out/eval_results.txt")

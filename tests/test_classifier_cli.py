@@ -345,7 +345,8 @@ def test_train_results_describe_the_run(trained):
     assert int(results["steps_run"]) == STEPS
     assert int(results["examples_seen"]) == EXAMPLES_SEEN
     assert int(results["global_batch"]) == TOWERS * BATCH
-    assert float(results["learning_rate"]) == pytest.approx(1e-3)
+    # The default --lr_scaling=sqrt from one tower's batch: 1e-3 * sqrt(3 towers).
+    assert float(results["learning_rate"]) == pytest.approx(1e-3 * 3 ** 0.5, rel=1e-7)
     assert int(results["skipped_steps"]) == 0
     seconds = float(results["train_seconds"])
     assert seconds > 0
@@ -496,6 +497,9 @@ def _bad_cases(s: Setup, trained_dir: str) -> dict:
         do_predict=True, labels="0,1")
     add("bad_flag_value", trained_copy("bad_flag_value"), ["--n_gpus"],
         do_train=True, n_gpus="two")
+    add("negative_lr_reference_batch", trained_copy("negative_lr_reference_batch"),
+        ["--lr_reference_batch=-4", "0 for --train_batch_size"],
+        do_train=True, lr_reference_batch=-4)
     return cases
 
 
@@ -503,7 +507,8 @@ BAD_CASES = ["missing_data_file", "wrong_columns", "empty_train", "unknown_label
              "unknown_label_before_training", "unknown_task", "no_towers",
              "max_seq_length", "missing_init_checkpoint", "other_model_shape",
              "missing_bert_config", "vocab_too_large", "nothing_to_do",
-             "missing_predict_file", "no_checkpoint_to_score", "bad_flag_value"]
+             "missing_predict_file", "no_checkpoint_to_score", "bad_flag_value",
+             "negative_lr_reference_batch"]
 
 
 @pytest.fixture(scope="module")

@@ -313,6 +313,9 @@ def setup(tmp_path_factory) -> Setup:
         "max_seq_length": 64, "train_batch_size": BATCH, "num_train_epochs": 1,
         "learning_rate": 1e-3, "log_every_n_steps": 1, "do_train": True,
         "cluster_start_timeout_s": START_TIMEOUT,
+        # One global batch split three ways (workers, towers, one big batch):
+        # compared at one learning rate, whatever the default scaling does.
+        "lr_scaling": "none",
     }
     return s
 
