@@ -375,8 +375,9 @@ def plot(records: Sequence[dict], path: str) -> None:
     titles = sorted({dataset_title(g.spec) for g in groups})
     if not titles:
         raise RuntimeError("no successful runs to plot")
+    # One y scale per row: the towers panel must not magnify a 1-point difference.
     figure, axes = plt.subplots(len(titles), 2, figsize=(11, 4 * len(titles)),
-                                squeeze=False)
+                                squeeze=False, sharey="row")
     colors = {"adamw": "tab:blue", "radam": "tab:red"}
     styles = {"none": "-", "linear": "--", "sqrt": ":"}
     for row, title in enumerate(titles):
@@ -399,6 +400,9 @@ def plot(records: Sequence[dict], path: str) -> None:
                               color=colors[optimizer], linestyle=styles[scaling],
                               marker="o", capsize=3, label=f"{optimizer}, lr {scaling}")
         left.set_xscale("log", base=2)
+        batches = sorted({g.spec.effective_batch for g in mine if in_large_batch_part(g.spec)})
+        left.set_xticks(batches)
+        left.set_xticklabels([str(b) for b in batches])
         left.set_xlabel("effective batch (1 tower x 16 x accumulation)")
         left.set_ylabel("test accuracy % (mean ± sd over seeds)")
         left.set_title(f"{title}: large batch")
