@@ -182,8 +182,11 @@ def test_metrics(data_dir: str, output_dir: str) -> dict:
                            f"test.tsv {len(examples)}")
     truth = np.array([labels.index(e.label) for e in examples])
     metrics = classification_metrics(truth, predicted, labels)
+    # 1 = the run collapsed to a constant prediction (what a diverged or
+    # untrained classifier does): worth telling apart from a merely weak run.
     return {"test_accuracy": float(metrics["eval_accuracy"]),
-            "test_macro_f1": float(metrics["eval_macro_f1"]), "test_examples": len(truth)}
+            "test_macro_f1": float(metrics["eval_macro_f1"]), "test_examples": len(truth),
+            "test_predicted_classes": int(len(np.unique(predicted)))}
 
 
 def last_error_line(stderr: str) -> str:
@@ -295,20 +298,25 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def one_class_runs(group: Group) -> str:
+    """How many of the runs predicted a single class on the test set."""
+    return str(sum(1 for r in group.runs if r["test_predicted_classes"] == 1))
+
+
 def group_row(group: Group, first_columns: List[str]) -> List[str]:
     seeds = len(group.runs) + len(group.failed)
     if not group.runs:
-        return first_columns + ["", "", seeds] + ["failed"] * 4 + ["", ""]
+        return first_columns + ["", "", seeds] + ["failed"] * 4 + ["", "", ""]
     learning_rate = group.runs[0]["learning_rate"]
     failed = f" ({len(group.failed)} failed)" if group.failed else ""
     return first_columns + [f"{learning_rate:.3g}", group.runs[0]["steps"],
                             f"{seeds}{failed}"] + \
-        [fmt_pct(group.stat(key)) for key in METRICS] + \
+        [fmt_pct(group.stat(key)) for key in METRICS] + [one_class_runs(group)] + \
         [f"{group.stat('wall_seconds')[0]:.0f}", f"{group.stat('examples_per_sec')[0]:.1f}"]
 
 
 METRIC_HEADER = ["lr", "steps", "seeds", "dev acc %", "dev macro-F1 %", "test acc %",
-                 "test macro-F1 %", "wall s", "train ex/s"]
+                 "test macro-F1 %", "one-class runs", "wall s", "train ex/s"]
 
 
 def dataset_title(spec: RunSpec) -> str:
@@ -405,8 +413,11 @@ def plot(records: Sequence[dict], path: str) -> None:
         left.set_xticklabels([str(b) for b in batches])
         left.set_xlabel("effective batch (1 tower x 16 x accumulation)")
         left.set_ylabel("test accuracy % (mean ± sd over seeds)")
-        left.set_title(f"{title}: large batch")
-        left.legend(fontsize=8)
+        if left.get_legend_handles_labels()[1]:
+            left.set_title(f"{title}: large batch")
+            left.legend(fontsize=8)
+        else:
+            left.set_title(f"{title}: large batch (not run)")
         towers = [g for g in mine if in_towers_part(g.spec)]
         for scaling in LR_SCALINGS:
             line = sorted((g for g in towers if g.spec.lr_scaling == scaling

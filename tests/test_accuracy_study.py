@@ -140,6 +140,7 @@ def test_run_record_matches_the_run_files(one_run):
         truth = np.array([labels.index(line.split("\t")[0]) for line in f if line.strip()])
     assert record["test_examples"] == len(truth) == len(predicted)
     assert record["test_accuracy"] == pytest.approx(np.mean(predicted == truth))
+    assert record["test_predicted_classes"] == len(set(predicted.tolist()))
     assert record["examples_per_sec"] > 0 and record["wall_seconds"] > 0
     assert "--n_gpus=2" in record["command"]
     files = os.listdir(output_dir)
@@ -178,7 +179,7 @@ def _record(seed, test_accuracy, **changes):
     record = dict(spec._asdict(), status="ok", dev_accuracy=0.5, dev_macro_f1=0.5,
                   test_accuracy=test_accuracy, test_macro_f1=test_accuracy - 0.01,
                   learning_rate=5e-5, steps=400, wall_seconds=100.0 + seed,
-                  examples_per_sec=64.0)
+                  examples_per_sec=64.0, test_predicted_classes=2)
     record.update(changes)
     return record
 
@@ -197,18 +198,18 @@ def test_report_tables_rows():
                        learning_rate=2e-4, steps=25),
                dict(_record(2, 0.0, accumulation=16, optimizer="radam", lr_scaling="sqrt"),
                     status="failed", error="boom"),
-               _record(1, 0.81, n_gpus=2, lr_scaling="sqrt")]
+               _record(1, 0.81, n_gpus=2, lr_scaling="sqrt", test_predicted_classes=1)]
     text = study.report_tables(records)
     lines = text.splitlines()
     towers_rows = [line for line in lines
                    if re.match(r"\| [12] \| (16|32) \| (none|sqrt) \|", line)]
     assert towers_rows == [
         "| 1 | 16 | none | 5e-05 | 400 | 3 | 50.00 ± 0.00 | 50.00 ± 0.00 | 82.00 ± 2.00 | "
-        "81.00 ± 2.00 | 102 | 64.0 |",
+        "81.00 ± 2.00 | 0 | 102 | 64.0 |",
         "| 2 | 32 | sqrt | 5e-05 | 400 | 1 | 50.00 ± 0.00 | 50.00 ± 0.00 | 81.00 ± 0.00 | "
-        "80.00 ± 0.00 | 101 | 64.0 |"]
+        "80.00 ± 0.00 | 1 | 101 | 64.0 |"]
     assert ("| 16 | 256 | radam | sqrt | 0.0002 | 25 | 2 (1 failed) | 50.00 ± 0.00 | "
-            "50.00 ± 0.00 | 70.00 ± 0.00 | 69.00 ± 0.00 | 101 | 64.0 |") in lines
+            "50.00 ± 0.00 | 70.00 ± 0.00 | 69.00 ± 0.00 | 0 | 101 | 64.0 |") in lines
     # the one-tower batch-16 run appears in both tables
     assert sum(1 for line in lines if line.startswith("| 1 | 16 |")) == 2
     assert lines[0] == "#### movie_reviews: towers (per-tower batch 16, AdamW)"
