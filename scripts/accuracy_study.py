@@ -52,7 +52,8 @@ TOWER_COUNTS = (1, 2, 4)
 ACCUMULATIONS = (1, 4, 16)
 OPTIMIZERS = ("adamw", "radam")
 LR_SCALINGS = ("none", "linear", "sqrt")
-# What the large-batch part found (docs/accuracy.md); the towers part uses it.
+# The towers part's scaling (docs/accuracy.md: sqrt and none were equal in
+# the large-batch part; sqrt is the one the SDE analysis of Adam suggests).
 RECOMMENDED_LR_SCALING = "sqrt"
 
 # Training rows per data set: the Chinese set is capped at the English set's

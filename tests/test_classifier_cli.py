@@ -215,6 +215,8 @@ def setup(tmp_path_factory) -> Setup:
         "eval_batch_size": BATCH, "predict_batch_size": BATCH,
         "learning_rate": 1e-3, "num_train_epochs": 2, "save_checkpoints_steps": 2,
         "log_every_n_steps": 1,
+        # sqrt from one tower's batch (--lr_reference_batch=0): train_results checks it.
+        "lr_scaling": "sqrt",
     }
     return s
 
@@ -345,7 +347,7 @@ def test_train_results_describe_the_run(trained):
     assert int(results["steps_run"]) == STEPS
     assert int(results["examples_seen"]) == EXAMPLES_SEEN
     assert int(results["global_batch"]) == TOWERS * BATCH
-    # The default --lr_scaling=sqrt from one tower's batch: 1e-3 * sqrt(3 towers).
+    # --lr_scaling=sqrt from one tower's batch (the default reference): 1e-3 * sqrt(3 towers).
     assert float(results["learning_rate"]) == pytest.approx(1e-3 * 3 ** 0.5, rel=1e-7)
     assert int(results["skipped_steps"]) == 0
     seconds = float(results["train_seconds"])
