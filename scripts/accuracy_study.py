@@ -43,6 +43,8 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from bert_ad.assets import cache_dir  # noqa: E402  (no TensorFlow import)
+
 PER_TOWER_BATCH = 16
 LEARNING_RATE = 5e-5
 REFERENCE_BATCH = 16       # the batch LEARNING_RATE is tuned for
@@ -82,7 +84,7 @@ class RunSpec(NamedTuple):
     @property
     def config(self) -> tuple:
         """Everything but the seed: the runs a table row averages."""
-        return self[:5] + (self.max_train_examples,)
+        return self._replace(seed=0)
 
     @property
     def name(self) -> str:
@@ -164,20 +166,15 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str,
     return command
 
 
-def read_labels(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f if line.strip()]
-
-
 def test_metrics(data_dir: str, output_dir: str) -> dict:
     """Accuracy and macro-F1 of predict.txt against test.tsv's labels."""
     import numpy as np
     from bert_ad import processors
     from bert_ad.metrics import classification_metrics
-    labels = read_labels(os.path.join(output_dir, "labels.txt"))
+    labels = processors.load_label_list(os.path.join(output_dir, "labels.txt"))
     examples = processors.read_examples(processors.get_task("sentiment"), data_dir, "test")
-    predicted = np.array([int(x) for x in read_labels(os.path.join(output_dir,
-                                                                    "predict.txt"))])
+    with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
+        predicted = np.array([int(line) for line in f if line.strip()])
     if len(predicted) != len(examples):
         raise RuntimeError(f"{output_dir}/predict.txt has {len(predicted)} rows, "
                            f"test.tsv {len(examples)}")
@@ -397,7 +394,6 @@ def plot(records: Sequence[dict], path: str) -> None:
                 # The effective batch 16 run (identity scaling) starts every line.
                 line = sorted((g for g in mine if in_large_batch_part(g.spec)
                                and g.spec.optimizer == optimizer
-                               and g.spec.lr_scaling in (scaling, "none")
                                and (g.spec.lr_scaling == scaling
                                     or g.spec.effective_batch == REFERENCE_BATCH)),
                               key=lambda g: g.spec.effective_batch)
@@ -447,11 +443,6 @@ def plot(records: Sequence[dict], path: str) -> None:
 # Main.
 
 
-def default_cache() -> str:
-    return os.environ.get("BERT_AD_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "bert_ad")
-
-
 def prepare_inputs(args) -> None:
     """Fetch MiniLM and build the data sets this study needs (once, cached)."""
     env = dict(os.environ, PYTHON=sys.executable, BERT_AD_CACHE=args.cache)
@@ -476,7 +467,7 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--tower_lr_scaling", choices=LR_SCALINGS,
                         default=RECOMMENDED_LR_SCALING)
-    parser.add_argument("--cache", default=default_cache(),
+    parser.add_argument("--cache", default=cache_dir(),
                         help="downloads and data sets (BERT_AD_CACHE)")
     parser.add_argument("--model_dir", default=None,
                         help="Google-format MiniLM (default: CACHE/minilm_google)")

@@ -29,13 +29,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bert_ad import benchmarking as bench  # noqa: E402  (no TensorFlow import)
+from bert_ad.assets import cache_dir  # noqa: E402  (no TensorFlow import)
 
 WARMUP_BATCHES = 3
-
-
-def default_cache() -> str:
-    return os.environ.get("BERT_AD_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "bert_ad")
 
 
 def read_rows(data_dir: str, limit: int):
@@ -126,7 +122,7 @@ def configurations(args) -> list:
 
 
 def main(argv=None) -> int:
-    cache = default_cache()
+    cache = cache_dir()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model_dir", default=os.path.join(cache, "minilm_google"))
     parser.add_argument("--data_dir", default=os.path.join(cache, "data", "movie_reviews"))

@@ -57,6 +57,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bert_ad import benchmarking as bench  # noqa: E402  (no TensorFlow import)
+from bert_ad.assets import cache_dir  # noqa: E402  (no TensorFlow import)
 
 SEED = 12345
 LEARNING_RATE = 5e-5
@@ -69,13 +70,8 @@ PADDINGS = ("max_length", "dynamic", "bucketed")
 VARIANTS = ("library", "fused_adamw", "lazy_embedding_adam", "xla")
 
 
-def default_cache() -> str:
-    return os.environ.get("BERT_AD_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "bert_ad")
-
-
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    cache = default_cache()
+    cache = cache_dir()
     parser.add_argument("--model_dir", default=os.path.join(cache, "minilm_google"),
                         help="Google checkpoint folder (scripts/fetch_minilm.sh)")
     parser.add_argument("--hf_dir", default=None,
@@ -996,17 +992,10 @@ def main(argv=None) -> int:
         args.repeats = max(len(v) for v in suite.results.values())
         print_tables(suite, args)
         return 0
-    if args.worker == "ours":
-        bench.emit_result(worker_ours(args))
-        return 0
-    if args.worker == "hf":
-        bench.emit_result(worker_hf(args))
-        return 0
-    if args.worker == "cli":
-        bench.emit_result(worker_cli(args))
-        return 0
-    if args.worker == "profile":
-        bench.emit_result(worker_profile(args))
+    if args.worker:
+        workers = {"ours": worker_ours, "hf": worker_hf, "cli": worker_cli,
+                   "profile": worker_profile}
+        bench.emit_result(workers[args.worker](args))
         return 0
     for path, what in ((os.path.join(args.model_dir, "bert_model.ckpt.index"),
                         "MiniLM Google checkpoint (run scripts/fetch_minilm.sh)"),

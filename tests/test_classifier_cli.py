@@ -126,12 +126,13 @@ def read_predictions(output_dir: str):
             np.array([[float(x) for x in row] for row in probabilities]))
 
 
-def read_eval_results(output_dir: str) -> dict:
+def read_results(output_dir: str, name: str = "eval_results.txt") -> dict:
+    """{key: value} of a `key = value` results file; every line must be one."""
     results = {}
-    with open(os.path.join(output_dir, "eval_results.txt"), encoding="utf-8") as f:
+    with open(os.path.join(output_dir, name), encoding="utf-8") as f:
         for line in f:
             match = re.fullmatch(r"(\S+) = (\S+)", line.rstrip("\n"))
-            assert match, f"eval_results.txt line {line!r} is not `key = value`"
+            assert match, f"{name} line {line!r} is not `key = value`"
             results[match.group(1)] = match.group(2)
     return results
 
@@ -311,7 +312,7 @@ def test_predict_does_not_depend_on_tower_count(trained, scored):
 
 def test_eval_results_match_predictions(setup, trained):
     output_dir, _ = trained
-    results = read_eval_results(output_dir)
+    results = read_results(output_dir)
     for key in ("eval_accuracy", "eval_loss", "global_step", "eval_macro_f1",
                 "precision_0", "recall_0", "f1_0", "precision_1", "recall_1", "f1_1"):
         assert key in results, f"eval_results.txt lacks {key}: {results}"
@@ -337,12 +338,7 @@ def test_eval_results_match_predictions(setup, trained):
 
 def test_train_results_describe_the_run(trained):
     output_dir, run = trained
-    results = {}
-    with open(os.path.join(output_dir, "train_results.txt"), encoding="utf-8") as f:
-        for line in f:
-            match = re.fullmatch(r"(\S+) = (\S+)", line.rstrip("\n"))
-            assert match, f"train_results.txt line {line!r} is not `key = value`"
-            results[match.group(1)] = match.group(2)
+    results = read_results(output_dir, "train_results.txt")
     assert int(results["global_step"]) == STEPS
     assert int(results["steps_run"]) == STEPS
     assert int(results["examples_seen"]) == EXAMPLES_SEEN
