@@ -1,9 +1,9 @@
 """Launcher kept at the root so existing shell scripts keep working.
 
-The code lives in bert_ad/pretraining_data.py.
+The code lives in bert_ad/pretraining/instances.py.
 """
 
-from bert_ad.pretraining_data import cli
+from bert_ad.pretraining.instances import cli
 
 if __name__ == "__main__":
     cli()

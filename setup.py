@@ -30,11 +30,11 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "bert-ad-classifier=bert_ad.classifier:cli",
-            "bert-ad-pretrain=bert_ad.pretraining:cli",
-            "bert-ad-rewrite=bert_ad.rewrite:cli",
-            "bert-ad-create-pretraining-data=bert_ad.pretraining_data:cli",
-            "bert-ad-convert=bert_ad.convert:cli",
+            "bert-ad-classifier=bert_ad.tasks.classification:cli",
+            "bert-ad-pretrain=bert_ad.tasks.pretraining:cli",
+            "bert-ad-rewrite=bert_ad.tasks.rewrite:cli",
+            "bert-ad-create-pretraining-data=bert_ad.pretraining.instances:cli",
+            "bert-ad-convert=bert_ad.tools.convert:cli",
         ],
     },
 )

@@ -43,7 +43,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bert_ad.assets import cache_dir  # noqa: E402  (no TensorFlow import)
+from bert_ad.tools.assets import cache_dir  # noqa: E402  (no TensorFlow import)
 
 PER_TOWER_BATCH = 16
 LEARNING_RATE = 5e-5
@@ -169,8 +169,8 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str,
 def test_metrics(data_dir: str, output_dir: str) -> dict:
     """Accuracy and macro-F1 of predict.txt against test.tsv's labels."""
     import numpy as np
-    from bert_ad import processors
-    from bert_ad.metrics import classification_metrics
+    from bert_ad.data import processors
+    from bert_ad.metrics.classification import classification_metrics
     labels = processors.load_label_list(os.path.join(output_dir, "labels.txt"))
     examples = processors.read_examples(processors.get_task("sentiment"), data_dir, "test")
     with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
@@ -197,7 +197,7 @@ def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str,
     """Run `spec` in a fresh output dir; its record (status "ok" or "failed").
     The checkpoints (weights + Adam slots, ~270 MB for MiniLM) are deleted
     once the record is taken unless `keep_checkpoints`."""
-    from bert_ad.outputs import read_key_values
+    from bert_ad.files import read_key_values
     output_dir = os.path.join(output_root, spec.name)
     if os.path.exists(output_dir):   # an interrupted earlier attempt: start over
         shutil.rmtree(output_dir)

@@ -9,7 +9,7 @@ towers, --predict_batch_size 8 (the CLI default) and 32 per tower, dynamic
 and max_length padding. Each configuration is a fresh worker process; rounds
 alternate their order and the tables give medians.
 
-Two figures per configuration, both through bert_ad.inference (the code
+Two figures per configuration, both through bert_ad.parallel.scoring (the code
 `--do_predict` runs):
   end to end   `run_inference` once: graph build, checkpoint restore, scoring;
   steady state  a `Scorer` already built and restored, timed over one pass of
@@ -28,15 +28,15 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bert_ad import benchmarking as bench  # noqa: E402  (no TensorFlow import)
-from bert_ad.assets import cache_dir  # noqa: E402  (no TensorFlow import)
+from bert_ad.tools import benchmarking as bench  # noqa: E402  (no TensorFlow import)
+from bert_ad.tools.assets import cache_dir  # noqa: E402  (no TensorFlow import)
 
 WARMUP_BATCHES = 3
 
 
 def read_rows(data_dir: str, limit: int):
     """Examples of train.tsv, dev.tsv, test.tsv (in that order), at most `limit`."""
-    from bert_ad import processors
+    from bert_ad.data import processors
     task = processors.get_task("sentiment")
     examples = []
     for split in ("train", "dev", "test"):
@@ -48,10 +48,10 @@ def read_rows(data_dir: str, limit: int):
 def make_checkpoint(model_dir: str, config, num_labels: int, output_dir: str) -> str:
     """MiniLM's weights plus a fresh classifier head, saved as one checkpoint
     (what a fine-tuned run leaves; the head's values do not change the speed)."""
-    from bert_ad.checkpoint import WarmStart
-    from bert_ad.classification import FEATURE_SPEC, classifier
+    from bert_ad.parallel.checkpoints import WarmStart
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.compat import tf
-    from bert_ad.training import feature_placeholders
+    from bert_ad.parallel.train_graph import feature_placeholders
     with tf.Graph().as_default():
         classifier(config, feature_placeholders(FEATURE_SPEC, 0), num_labels, False)
         warm = WarmStart(os.path.join(model_dir, "bert_model.ckpt"), tf.global_variables())
@@ -63,14 +63,14 @@ def make_checkpoint(model_dir: str, config, num_labels: int, output_dir: str) ->
 
 
 def worker(args) -> dict:
-    from bert_ad.batching import inference_batches, make_batch
-    from bert_ad.classification import FEATURE_SPEC, classifier
+    from bert_ad.data.batching import inference_batches, make_batch
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.compat import session_config
-    from bert_ad.features import FeatureSettings, convert_examples
-    from bert_ad.inference import Scorer, run_inference
-    from bert_ad.modeling import BertConfig
-    from bert_ad.tokenization import make_tokenizer
-    from bert_ad.towers import plan_from_environment
+    from bert_ad.data.features import FeatureSettings, convert_examples
+    from bert_ad.parallel.scoring import Scorer, run_inference
+    from bert_ad.model.modeling import BertConfig
+    from bert_ad.data.tokenization import make_tokenizer
+    from bert_ad.parallel.towers import plan_from_environment
 
     examples, labels = read_rows(args.data_dir, args.rows)
     config = BertConfig.from_json_file(os.path.join(args.model_dir, "bert_config.json"))
@@ -81,7 +81,7 @@ def worker(args) -> dict:
     config_proto = session_config(plan.num_cpu_devices)
     padding = "dynamic" if args.padding == "dynamic" else args.seq
 
-    def tower(placeholders, i):  # bert_ad.classifier.score's tower
+    def tower(placeholders, i):  # bert_ad.tasks.classification.score's tower
         out = classifier(config, placeholders, len(labels), False)
         return {"probabilities": out.probabilities, "loss": out.per_example_loss}
 

@@ -26,7 +26,7 @@ scripts/fetch_minilm.sh) on the real movie-review sentences
      (BertForSequenceClassification, torch.optim.AdamW, clip 1.0, its own
      tokenizer, padding="max_length" vs its DataCollatorWithPadding), and the
      ratios ours / theirs, paired round by round;
-  3. useful-token FLOP/s of our step (see bert_ad/benchmarking.py for the
+  3. useful-token FLOP/s of our step (see bert_ad/tools/benchmarking.py for the
      formula) as a fraction of this machine's matmul FLOP/s, measured by the
      same worker process before and after its training;
   4. multi-tower overhead: 2 towers x 16 vs 1 tower x 32 on the same cores.
@@ -34,8 +34,8 @@ scripts/fetch_minilm.sh) on the real movie-review sentences
 Every measurement is a fresh worker process (this script with --worker),
 ours and theirs alternating, repeated --repeats times (the order reversed
 every other round); tables give medians. Ours is timed inside
-`bert_ad.trainer.train`, the loop run_classifier_mgpu.py runs, on the graph
-`bert_ad.classifier.do_train` builds (build_train_graph + classifier head,
+`bert_ad.parallel.loop.train`, the loop run_classifier_mgpu.py runs, on the graph
+`bert_ad.tasks.classification.do_train` builds (build_train_graph + classifier head,
 adamw, clip 1.0, warm start from the checkpoint) with its batch source
 (training_batches + prefetch): the source records a timestamp each time the
 loop asks for a batch, so the window covers --steps whole steps after
@@ -56,8 +56,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bert_ad import benchmarking as bench  # noqa: E402  (no TensorFlow import)
-from bert_ad.assets import cache_dir  # noqa: E402  (no TensorFlow import)
+from bert_ad.tools import benchmarking as bench  # noqa: E402  (no TensorFlow import)
+from bert_ad.tools.assets import cache_dir  # noqa: E402  (no TensorFlow import)
 
 SEED = 12345
 LEARNING_RATE = 5e-5
@@ -89,30 +89,24 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 def read_train_examples(data_dir: str):
     """(examples, label list) of the sentiment task's train.tsv."""
-    from bert_ad import processors
+    from bert_ad.data import processors
     task = processors.get_task("sentiment")
     examples = processors.read_examples(task, data_dir, "train")
     return examples, processors.label_list(task, examples)
 
 
 def bucket_window_batches() -> int:
-    """bert_ad.classifier.BUCKET_WINDOW_BATCHES, read from the source: importing
-    bert_ad.classifier would load TensorFlow into the PyTorch worker."""
-    import ast
-    with open(os.path.join(REPO, "bert_ad", "classifier.py"), encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                getattr(t, "id", None) == "BUCKET_WINDOW_BATCHES" for t in node.targets):
-            return int(ast.literal_eval(node.value))
-    raise RuntimeError("bert_ad/classifier.py no longer defines BUCKET_WINDOW_BATCHES")
+    """The trainer's length-bucketing window (bert_ad.data.batching imports no TensorFlow,
+    so the PyTorch worker can read it)."""
+    from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
+    return BUCKET_WINDOW_BATCHES
 
 
 def step_indices(lengths, batch: int, steps: int, bucketed: bool) -> list:
     """The example indices of each of `steps` one-tower steps of batch `batch`,
-    in the order bert_ad.classifier.do_train takes them."""
+    in the order bert_ad.tasks.classification.do_train takes them."""
     import numpy as np
-    from bert_ad.batching import training_stream
+    from bert_ad.data.batching import training_stream
     stream = training_stream(len(lengths), batch, SEED, 0, np.asarray(lengths),
                              bucket_window_batches() if bucketed else 0)
     return [next(stream) for _ in range(steps)]
@@ -123,10 +117,10 @@ def step_indices(lengths, batch: int, steps: int, bucketed: bool) -> list:
 # ----------------------------------------------------------------------------
 
 def build_ours(args, config_path: str, vocab_path: str):
-    """Tokenised features, BertConfig and labels, as bert_ad.classifier.Job does."""
-    from bert_ad.features import FeatureSettings, convert_examples
-    from bert_ad.modeling import BertConfig
-    from bert_ad.tokenization import make_tokenizer
+    """Tokenised features, BertConfig and labels, as bert_ad.tasks.classification.Job does."""
+    from bert_ad.data.features import FeatureSettings, convert_examples
+    from bert_ad.model.modeling import BertConfig
+    from bert_ad.data.tokenization import make_tokenizer
     examples, labels = read_train_examples(args.data_dir)
     config = BertConfig.from_json_file(config_path)
     tokenizer = make_tokenizer(vocab_path, True)
@@ -136,9 +130,9 @@ def build_ours(args, config_path: str, vocab_path: str):
 
 
 def build_ours_graph(plan, config, num_labels: int, num_train_steps: int):
-    """The graph bert_ad.classifier.do_train builds (flags at their defaults)."""
-    from bert_ad.classification import FEATURE_SPEC, classifier
-    from bert_ad.training import TrainSettings, build_train_graph
+    """The graph bert_ad.tasks.classification.do_train builds (flags at their defaults)."""
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
+    from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
     settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=num_train_steps,
                              num_warmup_steps=int(num_train_steps * 0.1),
                              optimizer="adamw", weight_decay_rate=WEIGHT_DECAY,
@@ -154,10 +148,10 @@ def padding_value(args):
 
 
 def batch_source(args, features):
-    """bert_ad.classifier.do_train's batch source for these settings:
+    """bert_ad.tasks.classification.do_train's batch source for these settings:
     (start_example) -> prefetched per-tower padded batches."""
-    from bert_ad.batching import prefetch, training_batches
-    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+    from bert_ad.data.batching import prefetch, training_batches
+    from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
     assert BUCKET_WINDOW_BATCHES == bucket_window_batches()
     bucket = BUCKET_WINDOW_BATCHES if args.padding == "bucketed" else 0
 
@@ -197,7 +191,7 @@ class FusedAdamWeightDecay:
     update without bias correction (lr_t = lr), m / (sqrt(v) + eps) included;
     the decoupled weight decay, param -= lr * wd * param, runs first, which
     gives param - lr * (m / (sqrt(v) + eps) + wd * param_old) as in
-    bert_ad.optimization.AdamWeightDecay. One kernel per variable instead of
+    bert_ad.parallel.optimization.AdamWeightDecay. One kernel per variable instead of
     about a dozen element-wise passes over it. Slots keep Google's names.
 
     With `lazy_sparse`, a sparse gradient (the word embeddings) updates only
@@ -209,7 +203,7 @@ class FusedAdamWeightDecay:
     def __init__(self, learning_rate, weight_decay_rate: float = 0.01,
                  beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
                  lazy_sparse: bool = False):
-        from bert_ad.optimization import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
+        from bert_ad.parallel.optimization import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
         self.lazy_sparse = lazy_sparse
         self._learning_rate = learning_rate
         self.weight_decay_rate = weight_decay_rate
@@ -273,18 +267,18 @@ class FusedAdamWeightDecay:
 
 def use_fused_adamw(lazy_sparse: bool = False) -> None:
     """Make build_train_graph's "adamw" the fused prototype (this process only)."""
-    from bert_ad import training
+    from bert_ad.parallel import train_graph
 
     def make(name, learning_rate, weight_decay_rate=0.01, **kwargs):
         return FusedAdamWeightDecay(learning_rate, weight_decay_rate,
                                     lazy_sparse=lazy_sparse)
-    training.make_optimizer = make
+    train_graph.make_optimizer = make
 
 
 def worker_ours(args) -> dict:
     from bert_ad.compat import TF_VERSION, session_config, tf
-    from bert_ad.towers import plan_from_environment
-    from bert_ad.trainer import LoopSettings, train
+    from bert_ad.parallel.towers import plan_from_environment
+    from bert_ad.parallel.loop import LoopSettings, train
 
     features, config, labels = build_ours(
         args, os.path.join(args.model_dir, "bert_config.json"),
@@ -399,7 +393,7 @@ def worker_cli(args) -> dict:
 def hf_model_dir(args) -> str:
     if args.hf_dir:
         return args.hf_dir
-    from bert_ad import assets
+    from bert_ad.tools import assets
     return assets.path("minilm", assets.MINILM_MODEL_DIR)
 
 
@@ -530,11 +524,11 @@ def _category(name: str) -> str:
 
 def worker_profile(args) -> dict:
     """Time python-side batch making vs session.run, then trace one step."""
-    from bert_ad.batching import training_batches
-    from bert_ad.checkpoint import WarmStart
-    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+    from bert_ad.data.batching import training_batches
+    from bert_ad.parallel.checkpoints import WarmStart
+    from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
     from bert_ad.compat import session_config, tf
-    from bert_ad.towers import plan_from_environment
+    from bert_ad.parallel.towers import plan_from_environment
 
     features, config, labels = build_ours(
         args, os.path.join(args.model_dir, "bert_config.json"),
@@ -826,7 +820,7 @@ def print_tables(suite: Suite, args) -> None:
          "matmul peak GFLOP/s", "useful / peak", "same per CPU-sec", "executed / peak",
          "real / padded tokens"], rows, "lllrrrrrr"))
     print("\nuseful: matmul FLOPs of the real (unpadded) tokens; executed: of the padded "
-          "batch the step really ran (bert_ad/benchmarking.py has the formula). matmul "
+          "batch the step really ran (bert_ad/tools/benchmarking.py has the formula). matmul "
           "peak: the best float32 matmul rate each worker measured just before it "
           "trained (best of 5 runs each of a TensorFlow 2048^3, a numpy 2048^3 and the "
           "model-shaped TensorFlow [batch*seq, hidden] x [hidden, intermediate] "

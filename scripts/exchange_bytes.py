@@ -1,6 +1,6 @@
 """Bytes each worker exchanges per applied step, and the scaling bound they imply.
 
-Uses the real packing of bert_ad.collective (--collective_pack_mb) over the
+Uses the real packing of bert_ad.distributed.collective (--collective_pack_mb) over the
 gradients of a BERT model (Google's variable shapes, classifier head included),
 and ring all-reduce's traffic: each worker sends and receives 2 (N-1)/N of the
 packed bytes. The scaling-efficiency bound assumes no overlap of compute and
@@ -17,9 +17,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_ad.collective import pack_plan  # noqa: E402
-from bert_ad.convert import google_variable_shapes  # noqa: E402
-from bert_ad.modeling import BertConfig  # noqa: E402
+from bert_ad.distributed.collective import pack_plan  # noqa: E402
+from bert_ad.tools.convert import google_variable_shapes  # noqa: E402
+from bert_ad.model.modeling import BertConfig  # noqa: E402
 
 CONFIGS = {
     "base": BertConfig(vocab_size=30522),  # BERT-base: 12 x 768, 12 heads, 3072

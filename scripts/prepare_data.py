@@ -4,7 +4,7 @@
   python scripts/prepare_data.py movie_reviews --output_dir /tmp/mr --seed 1
 
 Writes train.tsv / dev.tsv / test.tsv (`label<TAB>text`), README.txt and
-stats.txt; see bert_ad/datasets.py for the processing.
+stats.txt; see bert_ad/data/datasets.py for the processing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 # Runs from a checkout without installing bert_ad.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_ad import datasets  # noqa: E402
+from bert_ad.data import datasets  # noqa: E402
 from bert_ad.errors import run_cli  # noqa: E402
 
 

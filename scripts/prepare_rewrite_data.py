@@ -9,7 +9,7 @@ Each text is cut into segments at 。！!？?，,：:, one segment (or
 label 1 for the original segment, 0 for --negatives segments of other texts
 of the same split (length-matched in tokens unless --nolength_match). Texts
 are split into train and dev before any row is made. See
-bert_ad/rewrite_data.py and docs/rewrite.md.
+bert_ad/data/rewrite_rows.py and docs/rewrite.md.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import sys
 # Runs from a checkout without installing bert_ad.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_ad import rewrite_data  # noqa: E402
+from bert_ad.data import rewrite_rows  # noqa: E402
 from bert_ad.errors import fail, run_cli  # noqa: E402
-from bert_ad.tokenization import make_tokenizer  # noqa: E402
+from bert_ad.data.tokenization import make_tokenizer  # noqa: E402
 
 
 def _bool(value: str) -> bool:
@@ -48,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="or the model's SentencePiece .model")
     parser.add_argument("--do_lower_case", type=_bool, default=True,
                         help="as the model was trained (default true)")
-    defaults = rewrite_data.PrepareSettings()
+    defaults = rewrite_rows.PrepareSettings()
     parser.add_argument("--negatives", type=int, default=defaults.negatives,
                         help="label-0 candidates per slot")
     parser.add_argument("--length_match", type=_bool, default=defaults.length_match,
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    settings = rewrite_data.PrepareSettings(
+    settings = rewrite_rows.PrepareSettings(
         negatives=args.negatives, length_match=args.length_match,
         dev_fraction=args.dev_fraction, seed=args.seed,
         slots_per_text=args.slots_per_text, min_segments=args.min_segments,
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     tokenizer = make_tokenizer(args.vocab_file, args.do_lower_case, args.spm_model_file)
     description = (f"Tokens counted with {args.vocab_file or args.spm_model_file} "
                    f"(do_lower_case={args.do_lower_case}).")
-    stats = rewrite_data.prepare(inputs, args.output_dir, tokenizer, settings,
+    stats = rewrite_rows.prepare(inputs, args.output_dir, tokenizer, settings,
                                  description)
     for key, value in stats.counts.items():
         print(f"  {key}: {value}")

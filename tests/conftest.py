@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bert_ad import assets
+from bert_ad.tools import assets
 from bert_ad.errors import UserError
 
 
@@ -45,7 +45,7 @@ def chinese_vocab() -> str:
 def minilm_google_ckpt(minilm_dir, tmp_path_factory) -> str:
     """MiniLM converted to Google's layout; the folder holds bert_model.ckpt.*,
     bert_config.json and vocab.txt."""
-    from bert_ad.convert import convert_hf_to_google
+    from bert_ad.tools.convert import convert_hf_to_google
     output_dir = str(tmp_path_factory.mktemp("minilm_google") / "model")
     convert_hf_to_google(minilm_dir, output_dir)
     return output_dir
@@ -71,5 +71,5 @@ def minilm_vocab(minilm_dir) -> str:
 
 @pytest.fixture(scope="session")
 def minilm_tokenizer(minilm_vocab):
-    from bert_ad.tokenization import FullTokenizer
+    from bert_ad.data.tokenization import FullTokenizer
     return FullTokenizer(minilm_vocab, do_lower_case=True)

@@ -83,7 +83,7 @@ def test_cli_command_carries_the_spec():
 
 def _tiny_model(model_dir: str) -> None:
     from bert_ad.compat import tf
-    from bert_ad.modeling import BertConfig, BertModel
+    from bert_ad.model.modeling import BertConfig, BertModel
     words = set()
     for split in ("train", "dev", "test"):
         with open(os.path.join(SAMPLE, f"{split}.tsv"), encoding="utf-8") as f:

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from bert_ad.batching import (TokenizedExamples, inference_batches, make_batch,
+from bert_ad.data.batching import (TokenizedExamples, inference_batches, make_batch,
                               padded_length, prefetch, split_for_towers, training_stream)
 
 

@@ -15,10 +15,10 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad import benchmarking as bench
-from bert_ad.batching import TokenizedExamples, make_batch
+from bert_ad.tools import benchmarking as bench
+from bert_ad.data.batching import TokenizedExamples, make_batch
 from bert_ad.compat import tf
-from bert_ad.modeling import BertConfig
+from bert_ad.model.modeling import BertConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,7 +58,7 @@ def test_flops_scale_with_layers_and_ignore_padding_they_are_not_given():
 
 def _build_classifier(config: BertConfig, batch: int, seq: int, num_labels: int,
                       train: bool):
-    from bert_ad.classification import classifier
+    from bert_ad.model.heads import classifier
     features = {
         "input_ids": tf.placeholder(tf.int32, [batch, seq]),
         "input_mask": tf.placeholder(tf.int32, [batch, seq]),
@@ -117,7 +117,7 @@ def test_run_worker_returns_the_emitted_result_and_reports_failures(tmp_path):
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {REPO!r})\n"
-        "from bert_ad import benchmarking as b\n"
+        "from bert_ad.tools import benchmarking as b\n"
         "print('noise before')\n"
         "b.emit_result({'rate': 1.5, 'name': sys.argv[1]})\n"
         "print('noise after')\n")
@@ -213,7 +213,7 @@ def _two_adamw_steps(make_optimizer) -> dict:
 
 
 def test_fused_adamw_prototype_is_googles_adamw():
-    from bert_ad.optimization import AdamWeightDecay
+    from bert_ad.parallel.optimization import AdamWeightDecay
     bench_train = _load_script("bench_train")
     ours = _two_adamw_steps(lambda lr: AdamWeightDecay(lr, weight_decay_rate=0.5))
     fused = _two_adamw_steps(
@@ -243,9 +243,15 @@ def test_lazy_prototype_moves_only_the_rows_the_batch_used():
     np.testing.assert_allclose(lazy["layer/kernel:0"], dense["layer/kernel:0"], rtol=1e-5)
 
 
-def test_bench_train_reads_the_bucket_window_without_importing_the_cli():
-    from bert_ad.classifier import BUCKET_WINDOW_BATCHES
+def test_bench_train_reads_the_bucket_window_without_importing_tensorflow():
+    from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
     assert _load_script("bench_train").bucket_window_batches() == BUCKET_WINDOW_BATCHES
+    # The PyTorch worker reads it: batching must not pull TensorFlow in.
+    code = ("import sys; import bert_ad.data.batching; "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"
 
 
 def test_gpu_smoke_without_a_gpu_says_there_is_nothing_to_do(tmp_path):

@@ -8,12 +8,12 @@ import os
 import numpy as np
 import pytest
 
-from bert_ad.checkpoint import (WarmStart, latest_checkpoint, require_variables,
+from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                 resolve_checkpoint)
-from bert_ad.classification import classifier
+from bert_ad.model.heads import classifier
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
-from bert_ad.modeling import BertConfig, BertModel
+from bert_ad.model.modeling import BertConfig, BertModel
 
 SMALL = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
              intermediate_size=32, max_position_embeddings=32)

@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from bert_ad import cluster
-from bert_ad.collective import CollectiveKeys, pack_plan, signature_numbers
+from bert_ad.distributed import cluster
+from bert_ad.distributed.collective import CollectiveKeys, pack_plan, signature_numbers
 from bert_ad.compat import IS_TF1, session_config
 from bert_ad.errors import UserError
-from bert_ad.towers import plan_devices
+from bert_ad.parallel.towers import plan_devices
 
 HOSTS = ["10.0.0.1:2222", "10.0.0.2:2222", "10.0.0.3:2223"]
 
@@ -279,10 +279,10 @@ def _ops_behind(*targets) -> set:
 
 @pytest.mark.parametrize("pack_mb, packs", [(32.0, 1), (0.004, None)])
 def test_the_exchange_runs_once_per_applied_step_in_few_packs(pack_mb, packs):
-    from bert_ad.classification import FEATURE_SPEC, classifier
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.compat import tf
-    from bert_ad.modeling import BertConfig
-    from bert_ad.training import TrainSettings, build_train_graph
+    from bert_ad.model.modeling import BertConfig
+    from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 
     config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32)

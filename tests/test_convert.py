@@ -12,10 +12,11 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad import convert, safetensors_io
+from bert_ad.tools import convert
+from bert_ad.tools import safetensors
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import UserError, run_cli
-from bert_ad.modeling import BertConfig, BertModel
+from bert_ad.model.modeling import BertConfig, BertModel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM_LAYERS, MINILM_HIDDEN, MINILM_INTERMEDIATE, MINILM_VOCAB = 6, 384, 1536, 30522
@@ -39,8 +40,8 @@ def _sample_tensors() -> dict:
 def test_safetensors_round_trip_keeps_order_values_and_metadata(tmp_path):
     path = str(tmp_path / "t.safetensors")
     tensors = _sample_tensors()
-    safetensors_io.save(tensors, path, metadata={"format": "pt", "note": "x"})
-    loaded = safetensors_io.load(path)
+    safetensors.save(tensors, path, metadata={"format": "pt", "note": "x"})
+    loaded = safetensors.load(path)
     assert list(loaded) == list(tensors)
     for name, value in tensors.items():
         # F16 is widened to float32 on read; exactly, since every half is a float.
@@ -49,7 +50,7 @@ def test_safetensors_round_trip_keeps_order_values_and_metadata(tmp_path):
         assert loaded[name].shape == want.shape, name
         np.testing.assert_array_equal(loaded[name], want)
     loaded["b.f32"][0, 0] = 1.0  # arrays are writable
-    entries, metadata = safetensors_io.read_header(path)
+    entries, metadata = safetensors.read_header(path)
     assert metadata == {"format": "pt", "note": "x"}
     assert entries["a.f16"]["dtype"] == "F16"
     # Written back to back in the given order: 60 + 8 + 96 bytes come first.
@@ -68,7 +69,7 @@ def test_safetensors_reads_bf16_as_float32(tmp_path):
                                "data_offsets": [0, 8]}}).encode()
     path = tmp_path / "bf16.safetensors"
     path.write_bytes(struct.pack("<Q", len(header)) + header + bits.tobytes())
-    loaded = safetensors_io.load(str(path))["w"]
+    loaded = safetensors.load(str(path))["w"]
     assert loaded.dtype == np.float32 and loaded.shape == (2, 2)
     # The first three are exact in bfloat16; 3e38 loses its low mantissa bits.
     np.testing.assert_array_equal(loaded.ravel()[:3], values[:3])
@@ -78,7 +79,7 @@ def test_safetensors_reads_bf16_as_float32(tmp_path):
 
 def test_safetensors_refuses_other_dtypes_on_write(tmp_path):
     with pytest.raises(TypeError, match="float64"):
-        safetensors_io.save({"x": np.zeros(2)}, str(tmp_path / "x.safetensors"))
+        safetensors.save({"x": np.zeros(2)}, str(tmp_path / "x.safetensors"))
     assert not os.listdir(str(tmp_path))
 
 
@@ -93,18 +94,18 @@ def test_safetensors_refuses_other_dtypes_on_write(tmp_path):
 ])
 def test_safetensors_corrupt_files_name_the_file(tmp_path, damage, message):
     good = str(tmp_path / "good.safetensors")
-    safetensors_io.save({"ids.i64": np.arange(4, dtype=np.int64),
+    safetensors.save({"ids.i64": np.arange(4, dtype=np.int64),
                          "ids.i32": np.arange(3, dtype=np.int32)}, good)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(damage(open(good, "rb").read()))
     with pytest.raises(UserError, match=message) as error:
-        safetensors_io.load(str(bad))
+        safetensors.load(str(bad))
     assert str(bad) in str(error.value)
 
 
 def test_safetensors_missing_file(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
-        safetensors_io.load(str(tmp_path / "nope.safetensors"))
+        safetensors.load(str(tmp_path / "nope.safetensors"))
 
 
 def test_safetensors_agrees_with_the_safetensors_package(tmp_path, minilm_dir):
@@ -113,7 +114,7 @@ def test_safetensors_agrees_with_the_safetensors_package(tmp_path, minilm_dir):
     from safetensors import safe_open
     ours = str(tmp_path / "ours.safetensors")
     tensors = _sample_tensors()
-    safetensors_io.save(tensors, ours, metadata={"format": "pt"})
+    safetensors.save(tensors, ours, metadata={"format": "pt"})
     theirs_view = st_numpy.load_file(ours)
     assert sorted(theirs_view) == sorted(tensors)
     for name, value in tensors.items():
@@ -125,14 +126,14 @@ def test_safetensors_agrees_with_the_safetensors_package(tmp_path, minilm_dir):
     theirs = str(tmp_path / "theirs.safetensors")
     st_numpy.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()},
                        theirs, metadata={"k": "v"})
-    our_view = safetensors_io.load(theirs)
+    our_view = safetensors.load(theirs)
     assert sorted(our_view) == sorted(tensors)
     for name, value in tensors.items():
         np.testing.assert_array_equal(our_view[name], value.astype(our_view[name].dtype))
-    assert safetensors_io.read_header(theirs)[1] == {"k": "v"}
+    assert safetensors.read_header(theirs)[1] == {"k": "v"}
 
     real = os.path.join(minilm_dir, "model.safetensors")
-    reference, mine = st_numpy.load_file(real), safetensors_io.load(real)
+    reference, mine = st_numpy.load_file(real), safetensors.load(real)
     assert sorted(reference) == sorted(mine)
     assert all(np.array_equal(reference[n], mine[n]) and reference[n].dtype == mine[n].dtype
                for n in reference)
@@ -205,7 +206,7 @@ def test_every_name_pair_maps_both_ways():
 # --- the real MiniLM ---------------------------------------------------------
 
 def _hf_weights(minilm_dir: str) -> dict:
-    tensors = safetensors_io.load(os.path.join(minilm_dir, "model.safetensors"))
+    tensors = safetensors.load(os.path.join(minilm_dir, "model.safetensors"))
     del tensors["embeddings.position_ids"]
     return tensors
 
@@ -216,12 +217,12 @@ def test_minilm_round_trip_is_bit_exact(minilm_dir, minilm_google_ckpt, tmp_path
     assert result.path == os.path.join(out, "model.safetensors")
     assert result.num_tensors == 6 * 16 + 5 + 2
     assert result.num_parameters == 22713216
-    original, back = _hf_weights(minilm_dir), safetensors_io.load(result.path)
+    original, back = _hf_weights(minilm_dir), safetensors.load(result.path)
     assert sorted(back) == sorted(original)
     for name, value in original.items():
         assert back[name].dtype == np.float32, name
         assert np.array_equal(back[name], value), name
-    assert safetensors_io.read_header(result.path)[1] == {"format": "pt"}
+    assert safetensors.read_header(result.path)[1] == {"format": "pt"}
     with open(os.path.join(minilm_dir, "config.json")) as f:
         hf_config = json.load(f)
     with open(os.path.join(out, "config.json")) as f:
@@ -246,7 +247,7 @@ def test_transformers_loads_google2hf_output(minilm_google_ckpt, tmp_path):
         out, local_files_only=True, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     assert not info["mismatched_keys"], info
-    ours = safetensors_io.load(os.path.join(out, "model.safetensors"))
+    ours = safetensors.load(os.path.join(out, "model.safetensors"))
     loaded = model.state_dict()
     for name in ("embeddings.word_embeddings.weight",
                  "encoder.layer.4.intermediate.dense.weight", "pooler.dense.bias"):
@@ -338,7 +339,7 @@ def _tiny_hf_dir(path, prefix: str = "bert.", heads: bool = True,
     if heads:  # what transformers writes for the tied decoder
         tensors["cls.predictions.decoder.bias"] = tensors["cls.predictions.bias"]
     os.makedirs(str(path), exist_ok=True)
-    safetensors_io.save(tensors, os.path.join(str(path), "model.safetensors"))
+    safetensors.save(tensors, os.path.join(str(path), "model.safetensors"))
     hf_config = dict(TINY, model_type="bert", architectures=["BertForPreTraining"],
                      hidden_act="gelu", layer_norm_eps=1e-12, directionality="bidi")
     with open(os.path.join(str(path), "config.json"), "w") as f:
@@ -368,7 +369,7 @@ def test_heads_and_old_names_round_trip(tmp_path):
         hf["bert.embeddings.LayerNorm.gamma"])
 
     back = convert.convert_google_to_hf(google, str(tmp_path / "back"))
-    restored = safetensors_io.load(back.path)
+    restored = safetensors.load(back.path)
     # With heads the encoder keeps the bert. prefix (bert-base-uncased's layout).
     canonical = {n.replace(".gamma", ".weight").replace(".beta", ".bias"): v
                  for n, v in hf.items()
@@ -402,7 +403,7 @@ def test_transformers_loads_heads_with_the_bert_prefix(tmp_path):
 def test_mismatched_tied_bias_is_refused(tmp_path):
     hf = _tiny_hf_dir(tmp_path / "hf")
     hf["cls.predictions.decoder.bias"] = hf["cls.predictions.bias"] + 1
-    safetensors_io.save(hf, str(tmp_path / "hf" / "model.safetensors"))
+    safetensors.save(hf, str(tmp_path / "hf" / "model.safetensors"))
     with pytest.raises(UserError, match="cls.predictions.bias and "
                                         "cls.predictions.decoder.bias both map"):
         convert.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "out"))
@@ -434,7 +435,7 @@ def test_google2hf_skips_optimizer_slots_and_picks_the_newest_step(tmp_path):
 
     result = convert.convert_google_to_hf(str(train_dir), str(tmp_path / "hf"))
     assert sorted(result.skipped) == sorted(slots)
-    hf = safetensors_io.load(result.path)
+    hf = safetensors.load(result.path)
     assert len(hf) == len(weights)
     for google, value in weights.items():
         want = value.T if convert.is_kernel(google) else value
@@ -562,7 +563,7 @@ def _bad_hf_case(tmp_path, kind):
 
 
 def _cli_in_process(argv, capsys):
-    """`python -m bert_ad.convert ARGV` without the process: (exit code, out, err)."""
+    """`python -m bert_ad.tools.convert ARGV` without the process: (exit code, out, err)."""
     with pytest.raises(SystemExit) as exit_info:
         run_cli(lambda: convert.main(argv))
     captured = capsys.readouterr()
@@ -587,7 +588,7 @@ def test_hf2google_bad_input_is_one_line(tmp_path, capsys, kind, message):
     case for case in BAD_HF_INPUT if case[0] in ("no_config", "vocab_lines")])
 def test_hf2google_bad_input_through_the_command_line(tmp_path, kind, message):
     argv, out = _bad_hf_case(tmp_path, kind)
-    result = _run("-m", "bert_ad.convert", *argv)
+    result = _run("-m", "bert_ad.tools.convert", *argv)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = _our_stderr(result.stderr)
@@ -597,7 +598,7 @@ def test_hf2google_bad_input_through_the_command_line(tmp_path, kind, message):
 
 
 def test_google2hf_missing_checkpoint_is_one_line(tmp_path):
-    result = _run("-m", "bert_ad.convert", "google2hf", "--checkpoint",
+    result = _run("-m", "bert_ad.tools.convert", "google2hf", "--checkpoint",
                   str(tmp_path / "nothing" / "model.ckpt-5"), "--output_dir",
                   str(tmp_path / "out"))
     assert result.returncode == 2 and "Traceback" not in result.stderr

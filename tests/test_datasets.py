@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from bert_ad import datasets
+from bert_ad.data import datasets
 from bert_ad.errors import UserError
-from bert_ad.processors import get_task, label_list, read_examples
+from bert_ad.data.processors import get_task, label_list, read_examples
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ("train", "dev", "test")

@@ -16,11 +16,13 @@ import os
 import numpy as np
 import pytest
 
-from bert_ad import convert, modeling, safetensors_io
+from bert_ad.tools import convert
+from bert_ad.model import modeling
+from bert_ad.tools import safetensors
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
-from bert_ad.modeling import BertConfig, BertModel
-from bert_ad.tokenization import FullTokenizer
+from bert_ad.model.modeling import BertConfig, BertModel
+from bert_ad.data.tokenization import FullTokenizer
 
 TOLERANCE = 1e-4
 
@@ -171,7 +173,7 @@ def test_minilm_matches_numpy_reference(minilm_dir, minilm_outputs):
     assert len(set(input_mask.sum(1))) > 4  # really different lengths
     assert ours[0].shape == (len(input_mask), input_mask.shape[1], 384)
     assert ours[1].shape == (len(input_mask), 384)
-    weights = safetensors_io.load(os.path.join(minilm_dir, "model.safetensors"))
+    weights = safetensors.load(os.path.join(minilm_dir, "model.safetensors"))
     reference = numpy_bert(weights, config.num_hidden_layers, config.num_attention_heads,
                            *batch)
     assert_close_on_real_tokens(ours, reference, input_mask, "numpy")

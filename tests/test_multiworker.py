@@ -1,6 +1,6 @@
 """Several workers for real: TensorFlow servers on loopback ports, CPU towers.
 
-* The collective layer (bert_ad/collective.py) between three workers in one
+* The collective layer (bert_ad/distributed/collective.py) between three workers in one
   subprocess: packed gradient means (dense, sparse, None), float16 exchange,
   the chief's broadcast, checksums and all-gather, against numpy.
 * run_classifier_mgpu.py as users run it: 2 workers x 1 tower (started with
@@ -148,7 +148,7 @@ def collective_check(out_path: str) -> None:
     import threading
 
     from bert_ad import compat
-    from bert_ad.collective import CollectiveKeys, Collectives, variables_checksum
+    from bert_ad.distributed.collective import CollectiveKeys, Collectives, variables_checksum
 
     workers = 3
     hosts = [f"127.0.0.1:{p}" for p in free_ports(workers)]
@@ -271,9 +271,9 @@ def _words(text: str) -> list:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Setup:
     """Tiny BERT without dropout, a vocab of the sample's words, a shared start."""
-    from bert_ad.classification import FEATURE_SPEC, classifier
-    from bert_ad.modeling import BertConfig
-    from bert_ad.training import feature_placeholders
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
+    from bert_ad.model.modeling import BertConfig
+    from bert_ad.parallel.train_graph import feature_placeholders
 
     s = Setup()
     s.root = str(tmp_path_factory.mktemp("multiworker"))
@@ -335,9 +335,9 @@ def pretraining_flags(root: str) -> dict:
     from one shared starting point."""
     from test_pretraining import CONFIG, PREDICTIONS, SEQ, write_records
 
-    from bert_ad.modeling import BertConfig
-    from bert_ad.pretraining import FEATURE_SPEC, pretraining_tower
-    from bert_ad.training import feature_placeholders
+    from bert_ad.model.modeling import BertConfig
+    from bert_ad.tasks.pretraining import FEATURE_SPEC, pretraining_tower
+    from bert_ad.parallel.train_graph import feature_placeholders
 
     os.makedirs(os.path.join(root, "shards"))
     for shard in range(2):

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_ad import optimization as opt
+from bert_ad.parallel import optimization as opt
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.errors import UserError
 

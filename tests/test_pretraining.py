@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bert_ad.compat import tf
-from bert_ad.modeling import BertConfig, BertModel
-from bert_ad.pretraining import FEATURE_SPEC, parse_record, pretraining_tower, stack_batch
+from bert_ad.model.modeling import BertConfig, BertModel
+from bert_ad.tasks.pretraining import FEATURE_SPEC, parse_record, pretraining_tower, stack_batch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

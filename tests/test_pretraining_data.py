@@ -25,20 +25,20 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad import assets
+from bert_ad.tools import assets
 from bert_ad.errors import UserError
-from bert_ad.masking import candidate_groups, mask_tokens, num_to_predict
-from bert_ad.pretraining_data import (Document, InstanceMaker, InstanceSettings,
+from bert_ad.pretraining.masking import candidate_groups, mask_tokens, num_to_predict
+from bert_ad.pretraining.instances import (Document, InstanceMaker, InstanceSettings,
                                       create_pretraining_data, main, process_chunks)
-from bert_ad.pretraining_records import FEATURE_NAMES, encode_example, read_instances
-from bert_ad.pretraining_text import chunked, documents_from_lines, split_sentences
-from bert_ad.tokenization import CLS, MASK, SEP, FullTokenizer, SentencePieceTokenizer
+from bert_ad.pretraining.records import FEATURE_NAMES, encode_example, read_instances
+from bert_ad.pretraining.text import chunked, documents_from_lines, split_sentences
+from bert_ad.data.tokenization import CLS, MASK, SEP, FullTokenizer, SentencePieceTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(REPO, "create_pretraining_data.py")
 EN_DOCS = 40     # Lee documents used (of 300)
 ZH_LINES = 120   # People's Daily paragraphs used (of 19,484)
-GOOGLE_PACKAGE = "bert_tensorflow"  # bert-tensorflow==1.0.4 in bert_ad.assets
+GOOGLE_PACKAGE = "bert_tensorflow"  # bert-tensorflow==1.0.4 in bert_ad.tools.assets
 
 
 # ---------------------------------------------------------------------------
@@ -229,7 +229,7 @@ def _google_functions():
     """Google's instance functions from bert-tensorflow, without its flags
     or TensorFlow: only those definitions are compiled."""
     if GOOGLE_PACKAGE not in assets.PACKAGES:
-        pytest.skip(f"bert_ad.assets does not list {GOOGLE_PACKAGE} "
+        pytest.skip(f"bert_ad.tools.assets does not list {GOOGLE_PACKAGE} "
                     f"(bert-tensorflow==1.0.4, Google's create_pretraining_data.py)")
     try:
         path = assets.path(GOOGLE_PACKAGE, "bert/create_pretraining_data.py")

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from bert_ad import processors
+from bert_ad.data import processors
 from bert_ad.errors import UserError
-from bert_ad.processors import (InputExample, get_task, label_list,
+from bert_ad.data.processors import (InputExample, get_task, label_list,
                                 load_label_list, read_examples, save_label_list)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

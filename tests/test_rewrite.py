@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from bert_ad import pretraining_data, rewrite_data
-from bert_ad.rewrite import ranking_metrics
-from bert_ad.rewrite_data import PrepareSettings, parse_row, read_rows
-from bert_ad.tokenization import FullTokenizer
+from bert_ad.pretraining import instances
+from bert_ad.data import rewrite_rows
+from bert_ad.tasks.rewrite import ranking_metrics
+from bert_ad.data.rewrite_rows import PrepareSettings, parse_row, read_rows
+from bert_ad.data.tokenization import FullTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINETUNE = os.path.join(REPO, "rewrite_finetune.py")
@@ -133,7 +134,7 @@ def setup(tmp_path_factory) -> Setup:
         json.dump(config, f)
     s.tokenizer = FullTokenizer(s.vocab_file, do_lower_case=True)
     s.data_dir = os.path.join(s.root, "data")
-    rewrite_data.prepare([raw], s.data_dir, s.tokenizer, PrepareSettings(
+    rewrite_rows.prepare([raw], s.data_dir, s.tokenizer, PrepareSettings(
         negatives=2, dev_fraction=0.25, slots_per_text=2, seed=3))
     s.dev_file = os.path.join(s.data_dir, "dev.tsv")
     s.flags = dict(data_dir=s.data_dir, vocab_file=s.vocab_file,
@@ -148,7 +149,7 @@ def setup(tmp_path_factory) -> Setup:
 def pretrained(setup) -> str:
     """3 steps of span-masked pretraining on the training rows."""
     shards = os.path.join(setup.root, "span.tfrecord")
-    assert pretraining_data.main([
+    assert instances.main([
         "create_pretraining_data.py", "--mode=rewrite",
         f"--input_file={os.path.join(setup.data_dir, 'train.tsv')}",
         f"--vocab_file={setup.vocab_file}", f"--output_file={shards}",

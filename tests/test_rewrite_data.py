@@ -16,14 +16,17 @@ import sys
 
 import pytest
 
-from bert_ad import datasets, pretraining_data, pretraining_records, rewrite_data
+from bert_ad.data import datasets
+from bert_ad.pretraining import instances
+from bert_ad.pretraining import records
+from bert_ad.data import rewrite_rows
 from bert_ad.errors import UserError
-from bert_ad.masking import MASK_PROB
-from bert_ad.rewrite_data import (SEGMENT_PUNCTUATION, PrepareSettings,
+from bert_ad.pretraining.masking import MASK_PROB
+from bert_ad.data.rewrite_rows import (SEGMENT_PUNCTUATION, PrepareSettings,
                                   blank_segment, encode_row, fit_context,
                                   parse_row, parse_slot, read_rows, segment_spans,
                                   span_instance, span_tokens, split_segments)
-from bert_ad.tokenization import CLS, MASK, SEP, FullTokenizer
+from bert_ad.data.tokenization import CLS, MASK, SEP, FullTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREPARE = os.path.join(REPO, "scripts", "prepare_rewrite_data.py")
@@ -248,7 +251,7 @@ def raw_file(zh_reviews, tmp_path_factory) -> str:
 
 def _prepare(raw_file, tokenizer, directory, **changes):
     settings = PrepareSettings(**dict(dict(negatives=3, dev_fraction=0.2), **changes))
-    stats = rewrite_data.prepare([raw_file], str(directory), tokenizer, settings)
+    stats = rewrite_rows.prepare([raw_file], str(directory), tokenizer, settings)
     rows = {split: read_rows(str(directory / f"{split}.tsv"), labelled=True)
             for split in ("train", "dev")}
     return stats, rows
@@ -437,13 +440,13 @@ def test_span_replacements_follow_80_10_10(zh_tokenizer):
 
 
 @pytest.mark.parametrize("fields, reason", [
-    (["1", "1", "\u200b", ROW_TEXT], rewrite_data.SKIP_EMPTY),
-    (["1", "0", "好好好", "[SLOT]"], rewrite_data.SKIP_NO_CONTEXT),
+    (["1", "1", "\u200b", ROW_TEXT], rewrite_rows.SKIP_EMPTY),
+    (["1", "0", "好好好", "[SLOT]"], rewrite_rows.SKIP_NO_CONTEXT),
     (["1", "0", "好好好", " [SLOT] ！"], None),   # punctuation is context
     (["0", "1", "一二三四五六七八九十一二三四五六七八九十一", ROW_TEXT],
-     rewrite_data.SKIP_TOO_MANY),
+     rewrite_rows.SKIP_TOO_MANY),
     (["0", "1", "一二三四五六七八九十一二三四五六七八九十", ROW_TEXT],
-     rewrite_data.SKIP_TOO_LONG),
+     rewrite_rows.SKIP_TOO_LONG),
 ])
 def test_rows_that_cannot_form_a_span(zh_tokenizer, fields, reason):
     result = span_tokens(parse_row(fields, "x"), zh_tokenizer, 40, 20)
@@ -454,7 +457,7 @@ def test_rows_that_cannot_form_a_span(zh_tokenizer, fields, reason):
 
 
 def _rewrite_pretraining(rows_file, vocab, output, seed=5):
-    return pretraining_data.main([
+    return instances.main([
         "create_pretraining_data.py", "--mode=rewrite", f"--input_file={rows_file}",
         f"--vocab_file={vocab}", f"--output_file={output}", "--max_seq_length=64",
         "--max_predictions_per_seq=12", "--dupe_factor=2", f"--random_seed={seed}"])
@@ -476,8 +479,8 @@ def test_rewrite_mode_of_create_pretraining_data(prepared, chinese_vocab, zh_tok
     assert summary == [
         f"create_pretraining_data: skipped {too_many + 2} of {len(lines)} rows that cannot "
         f"form a span: " + ", ".join(f"{n} {reason}" for reason, n in collections.Counter(
-            {rewrite_data.SKIP_TOO_MANY: too_many, rewrite_data.SKIP_EMPTY: 1,
-             rewrite_data.SKIP_NO_CONTEXT: 1}).most_common() if n)]
+            {rewrite_rows.SKIP_TOO_MANY: too_many, rewrite_rows.SKIP_EMPTY: 1,
+             rewrite_rows.SKIP_NO_CONTEXT: 1}).most_common() if n)]
     assert any(f"wrote {2 * len(usable)} instances" in line for line in stderr)
 
     # Every record: B is the row's text with the candidate in the slot, and
@@ -486,7 +489,7 @@ def test_rewrite_mode_of_create_pretraining_data(prepared, chinese_vocab, zh_tok
     for row in usable:
         expected[(row.candidate, row.slot.before, row.slot.after, row.label)] += 2
     found = collections.Counter()
-    for record in pretraining_records.read_instances(str(tmp_path / "a.tfrecord")):
+    for record in records.read_instances(str(tmp_path / "a.tfrecord")):
         n = int(record["input_mask"].sum())
         tokens = zh_tokenizer.convert_ids_to_tokens(record["input_ids"][:n])
         m = int(record["masked_lm_weights"].sum())

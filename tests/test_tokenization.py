@@ -18,9 +18,9 @@ import unicodedata
 
 import pytest
 
-from bert_ad import tokenization
+from bert_ad.data import tokenization
 from bert_ad.errors import UserError
-from bert_ad.tokenization import (FullTokenizer, SentencePieceTokenizer,
+from bert_ad.data.tokenization import (FullTokenizer, SentencePieceTokenizer,
                                   TRUNCATION_STRATEGIES, check_max_seq_length,
                                   load_vocab, make_tokenizer, truncate_pair,
                                   truncate_tokens)
@@ -243,7 +243,7 @@ def test_pinned_reference_is_what_hf_gives(minilm_vocab):
 
 def write_reference() -> None:
     """Regenerate REFERENCE_TSV from Hugging Face (needs transformers)."""
-    from bert_ad import assets
+    from bert_ad.tools import assets
     import transformers
     slow, _ = _hf_classes()
     minilm = assets.path("minilm", assets.MINILM_MODEL_DIR)
@@ -589,7 +589,7 @@ def test_cli_prints_tokens_and_ids(tmp_path, capsys):
 
 def test_cli_user_error_is_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "bert_ad.tokenization", "--vocab_file",
+        [sys.executable, "-m", "bert_ad.data.tokenization", "--vocab_file",
          str(tmp_path / "missing.txt"), "hello"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)

@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from bert_ad.classification import FEATURE_SPEC, classifier
+from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
-from bert_ad.modeling import BertConfig
-from bert_ad.towers import parse_cuda_visible_devices, plan_devices
-from bert_ad.training import TrainSettings, build_train_graph
+from bert_ad.model.modeling import BertConfig
+from bert_ad.parallel.towers import parse_cuda_visible_devices, plan_devices
+from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 
 CONFIG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                     num_attention_heads=2, intermediate_size=32,

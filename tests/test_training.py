@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bert_ad.classification import FEATURE_SPEC, classifier
+from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.compat import session_config, tf
-from bert_ad.modeling import BertConfig
-from bert_ad.towers import plan_devices
-from bert_ad.training import TrainSettings, build_train_graph
+from bert_ad.model.modeling import BertConfig
+from bert_ad.parallel.towers import plan_devices
+from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 
 CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
               intermediate_size=32, max_position_embeddings=32,
@@ -222,7 +222,7 @@ def test_fp16_trains_fp32_master_weights_and_skips_overflowing_steps(initial_che
 def test_precision_flag_values():
     from bert_ad.compat import IS_TF1
     from bert_ad.errors import UserError
-    from bert_ad.precision import compute_dtype
+    from bert_ad.model.precision import compute_dtype
     assert compute_dtype("fp32") == tf.float32
     assert compute_dtype("fp16") == tf.float16
     if IS_TF1:
@@ -236,7 +236,7 @@ def test_precision_flag_values():
 
 def test_pretraining_towers_equal_one_tower_with_the_whole_batch(tmp_path):
     """The same equivalence for the MLM + NSP objective of run_pretraining_mgpu.py."""
-    from bert_ad.pretraining import FEATURE_SPEC as PRETRAIN_SPEC, pretraining_tower
+    from bert_ad.tasks.pretraining import FEATURE_SPEC as PRETRAIN_SPEC, pretraining_tower
     config = BertConfig(**CONFIG)
     rng = np.random.RandomState(7)
     data = make_data(6, seed=8)
@@ -280,7 +280,7 @@ def test_pretraining_towers_equal_one_tower_with_the_whole_batch(tmp_path):
 def test_half_precision_and_xla_losses_match_fp32(initial_checkpoint, precision, use_xla):
     """The issue's bar: losses within 1e-2 relative of fp32 on the same batch."""
     from bert_ad.compat import IS_TF1
-    from bert_ad.precision import compute_dtype
+    from bert_ad.model.precision import compute_dtype
     if precision == "bf16" and IS_TF1:
         pytest.skip("bf16 needs TensorFlow 2.x (refused on TF 1.15, tested above)")
     data = make_data(8, seed=11)

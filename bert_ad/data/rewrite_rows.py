@@ -48,7 +48,7 @@ Span-masked pretraining (`create_pretraining_data.py --mode=rewrite`,
 
 where the candidate's tokens inside the text are one masked span: every
 position of it is predicted, and each shows [MASK] 80% of the time, itself
-10% and a random vocab entry 10% (Google's rule, bert_ad.masking). The
+10% and a random vocab entry 10% (Google's rule, bert_ad.pretraining.masking). The
 next-sentence label follows Google's convention, 0 = "B goes with A" (a
 label-1 row: the candidate is the text's own segment) and 1 = "random" (a
 label-0 row), which is the opposite of the fine-tuning label. Rows that
@@ -69,11 +69,11 @@ import sys
 import time
 from typing import IO, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from bert_ad.datasets import clean_text
+from bert_ad.data.datasets import clean_text
 from bert_ad.errors import fail
-from bert_ad.masking import replacement
-from bert_ad.outputs import write_lines
-from bert_ad.tokenization import CLS, MASK, SEP
+from bert_ad.pretraining.masking import replacement
+from bert_ad.files import write_lines
+from bert_ad.data.tokenization import CLS, MASK, SEP
 
 SEGMENT_PUNCTUATION = "。！!？?，,：:"
 # Latin separators that do not cut between two digits (1,000  10:30).
@@ -383,7 +383,7 @@ def read_texts(paths: Sequence[str]) -> List[Tuple[str, str, int]]:
 
 
 def _derive_rng(seed: int, purpose: str) -> random.Random:
-    from bert_ad.pretraining_data import derive_seed
+    from bert_ad.pretraining.instances import derive_seed
     return random.Random(derive_seed(seed, 0, purpose))
 
 
@@ -551,7 +551,7 @@ def prepare(input_files: Sequence[str], output_dir: str, tokenizer,
                     ("\t".join(row) for row in rows[split]))
     readme = [
         "Text-rewrite rows made by scripts/prepare_rewrite_data.py "
-        "(bert_ad/rewrite_data.py).",
+        "(bert_ad/data/rewrite_rows.py).",
         f"Input: {', '.join(input_files)}",
     ] + ([description] if description else []) + [
         "Rows: label<TAB>segment_index<TAB>candidate<TAB>text_with_slot; label 1 "
@@ -601,7 +601,7 @@ def span_instance(candidate: Sequence[str], before: Sequence[str],
     Each span position is replaced as Google does (80% [MASK], 10% kept, 10%
     random), drawing from `rng` in position order.
     """
-    from bert_ad.pretraining_data import TrainingInstance
+    from bert_ad.pretraining.instances import TrainingInstance
     start = len(candidate) + 2 + len(before)
     tokens = ([CLS] + list(candidate) + [SEP] + list(before) + list(candidate)
               + list(after) + [SEP])
@@ -628,8 +628,8 @@ def write_span_instances(input_files: Sequence[str], output_files: Sequence[str]
     Returns:
       pretraining_data.Summary (its "documents" are the rows used).
     """
-    from bert_ad.pretraining_data import Summary, derive_seed, instance_features
-    from bert_ad.pretraining_records import ShardWriter, encode_example
+    from bert_ad.pretraining.instances import Summary, derive_seed, instance_features
+    from bert_ad.pretraining.records import ShardWriter, encode_example
     started = time.monotonic()
     spans = []
     skipped = collections.Counter()

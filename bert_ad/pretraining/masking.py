@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 from typing import List, Optional, Sequence, Tuple
 
-from bert_ad.tokenization import CLS, MASK, SEP
+from bert_ad.data.tokenization import CLS, MASK, SEP
 
 SPECIAL_TOKENS = (CLS, SEP)
 MASK_PROB = 0.8  # of the chosen positions become [MASK]

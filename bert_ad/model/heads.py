@@ -8,7 +8,7 @@ tools that expect that layout.
 from __future__ import annotations
 
 from bert_ad.compat import tf
-from bert_ad.modeling import BertConfig, BertModel, create_initializer, dropout
+from bert_ad.model.modeling import BertConfig, BertModel, create_initializer, dropout
 
 # Per-tower inputs: [batch, seq] ids and mask, [batch] labels and weights
 # (weight 0 marks a filler row that completes the last batch).

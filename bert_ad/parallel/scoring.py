@@ -13,11 +13,11 @@ from typing import Callable
 
 import numpy as np
 
-from bert_ad.batching import TokenizedExamples, inference_batches, make_batch
-from bert_ad.checkpoint import WarmStart, require_variables
+from bert_ad.data.batching import TokenizedExamples, inference_batches, make_batch
+from bert_ad.parallel.checkpoints import WarmStart, require_variables
 from bert_ad.compat import tf
-from bert_ad.towers import DevicePlan, build_towers
-from bert_ad.training import feature_placeholders
+from bert_ad.parallel.towers import DevicePlan, build_towers
+from bert_ad.parallel.train_graph import feature_placeholders
 
 log = logging.getLogger("bert_ad")
 

@@ -1,6 +1,6 @@
 """Real sentiment data sets built from assets on the package registry.
 
-`prepare(name, output_dir)` turns a raw asset (see `bert_ad.assets`) into
+`prepare(name, output_dir)` turns a raw asset (see `bert_ad.tools.assets`) into
 train.tsv / dev.tsv / test.tsv in the `label<TAB>text` layout of the
 `sentiment` task, so `--task_name=sentiment --data_dir=OUTPUT_DIR` reads it:
 
@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from bert_ad import assets
+from bert_ad.tools import assets
 from bert_ad.errors import UserError
 
 Pair = Tuple[str, str]  # (label, text)
@@ -139,7 +139,7 @@ def split_examples(pairs: Sequence[Pair], seed: int, dev_fraction: float,
 
 class DatasetSource(NamedTuple):
     description: str
-    asset: str           # bert_ad.assets package name
+    asset: str           # bert_ad.tools.assets package name
     relative: str        # file or folder inside it
     load: Callable[[str], List[Pair]]
 

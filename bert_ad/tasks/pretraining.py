@@ -18,21 +18,21 @@ from typing import Iterator, Sequence
 import numpy as np
 from absl import flags
 
-from bert_ad.batching import padded_length, prefetch
-from bert_ad.checkpoint import checkpoint_step, latest_checkpoint, resolve_checkpoint
-from bert_ad.cli_common import (build_training_graph, check_training_flags,
+from bert_ad.data.batching import padded_length, prefetch
+from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint, resolve_checkpoint
+from bert_ad.cli.flags import (build_training_graph, check_training_flags,
                                 define_training_flags, is_chief, loop_settings,
                                 make_session_config, num_workers, run_entry_point,
                                 train_settings, worker_index, write_train_results)
 from bert_ad.compat import tf
 from bert_ad.errors import fail
-from bert_ad.inference import Scorer
-from bert_ad.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
+from bert_ad.parallel.scoring import Scorer
+from bert_ad.model.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                               dense, layer_norm)
-from bert_ad.outputs import write_key_values
-from bert_ad.pretraining_records import FEATURE_NAMES, FLOAT_FEATURES
-from bert_ad.precision import compute_dtype
-from bert_ad.trainer import train
+from bert_ad.files import write_key_values
+from bert_ad.pretraining.records import FEATURE_NAMES, FLOAT_FEATURES
+from bert_ad.model.precision import compute_dtype
+from bert_ad.parallel.loop import train
 
 log = logging.getLogger("bert_ad")
 FLAGS = flags.FLAGS

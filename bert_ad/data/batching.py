@@ -17,6 +17,8 @@ from typing import Iterator, Sequence
 import numpy as np
 
 PAD_MULTIPLE = 8
+# Length bucketing (--bucket_by_length) sorts this many global batches at a time.
+BUCKET_WINDOW_BATCHES = 50
 
 
 class TokenizedExamples:

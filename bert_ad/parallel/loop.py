@@ -5,7 +5,7 @@ Our own session loop (no Estimator). It resumes by itself from the newest
 slots come from the checkpoint, and the data stream is re-positioned at the
 first example the interrupted run had not consumed.
 
-In a cluster run (`settings.cluster`, see bert_ad/cluster.py) the same loop
+In a cluster run (`settings.cluster`, see bert_ad/distributed/cluster.py) the same loop
 runs on every worker against its TensorFlow server: only the chief (worker 0)
 reads init_checkpoint or resumes from output_dir, and only it writes
 checkpoints and summaries; the others receive its weights, step and stream
@@ -21,11 +21,11 @@ import os
 import time
 from typing import Callable, Iterator
 
-from bert_ad.checkpoint import (WarmStart, latest_checkpoint, require_variables,
+from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                  step_checkpoints)
 from bert_ad.compat import tf
 from bert_ad.errors import fail
-from bert_ad.training import TrainGraph
+from bert_ad.parallel.train_graph import TrainGraph
 
 log = logging.getLogger("bert_ad")
 
@@ -46,7 +46,7 @@ class LoopSettings:
         self.log_every_n_steps = log_every_n_steps
         self.init_checkpoint = init_checkpoint
         self.session_config = session_config
-        # A bert_ad.cluster.ClusterRuntime for multi-worker runs, else None.
+        # A bert_ad.distributed.cluster.ClusterRuntime for multi-worker runs, else None.
         self.cluster = cluster
 
 

@@ -4,7 +4,7 @@
 define their own data flags and call `define_training_flags()` for the rest,
 so `--n_gpus`, the optimizer and the checkpoint flags mean the same
 everywhere. The cluster flags (`--worker_hosts`, `--task_index` or TF_CONFIG,
-see bert_ad/cluster.py and docs/multi_worker.md) turn any of them into one
+see bert_ad/distributed/cluster.py and docs/multi_worker.md) turn any of them into one
 worker of a multi-machine run.
 """
 
@@ -17,16 +17,16 @@ from typing import Callable
 
 from absl import flags
 
-from bert_ad.cli_help import flag_error_message, print_help, wants_help
-from bert_ad.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
+from bert_ad.cli.help import flag_error_message, print_help, wants_help
+from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
 from bert_ad.compat import session_config
 from bert_ad.errors import fail, run_cli
-from bert_ad.optimization import OPTIMIZERS
-from bert_ad.precision import PRECISIONS, compute_dtype
-from bert_ad.towers import DevicePlan, plan_from_environment
-from bert_ad.training import TrainGraph, TrainSettings, build_train_graph
-from bert_ad.outputs import write_key_values
-from bert_ad.trainer import LoopSettings, TrainResult
+from bert_ad.parallel.optimization import OPTIMIZERS
+from bert_ad.model.precision import PRECISIONS, compute_dtype
+from bert_ad.parallel.towers import DevicePlan, plan_from_environment
+from bert_ad.parallel.train_graph import TrainGraph, TrainSettings, build_train_graph
+from bert_ad.files import write_key_values
+from bert_ad.parallel.loop import LoopSettings, TrainResult
 
 log = logging.getLogger("bert_ad")
 FLAGS = flags.FLAGS

@@ -1,7 +1,7 @@
 """rewrite_finetune.py: does a candidate phrase fit the blank of an ad text?
 
 Fine-tunes BERT's pair classifier on N towers (the trainer of
-run_classifier_mgpu.py) on rewrite rows (bert_ad/rewrite_data.py,
+run_classifier_mgpu.py) on rewrite rows (bert_ad/data/rewrite_rows.py,
 scripts/prepare_rewrite_data.py):
 
   label<TAB>segment_index<TAB>candidate<TAB>text_with_slot
@@ -41,13 +41,13 @@ from typing import List, Sequence
 import numpy as np
 from absl import flags
 
-from bert_ad import classifier
-from bert_ad.batching import TokenizedExamples
-from bert_ad.cli_common import is_chief, run_entry_point, worker_index
+from bert_ad.tasks import classification
+from bert_ad.data.batching import TokenizedExamples
+from bert_ad.cli.flags import is_chief, run_entry_point, worker_index
 from bert_ad.errors import fail
-from bert_ad.features import FeatureSettings, cache_key, cached_features
-from bert_ad.outputs import write_lines
-from bert_ad.rewrite_data import LABELS, RewriteRow, encode_row, read_rows
+from bert_ad.data.features import FeatureSettings, cache_key, cached_features
+from bert_ad.files import write_lines
+from bert_ad.data.rewrite_rows import LABELS, RewriteRow, encode_row, read_rows
 
 log = logging.getLogger("bert_ad")
 FLAGS = flags.FLAGS
@@ -57,12 +57,12 @@ FEATURE_FORMAT = "rewrite-1"  # bump when encode_row changes
 def define_flags() -> None:
     flags.DEFINE_string("data_dir", None, "Folder with train.tsv and dev.tsv "
                         "(scripts/prepare_rewrite_data.py).")
-    classifier.define_model_flags()
+    classification.define_model_flags()
     flags.DEFINE_bool("rank", False, "With --do_predict: also write ranked.txt, each "
                       "slot's candidates sorted by probability.")
 
 
-class RewriteJob(classifier.ModelJob):
+class RewriteJob(classification.ModelJob):
     """A rewrite_finetune.py run: rewrite rows, labels 0 and 1."""
 
     def __init__(self):
@@ -178,7 +178,7 @@ def read_labelled(split: str, limit: int | None) -> List[RewriteRow]:
 
 def do_predict(job: RewriteJob, rows: Sequence[RewriteRow]) -> None:
     path = rows[0].source
-    results = classifier.score(job, "predict", rows, path, FLAGS.predict_batch_size)
+    results = classification.score(job, "predict", rows, path, FLAGS.predict_batch_size)
     scores = results["probabilities"][:, 1]
     write_lines(os.path.join(job.output_dir, "predict.txt"),
                 (f"{p:.6f}\t" + "\t".join(row.columns) for p, row in zip(scores, rows)))
@@ -193,9 +193,9 @@ def do_predict(job: RewriteJob, rows: Sequence[RewriteRow]) -> None:
 
 
 def do_eval(job: RewriteJob, rows: Sequence[RewriteRow]) -> dict:
-    metrics, results = classifier.evaluate(job, rows)
+    metrics, results = classification.evaluate(job, rows)
     metrics.update(ranking_metrics(rows, results["probabilities"][:, 1]))
-    classifier.write_eval_results(job.output_dir, metrics)
+    classification.write_eval_results(job.output_dir, metrics)
     log.info("eval: accuracy %.4f  loss %.4f  (%d rows, step %d)",
              metrics["eval_accuracy"], metrics["eval_loss"], len(rows),
              metrics["global_step"])
@@ -230,9 +230,9 @@ def main() -> int:
         if rows is not None:
             check_candidates(rows, job.tokenizer)
     if train_rows is None:
-        classifier.scoring_checkpoint(job)
+        classification.scoring_checkpoint(job)
     else:
-        classifier.do_train(job, train_rows)
+        classification.do_train(job, train_rows)
     if not is_chief():  # in a cluster, worker 0 alone scores and writes results
         log.info("worker %d: predict and eval are the chief's (worker 0's) job",
                  worker_index())

@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Callable
 
 from bert_ad.compat import tf
-from bert_ad.precision import DynamicLossScale
-from bert_ad.optimization import clip_by_global_norm, learning_rate_schedule, make_optimizer
-from bert_ad.towers import DevicePlan, average_gradients, build_towers, tower_gradients
+from bert_ad.model.precision import DynamicLossScale
+from bert_ad.parallel.optimization import (clip_by_global_norm, learning_rate_schedule,
+                                           make_optimizer)
+from bert_ad.parallel.towers import DevicePlan, average_gradients, build_towers, tower_gradients
 
 
 class TrainSettings:

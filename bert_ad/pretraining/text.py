@@ -1,6 +1,6 @@
 """Raw pretraining text: files -> lines -> documents (lists of sentences) -> chunks.
 
-Input of create_pretraining_data.py (see bert_ad/pretraining_data.py for the
+Input of create_pretraining_data.py (see bert_ad/pretraining/instances.py for the
 two input formats). Documents are read lazily, so a corpus of any size streams.
 """
 

@@ -18,10 +18,10 @@ from typing import Sequence
 
 import numpy as np
 
-from bert_ad.batching import TokenizedExamples
+from bert_ad.data.batching import TokenizedExamples
 from bert_ad.compat import tf
-from bert_ad.processors import InputExample
-from bert_ad.tokenization import truncate_pair, truncate_tokens
+from bert_ad.data.processors import InputExample
+from bert_ad.data.tokenization import truncate_pair, truncate_tokens
 
 log = logging.getLogger("bert_ad")
 

@@ -19,30 +19,28 @@ import os
 import numpy as np
 from absl import flags
 
-from bert_ad import processors
-from bert_ad.batching import (make_batch, prefetch, split_for_towers, training_batches,
-                               training_stream)
-from bert_ad.checkpoint import latest_checkpoint, resolve_checkpoint
-from bert_ad.classification import FEATURE_SPEC, classifier
-from bert_ad.cli_common import (build_training_graph, check_training_flags,
+from bert_ad.data import processors
+from bert_ad.data.batching import (BUCKET_WINDOW_BATCHES, make_batch, prefetch,
+                                    split_for_towers, training_batches, training_stream)
+from bert_ad.parallel.checkpoints import latest_checkpoint, resolve_checkpoint
+from bert_ad.model.heads import FEATURE_SPEC, classifier
+from bert_ad.cli.flags import (build_training_graph, check_training_flags,
                                 define_training_flags, is_chief, loop_settings,
                                 make_session_config, num_workers, run_entry_point,
                                 train_settings, worker_index, write_train_results)
 from bert_ad.compat import tf
 from bert_ad.errors import fail
-from bert_ad.features import FeatureSettings, cache_key, cached_features, convert_examples
-from bert_ad.inference import run_inference
-from bert_ad.metrics import classification_metrics
-from bert_ad.modeling import BertConfig
-from bert_ad.optimization import scale_learning_rate
-from bert_ad.outputs import write_key_values, write_lines
-from bert_ad.precision import compute_dtype
-from bert_ad.tokenization import TRUNCATION_STRATEGIES, check_max_seq_length, make_tokenizer
-from bert_ad.trainer import train
+from bert_ad.data.features import FeatureSettings, cache_key, cached_features, convert_examples
+from bert_ad.parallel.scoring import run_inference
+from bert_ad.metrics.classification import classification_metrics
+from bert_ad.model.modeling import BertConfig
+from bert_ad.parallel.optimization import scale_learning_rate
+from bert_ad.files import write_key_values, write_lines
+from bert_ad.model.precision import compute_dtype
+from bert_ad.data.tokenization import TRUNCATION_STRATEGIES, check_max_seq_length, make_tokenizer
+from bert_ad.parallel.loop import train
 
 log = logging.getLogger("bert_ad")
-# Length bucketing sorts this many global batches at a time (see batching).
-BUCKET_WINDOW_BATCHES = 50
 FLAGS = flags.FLAGS
 
 
@@ -136,7 +134,7 @@ class ModelJob:
 
 
 class Job(ModelJob):
-    """run_classifier_mgpu.py's run: a task of bert_ad.processors."""
+    """run_classifier_mgpu.py's run: a task of bert_ad.data.processors."""
 
     def check_data_flags(self) -> None:
         if not FLAGS.task_name:
@@ -309,7 +307,7 @@ def do_eval(job: Job, examples) -> dict:
 
 
 def _checkpoint_step(prefix: str) -> int:
-    from bert_ad.checkpoint import checkpoint_step
+    from bert_ad.parallel.checkpoints import checkpoint_step
     return checkpoint_step(prefix)
 
 

@@ -80,7 +80,7 @@ class Collectives:
       implementation: "ring" or "nccl".
 
     The ops wait for the other workers as long as it takes; the caller puts
-    a deadline on the session call (bert_ad/cluster.py).
+    a deadline on the session call (bert_ad/distributed/cluster.py).
     """
 
     def __init__(self, num_workers: int, device: str, device_type: str,

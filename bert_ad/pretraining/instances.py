@@ -35,9 +35,9 @@ Modes (--mode):
        longer than the sequence is cut, from the front or the back at random.
   rewrite  rewrite rows (scripts/prepare_rewrite_data.py), not documents:
        [CLS] candidate [SEP] text [SEP] with the candidate put in the text's
-       slot and masked there as one span; see bert_ad/rewrite_data.py.
+       slot and masked there as one span; see bert_ad/data/rewrite_rows.py.
 
-Masking is Google's create_masked_lm_predictions (bert_ad.masking), with
+Masking is Google's create_masked_lm_predictions (bert_ad.pretraining.masking), with
 --do_whole_word_mask ("##" pieces go with their word; SentencePiece pieces go
 with the "▁" piece that starts their word) and --chinese_whole_word: the text
 is pre-segmented (words separated by spaces, as the People's Daily corpus
@@ -75,11 +75,11 @@ from typing import (IO, Iterable, Iterator, List, NamedTuple, Optional,
                     Sequence, Tuple)
 
 from bert_ad.errors import UserError, fail, run_cli
-from bert_ad.masking import mask_tokens
-from bert_ad.pretraining_records import (ShardWriter, check_outputs, encode_example,
+from bert_ad.pretraining.masking import mask_tokens
+from bert_ad.pretraining.records import (ShardWriter, check_outputs, encode_example,
                                          output_paths)
-from bert_ad.pretraining_text import chunked, expand_input_files, read_documents
-from bert_ad.tokenization import (CLS, SEP, SentencePieceTokenizer,
+from bert_ad.pretraining.text import chunked, expand_input_files, read_documents
+from bert_ad.data.tokenization import (CLS, SEP, SentencePieceTokenizer,
                                   check_max_seq_length, make_tokenizer)
 
 MODES = ("nsp", "mlm", "rewrite")
@@ -595,8 +595,8 @@ def create_pretraining_data(input_files: Sequence[str], output_files: Sequence[s
     tokenizer = make_tokenizer(settings.vocab_file, settings.do_lower_case,
                                settings.spm_model_file)
     check_outputs(output_files, input_files, overwrite, output_dir)
-    if settings.mode == "rewrite":  # rows, not documents: bert_ad.rewrite_data
-        from bert_ad.rewrite_data import write_span_instances
+    if settings.mode == "rewrite":  # rows, not documents: bert_ad.data.rewrite_rows
+        from bert_ad.data.rewrite_rows import write_span_instances
         return write_span_instances(input_files, output_files, settings, tokenizer,
                                     stream)
     progress = Progress(stream, progress_seconds)
@@ -694,7 +694,7 @@ def parse_flags(argv: Sequence[str]):
     """Parse `argv` (argv[0] is the program) into a fresh absl FlagValues."""
     from absl import flags
 
-    from bert_ad.cli_help import flag_error_message, print_help, wants_help
+    from bert_ad.cli.help import flag_error_message, print_help, wants_help
     flag_values = flags.FlagValues()
     _define_flags(flag_values)
     if wants_help(argv):

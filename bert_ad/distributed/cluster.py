@@ -5,7 +5,7 @@ The ecosystem's convention names the cluster: `TF_CONFIG`
 "index": i}}`) or the flags `--worker_hosts` / `--task_index`. Worker 0 is
 the chief. Each worker starts TensorFlow's own gRPC server, builds its own
 graph with its local towers (between-graph replication) and talks to the
-others only through collective ops (bert_ad/collective.py):
+others only through collective ops (bert_ad/distributed/collective.py):
 
 * At start, before any step: every worker's model, global batch and flags
   are compared (an all-gather of their hashes), the chief's weights and
@@ -39,12 +39,12 @@ import weakref
 from typing import Callable, Sequence
 
 from bert_ad import compat
-from bert_ad.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
+from bert_ad.distributed.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
                                 SIGNATURE_INSTANCE_KEY, CollectiveKeys, Collectives,
                                 signature_numbers, variables_checksum)
 from bert_ad.compat import tf
 from bert_ad.errors import EXIT_USER_ERROR, fail
-from bert_ad.towers import DevicePlan
+from bert_ad.parallel.towers import DevicePlan
 
 log = logging.getLogger("bert_ad")
 

@@ -32,7 +32,7 @@ special tokens; `check_max_seq_length` refuses sequence lengths the model has
 no position embeddings for.
 
 Command line (a debugging aid):
-  python -m bert_ad.tokenization --vocab_file vocab.txt [--do_lower_case] TEXT...
+  python -m bert_ad.data.tokenization --vocab_file vocab.txt [--do_lower_case] TEXT...
 prints, for each TEXT (or each line of stdin), its tokens and then their ids.
 """
 
@@ -549,7 +549,7 @@ def _parse_bool(value: str) -> bool:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bert_ad.tokenization",
+        prog="python -m bert_ad.data.tokenization",
         description="Print the tokens and ids of each TEXT (or stdin line).")
     parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt")
     parser.add_argument("--spm_model_file", default="",

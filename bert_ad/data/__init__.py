@@ -1,0 +1,2 @@
+"""Data: tokenizers, task readers (processors), features and their cache, batching,
+real datasets."""

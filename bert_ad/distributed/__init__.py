@@ -1,0 +1,1 @@
+"""Several machines: the cluster (TF_CONFIG, servers, deadlines) and collective all-reduce."""

@@ -1,0 +1,1 @@
+"""Metrics: predictions and labels in, `eval_results.txt` figures out (numpy only)."""

@@ -1,0 +1,1 @@
+"""N towers on one machine: device plan, training graph, loop, optimizers, checkpoints, scoring."""

