@@ -1,9 +1,9 @@
 """Launcher kept at the root so existing shell scripts keep working.
 
-The code lives in bert_ad/pretraining/instances.py.
+The code lives in bert_ad/cli/create_pretraining_data.py.
 """
 
-from bert_ad.pretraining.instances import cli
+from bert_ad.cli.create_pretraining_data import cli
 
 if __name__ == "__main__":
     cli()

@@ -1,9 +1,9 @@
 """Launcher kept at the root so existing shell scripts keep working.
 
-The code lives in bert_ad/tasks/rewrite.py.
+The code lives in bert_ad/cli/rewrite.py.
 """
 
-from bert_ad.tasks.rewrite import cli
+from bert_ad.cli.rewrite import cli
 
 if __name__ == "__main__":
     cli()

@@ -1,9 +1,9 @@
 """Launcher kept at the root so existing shell scripts keep working.
 
-The code lives in bert_ad/tasks/classification.py.
+The code lives in bert_ad/cli/classifier.py.
 """
 
-from bert_ad.tasks.classification import cli
+from bert_ad.cli.classifier import cli
 
 if __name__ == "__main__":
     cli()

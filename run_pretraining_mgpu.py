@@ -1,9 +1,9 @@
 """Launcher kept at the root so existing shell scripts keep working.
 
-The code lives in bert_ad/tasks/pretraining.py.
+The code lives in bert_ad/cli/pretrain.py.
 """
 
-from bert_ad.tasks.pretraining import cli
+from bert_ad.cli.pretrain import cli
 
 if __name__ == "__main__":
     cli()

@@ -30,10 +30,10 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "bert-ad-classifier=bert_ad.tasks.classification:cli",
-            "bert-ad-pretrain=bert_ad.tasks.pretraining:cli",
-            "bert-ad-rewrite=bert_ad.tasks.rewrite:cli",
-            "bert-ad-create-pretraining-data=bert_ad.pretraining.instances:cli",
+            "bert-ad-classifier=bert_ad.cli.classifier:cli",
+            "bert-ad-pretrain=bert_ad.cli.pretrain:cli",
+            "bert-ad-rewrite=bert_ad.cli.rewrite:cli",
+            "bert-ad-create-pretraining-data=bert_ad.cli.create_pretraining_data:cli",
             "bert-ad-convert=bert_ad.tools.convert:cli",
         ],
     },

@@ -81,7 +81,7 @@ def worker(args) -> dict:
     config_proto = session_config(plan.num_cpu_devices)
     padding = "dynamic" if args.padding == "dynamic" else args.seq
 
-    def tower(placeholders, i):  # bert_ad.tasks.classification.score's tower
+    def tower(placeholders, i):  # the classification task's scoring tower
         out = classifier(config, placeholders, len(labels), False)
         return {"probabilities": out.probabilities, "loss": out.per_example_loss}
 

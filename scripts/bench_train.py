@@ -34,8 +34,8 @@ scripts/fetch_minilm.sh) on the real movie-review sentences
 Every measurement is a fresh worker process (this script with --worker),
 ours and theirs alternating, repeated --repeats times (the order reversed
 every other round); tables give medians. Ours is timed inside
-`bert_ad.parallel.loop.train`, the loop run_classifier_mgpu.py runs, on the graph
-`bert_ad.tasks.classification.do_train` builds (build_train_graph + classifier head,
+`bert_ad.parallel.loop.train_loop`, the loop run_classifier_mgpu.py runs, on the graph
+`bert_ad.driver.train` builds for the classifier (build_train_graph + classifier head,
 adamw, clip 1.0, warm start from the checkpoint) with its batch source
 (training_batches + prefetch): the source records a timestamp each time the
 loop asks for a batch, so the window covers --steps whole steps after
@@ -104,7 +104,7 @@ def bucket_window_batches() -> int:
 
 def step_indices(lengths, batch: int, steps: int, bucketed: bool) -> list:
     """The example indices of each of `steps` one-tower steps of batch `batch`,
-    in the order bert_ad.tasks.classification.do_train takes them."""
+    in the order the driver's training batches take them."""
     import numpy as np
     from bert_ad.data.batching import training_stream
     stream = training_stream(len(lengths), batch, SEED, 0, np.asarray(lengths),
@@ -113,11 +113,11 @@ def step_indices(lengths, batch: int, steps: int, bucketed: bool) -> list:
 
 
 # ----------------------------------------------------------------------------
-# Worker: ours (bert_ad through trainer.train)
+# Worker: ours (bert_ad through parallel.loop.train_loop)
 # ----------------------------------------------------------------------------
 
 def build_ours(args, config_path: str, vocab_path: str):
-    """Tokenised features, BertConfig and labels, as bert_ad.tasks.classification.Job does."""
+    """Tokenised features, BertConfig and labels, as the classification task makes them."""
     from bert_ad.data.features import FeatureSettings, convert_examples
     from bert_ad.model.modeling import BertConfig
     from bert_ad.data.tokenization import make_tokenizer
@@ -129,14 +129,15 @@ def build_ours(args, config_path: str, vocab_path: str):
     return features, config, labels
 
 
-def build_ours_graph(plan, config, num_labels: int, num_train_steps: int):
-    """The graph bert_ad.tasks.classification.do_train builds (flags at their defaults)."""
+def build_ours_graph(plan, config, num_labels: int, num_train_steps: int, per_tower: int):
+    """The graph bert_ad.driver.train builds for the classifier (flags at their defaults)."""
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
     settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=num_train_steps,
                              num_warmup_steps=int(num_train_steps * 0.1),
                              optimizer="adamw", weight_decay_rate=WEIGHT_DECAY,
-                             clip_norm=CLIP_NORM, gradient_accumulation_steps=1, seed=SEED)
+                             clip_norm=CLIP_NORM, gradient_accumulation_steps=1, seed=SEED,
+                             batch_size_per_tower=per_tower)
     return build_train_graph(
         plan, FEATURE_SPEC,
         lambda f, i: classifier(config, f, num_labels, True).loss, settings)
@@ -148,7 +149,7 @@ def padding_value(args):
 
 
 def batch_source(args, features):
-    """bert_ad.tasks.classification.do_train's batch source for these settings:
+    """bert_ad.driver.train's batch source for these settings:
     (start_example) -> prefetched per-tower padded batches."""
     from bert_ad.data.batching import prefetch, training_batches
     from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
@@ -278,7 +279,7 @@ def use_fused_adamw(lazy_sparse: bool = False) -> None:
 def worker_ours(args) -> dict:
     from bert_ad.compat import TF_VERSION, session_config, tf
     from bert_ad.parallel.towers import plan_from_environment
-    from bert_ad.parallel.loop import LoopSettings, train
+    from bert_ad.parallel.loop import LoopSettings, train_loop
 
     features, config, labels = build_ours(
         args, os.path.join(args.model_dir, "bert_config.json"),
@@ -305,14 +306,14 @@ def worker_ours(args) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench_train_") as output_dir:
         with tf.Graph().as_default():
-            graph = build_ours_graph(plan, config, len(labels), total_steps)
-            loop = LoopSettings(output_dir, total_steps, per_tower * towers, 1,
+            graph = build_ours_graph(plan, config, len(labels), total_steps, per_tower)
+            loop = LoopSettings(output_dir, total_steps,
                                 save_checkpoints_steps=10 ** 9, keep_checkpoint_max=1,
                                 log_every_n_steps=10 ** 9,
                                 init_checkpoint=os.path.join(args.model_dir,
                                                              "bert_model.ckpt"),
                                 session_config=config_proto)
-            result = train(graph, timed_batches, loop)
+            result = train_loop(graph, timed_batches, loop)
     if result.steps_run != total_steps or len(stamps) < total_steps:
         raise RuntimeError(f"ran {result.steps_run} steps, expected {total_steps}")
     if not args.no_peak:  # again after training: the best of both moments
@@ -538,7 +539,7 @@ def worker_profile(args) -> dict:
     if args.variant in ("fused_adamw", "lazy_embedding_adam"):
         use_fused_adamw(lazy_sparse=args.variant == "lazy_embedding_adam")
     with tf.Graph().as_default():
-        graph = build_ours_graph(plan, config, len(labels), 1000)
+        graph = build_ours_graph(plan, config, len(labels), 1000, args.batch)
         warm = WarmStart(os.path.join(args.model_dir, "bert_model.ckpt"),
                          tf.global_variables())
         fetches = {"loss": graph.loss, "applied": graph.train_step,
@@ -745,7 +746,7 @@ def print_tables(suite: Suite, args) -> None:
             for key in keys:
                 if key not in suite.results:
                     continue
-                name = {"ours": "bert_ad (trainer.train, in process)",
+                name = {"ours": "bert_ad (train_loop, in process)",
                         "cli": "bert_ad (run_classifier_mgpu.py, its log)",
                         "hf": "HF transformers, PyTorch CPU"}[key[0]]
                 rows.append([name, seq, PADDING_NAMES[padding], f"{key[3]} x {key[4]}",

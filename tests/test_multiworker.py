@@ -256,6 +256,100 @@ def test_collectives_between_three_workers(tmp_path):
     assert not np.allclose(inputs[1]["weights"], inputs[0]["weights"])
 
 
+def nan_on_one_worker_check(out_path: str) -> None:
+    """Run in a subprocess: 2 workers train one step; worker 1's loss is NaN.
+
+    The NaN sits in a term without gradient (as an overflowed loss value can),
+    so every gradient stays finite: only a decision from cluster-wide values
+    makes both workers skip the update alike (their weights stay equal); with
+    finite losses both then apply the next one.
+    """
+    import threading
+
+    from bert_ad import compat
+    from bert_ad.distributed.collective import CollectiveKeys, Collectives
+    from bert_ad.parallel.towers import plan_devices
+    from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+
+    workers = 2
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(workers)]
+    configs, servers = [], []
+    for i in range(workers):
+        config = tf.ConfigProto()
+        compat.configure_collectives(config, "/job:worker/replica:0/task:0",
+                                     f"/job:worker/task:{i}", "ring")
+        configs.append(config)
+        servers.append(compat.start_server(hosts, i, config))
+    results, errors = [None] * workers, []
+
+    def worker(i):
+        try:
+            device = f"/job:worker/replica:0/task:{i}/device:CPU:0"
+            with tf.Graph().as_default():
+                plan = plan_devices(1, cuda_visible_devices="")
+                plan.tower_devices = [device]
+                plan.variable_device = device
+                collectives = Collectives(workers, device, "CPU", CollectiveKeys())
+
+                def tower_loss(features, tower):
+                    w = tf.get_variable("w", [3], initializer=tf.constant_initializer(0.5))
+                    return (tf.reduce_mean(tf.square(w * features["x"] - 1.0))
+                            + tf.stop_gradient(tf.reduce_sum(features["noise"])))
+
+                graph = build_train_graph(
+                    plan, {"x": (tf.float32, [None]), "noise": (tf.float32, [None])},
+                    tower_loss,
+                    TrainSettings(learning_rate=0.1, num_train_steps=10, num_workers=2),
+                    cross_worker_reduce=lambda g: collectives.mean_gradients(g, 1 << 20))
+                w = [v for v in tf.global_variables() if v.name.startswith("w")][0]
+                inputs = graph.placeholders[0]
+                x = np.array([1.0, 2.0, 3.0], np.float32)
+                noise = np.array([np.nan if i == 1 else 0.0], np.float32)
+                fetch = {"applied": graph.train_step, "all_finite": graph.all_finite}
+                with tf.Session(servers[i].target, config=configs[i]) as session:
+                    session.run(tf.global_variables_initializer())
+                    skipped = session.run(fetch, {inputs["x"]: x, inputs["noise"]: noise})
+                    w_after_skip = session.run(w)
+                    applied = session.run(fetch, {inputs["x"]: x,
+                                                  inputs["noise"]: np.zeros(1, np.float32)})
+                    w_after_apply = session.run(w)
+                results[i] = {"skip_applied": skipped["applied"],
+                              "skip_finite": skipped["all_finite"],
+                              "w_after_skip": w_after_skip,
+                              "apply_applied": applied["applied"],
+                              "w_after_apply": w_after_apply}
+        except Exception as e:  # reported by the main thread
+            errors.append(f"worker {i}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
+               for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    if errors or any(r is None for r in results):
+        raise SystemExit("; ".join(errors) or "a worker did not finish")
+    np.savez(out_path, **{f"{i}/{k}": v for i, r in enumerate(results) for k, v in r.items()})
+
+
+def test_a_nan_loss_on_one_worker_makes_every_worker_skip_alike(tmp_path):
+    out = str(tmp_path / "results.npz")
+    code = (f"import sys; sys.path.insert(0, {TESTS!r}); "
+            f"from test_multiworker import nan_on_one_worker_check; "
+            f"nan_on_one_worker_check({out!r})")
+    with Processes() as processes:
+        process = processes.start([sys.executable, "-c", code], str(tmp_path / "log"))
+        assert wait(process) == 0, read(process.log_path)
+    got = dict(np.load(out))
+    for w in range(2):
+        # Worker 0's own loss was finite, yet it skips with worker 1.
+        assert not got[f"{w}/skip_applied"] and not got[f"{w}/skip_finite"]
+        np.testing.assert_array_equal(got[f"{w}/w_after_skip"], [0.5, 0.5, 0.5])
+        assert got[f"{w}/apply_applied"]
+        np.testing.assert_array_equal(got[f"{w}/w_after_apply"], got["0/w_after_apply"])
+    assert not np.allclose(got["0/w_after_apply"], 0.5)  # the second step did apply
+
+
 # ---------------------------------------------------------------------------
 # The classifier CLI on a tiny model.
 

@@ -6,13 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from bert_ad.compat import tf
 from bert_ad.model.modeling import BertConfig, BertModel
-from bert_ad.tasks.pretraining import FEATURE_SPEC, parse_record, pretraining_tower, stack_batch
+from bert_ad.files import read_key_values
+from bert_ad.pretraining.records import decode_record, stack_batch
+from bert_ad.tasks.pretraining import FEATURE_SPEC, pretraining_tower
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -95,7 +98,7 @@ def test_head_variables_have_googles_names():
 
 def test_stack_batch_trims_to_longest_row_and_pads_rows(workspace):
     records = list(tf.io.tf_record_iterator(str(workspace / "heldout.tfrecord")))[:3]
-    examples = [parse_record(r, SEQ) for r in records]
+    examples = [decode_record(r) for r in records]
     batch = stack_batch(examples, rows=4)
     longest = max(int(e["input_mask"].sum()) for e in examples)
     assert batch["input_ids"].shape[1] == min(SEQ, -(-longest // 8) * 8)
@@ -186,3 +189,65 @@ def test_bad_input_is_one_clear_line(workspace, tmp_path, extra, message):
     assert "Traceback" not in result.stderr
     assert sorted(os.listdir(output))[:1] == ["keep.txt"]
     assert (output / "keep.txt").read_text() == "user data"
+
+
+def test_lr_scaling_applies_to_pretraining_and_is_reported(workspace, tmp_path):
+    output = str(tmp_path / "out")
+    result = run(common(workspace, output) + [
+        f"--input_file={workspace / 'train'}", "--do_train", "--num_train_steps=2",
+        "--lr_scaling=sqrt"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = read_key_values(os.path.join(output, "train_results.txt"))
+    # 2 towers x 4 = global batch 8, twice one tower's 4: the rate times sqrt(2).
+    assert int(trained["global_batch"]) == 8
+    assert float(trained["learning_rate"]) == pytest.approx(1e-3 * 2 ** 0.5, rel=1e-6)
+    assert "learning rate 0.00141421" in result.stderr
+
+
+def test_resuming_the_record_stream_costs_the_same_at_any_step(tmp_path, monkeypatch):
+    """Resume at step 10,000 reads and decodes only the records it feeds."""
+    from bert_ad.pretraining import records
+    path = str(tmp_path / "shard.tfrecord")
+    write_records(path, 500, seed=9)
+    batches = records.RecordBatches([path], SEQ)
+    decoded = []
+    real_decode = records.decode_record
+    monkeypatch.setattr(records, "decode_record",
+                        lambda data, where="": decoded.append(where) or real_decode(data, where))
+
+    def first_batch(step):
+        decoded.clear()
+        started = time.perf_counter()
+        stream = batches.training(per_tower=4, towers=2, workers=1, worker_index=0,
+                                  seed=3, start_example=step * 8)
+        batch = next(stream)
+        stream.close()
+        return batch, time.perf_counter() - started, len(decoded)
+
+    _, early_seconds, early_decoded = first_batch(10)
+    late, late_seconds, late_decoded = first_batch(10_000)
+    assert early_decoded == late_decoded == 8   # one global batch, nothing skipped by parsing
+    assert late_seconds < 5 * early_seconds + 0.05
+    # The same stream position as reading from the start: record 80,000 of the
+    # stream is record 80,000 % 500 of epoch 160.
+    stream = records.record_stream([500], seed=3, start_example=0)
+    epoch_start = records.record_stream([500], seed=3, start_example=10_000 * 8)
+    skipped = [next(stream) for _ in range(10_000 * 8 + 8)][-8:]
+    assert [next(epoch_start) for _ in range(8)] == skipped
+    assert late[0]["input_ids"].shape[0] == 4
+
+
+def test_a_cut_short_or_foreign_shard_is_refused_before_training(workspace, tmp_path):
+    good = (workspace / "heldout.tfrecord").read_bytes()
+    (tmp_path / "cut.tfrecord").write_bytes(good[:len(good) - 10])
+    (tmp_path / "text.tfrecord").write_text("not a TFRecord file at all\n" * 10)
+    for name, message in (("cut.tfrecord", "record 13 (byte"),
+                          ("text.tfrecord", "not a TFRecord file")):
+        output = tmp_path / f"out-{name}"
+        result = run(common(workspace, str(output)) + [
+            f"--input_file={tmp_path / name}", "--do_train", "--num_train_steps=2"])
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: {tmp_path / name}: record") and message in last, last
+        assert not output.exists() or not os.listdir(output)

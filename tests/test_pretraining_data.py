@@ -28,9 +28,10 @@ import pytest
 from bert_ad.tools import assets
 from bert_ad.errors import UserError
 from bert_ad.pretraining.masking import candidate_groups, mask_tokens, num_to_predict
-from bert_ad.pretraining.instances import (Document, InstanceMaker, InstanceSettings,
-                                      create_pretraining_data, main, process_chunks)
+from bert_ad.pretraining.instances import Document, InstanceMaker, InstanceSettings
+from bert_ad.pretraining.pipeline import create_pretraining_data, process_chunks
 from bert_ad.pretraining.records import FEATURE_NAMES, encode_example, read_instances
+from helpers import create_pretraining_data as main
 from bert_ad.pretraining.text import chunked, documents_from_lines, split_sentences
 from bert_ad.data.tokenization import CLS, MASK, SEP, FullTokenizer, SentencePieceTokenizer
 

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from bert_ad.pretraining import instances
+from helpers import create_pretraining_data
 from bert_ad.data import rewrite_rows
 from bert_ad.tasks.rewrite import ranking_metrics
 from bert_ad.data.rewrite_rows import PrepareSettings, parse_row, read_rows
@@ -149,7 +149,7 @@ def setup(tmp_path_factory) -> Setup:
 def pretrained(setup) -> str:
     """3 steps of span-masked pretraining on the training rows."""
     shards = os.path.join(setup.root, "span.tfrecord")
-    assert instances.main([
+    assert create_pretraining_data([
         "create_pretraining_data.py", "--mode=rewrite",
         f"--input_file={os.path.join(setup.data_dir, 'train.tsv')}",
         f"--vocab_file={setup.vocab_file}", f"--output_file={shards}",
@@ -399,3 +399,19 @@ def test_fine_tuning_from_a_pretraining_checkpoint_starts_at_step_1(trained):
     _, run = trained
     steps = re.findall(r"step (\d+)/\d+ ", run.stderr)
     assert steps and steps[0] == "1", run.stderr
+
+
+@pytest.mark.parametrize("launcher", ["rewrite_finetune.py", "run_classifier_mgpu.py"])
+def test_a_non_chief_worker_with_nothing_to_train_leaves_the_scoring_to_the_chief(
+        setup, trained, tmp_path, launcher):
+    """Both fine-tuning launchers answer alike (exit 0, a log line), from one driver."""
+    output_dir = str(tmp_path / "out")
+    flags = dict(setup.flags, output_dir=output_dir, do_predict=True, do_eval=True,
+                 worker_hosts="127.0.0.1:1,127.0.0.1:2", task_index=1)
+    if launcher == "run_classifier_mgpu.py":
+        flags.update(task_name="sentiment",
+                     data_dir=os.path.join(REPO, "data", "sample_sentiment"))
+    run = Finished([os.path.join(REPO, launcher)] + args_of(flags))
+    assert run.returncode == 0, run.report()
+    assert "worker 1: nothing to train; predict and eval are the chief's" in run.stderr
+    assert not os.path.exists(output_dir)

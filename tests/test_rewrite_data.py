@@ -17,15 +17,16 @@ import sys
 import pytest
 
 from bert_ad.data import datasets
-from bert_ad.pretraining import instances
+from bert_ad.pretraining import rewrite_spans
 from bert_ad.pretraining import records
 from bert_ad.data import rewrite_rows
 from bert_ad.errors import UserError
 from bert_ad.pretraining.masking import MASK_PROB
-from bert_ad.data.rewrite_rows import (SEGMENT_PUNCTUATION, PrepareSettings,
-                                  blank_segment, encode_row, fit_context,
-                                  parse_row, parse_slot, read_rows, segment_spans,
-                                  span_instance, span_tokens, split_segments)
+from bert_ad.data.rewrite_rows import (SEGMENT_PUNCTUATION, PrepareSettings, blank_segment,
+                                       encode_row, fit_context, parse_row, parse_slot,
+                                       read_rows, segment_spans, split_segments)
+from bert_ad.pretraining.rewrite_spans import span_instance, span_tokens
+from helpers import create_pretraining_data
 from bert_ad.data.tokenization import CLS, MASK, SEP, FullTokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -440,13 +441,13 @@ def test_span_replacements_follow_80_10_10(zh_tokenizer):
 
 
 @pytest.mark.parametrize("fields, reason", [
-    (["1", "1", "\u200b", ROW_TEXT], rewrite_rows.SKIP_EMPTY),
-    (["1", "0", "好好好", "[SLOT]"], rewrite_rows.SKIP_NO_CONTEXT),
+    (["1", "1", "\u200b", ROW_TEXT], rewrite_spans.SKIP_EMPTY),
+    (["1", "0", "好好好", "[SLOT]"], rewrite_spans.SKIP_NO_CONTEXT),
     (["1", "0", "好好好", " [SLOT] ！"], None),   # punctuation is context
     (["0", "1", "一二三四五六七八九十一二三四五六七八九十一", ROW_TEXT],
-     rewrite_rows.SKIP_TOO_MANY),
+     rewrite_spans.SKIP_TOO_MANY),
     (["0", "1", "一二三四五六七八九十一二三四五六七八九十", ROW_TEXT],
-     rewrite_rows.SKIP_TOO_LONG),
+     rewrite_spans.SKIP_TOO_LONG),
 ])
 def test_rows_that_cannot_form_a_span(zh_tokenizer, fields, reason):
     result = span_tokens(parse_row(fields, "x"), zh_tokenizer, 40, 20)
@@ -457,7 +458,7 @@ def test_rows_that_cannot_form_a_span(zh_tokenizer, fields, reason):
 
 
 def _rewrite_pretraining(rows_file, vocab, output, seed=5):
-    return instances.main([
+    return create_pretraining_data([
         "create_pretraining_data.py", "--mode=rewrite", f"--input_file={rows_file}",
         f"--vocab_file={vocab}", f"--output_file={output}", "--max_seq_length=64",
         "--max_predictions_per_seq=12", "--dupe_factor=2", f"--random_seed={seed}"])
@@ -479,8 +480,8 @@ def test_rewrite_mode_of_create_pretraining_data(prepared, chinese_vocab, zh_tok
     assert summary == [
         f"create_pretraining_data: skipped {too_many + 2} of {len(lines)} rows that cannot "
         f"form a span: " + ", ".join(f"{n} {reason}" for reason, n in collections.Counter(
-            {rewrite_rows.SKIP_TOO_MANY: too_many, rewrite_rows.SKIP_EMPTY: 1,
-             rewrite_rows.SKIP_NO_CONTEXT: 1}).most_common() if n)]
+            {rewrite_spans.SKIP_TOO_MANY: too_many, rewrite_spans.SKIP_EMPTY: 1,
+             rewrite_spans.SKIP_NO_CONTEXT: 1}).most_common() if n)]
     assert any(f"wrote {2 * len(usable)} instances" in line for line in stderr)
 
     # Every record: B is the row's text with the candidate in the slot, and

@@ -12,7 +12,8 @@ run continue exactly where the interrupted one stopped.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import abc
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -22,17 +23,22 @@ BUCKET_WINDOW_BATCHES = 50
 
 
 class TokenizedExamples:
-    """Unpadded token ids per example, with optional per-example int labels.
+    """Unpadded token ids per example, with optional per-example values.
 
     `columns` maps a feature name to a list of 1-D int arrays (all of one
-    example's sequence features have the same length); `labels` is [n] int.
+    example's sequence features have the same length); `labels` is [n] int
+    (batched as `label_ids`); `row_values` maps other per-example features to
+    [n, ...] arrays of any dtype (a regression target, a multi-hot label
+    vector), batched under their own names.
     """
 
-    def __init__(self, columns: dict, labels: np.ndarray | None = None):
+    def __init__(self, columns: dict, labels: np.ndarray | None = None,
+                 row_values: dict | None = None):
         self.columns = {k: list(v) for k, v in columns.items()}
         first = next(iter(self.columns.values()))
         self.lengths = np.array([len(ids) for ids in first], dtype=np.int64)
         self.labels = None if labels is None else np.asarray(labels, dtype=np.int32)
+        self.row_values = {k: np.asarray(v) for k, v in (row_values or {}).items()}
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -50,10 +56,11 @@ def make_batch(examples: TokenizedExamples, indices: Sequence[int], padding,
     """Padded arrays for the examples at `indices`.
 
     Returns input_ids/input_mask/segment_ids-style [batch, seq] int32 arrays for
-    every column plus `input_mask`, `label_ids` [batch] and `example_weights`
-    [batch] (1.0 real, 0.0 filler). With `batch_size` larger than
-    len(indices), filler rows (all padding, weight 0) complete the batch so
-    every step has the same batch shape and no real example is dropped.
+    every column plus `input_mask`, `label_ids` [batch], `example_weights`
+    [batch] (1.0 real, 0.0 filler) and each of `row_values` [batch, ...].
+    With `batch_size` larger than len(indices), filler rows (all padding,
+    weight 0) complete the batch so every step has the same batch shape and
+    no real example is dropped.
     """
     indices = np.asarray(indices, dtype=np.int64)
     rows = batch_size or len(indices)
@@ -74,6 +81,9 @@ def make_batch(examples: TokenizedExamples, indices: Sequence[int], padding,
     if examples.labels is not None:
         labels[:len(indices)] = examples.labels[indices]
     batch["label_ids"] = labels
+    for name, values in examples.row_values.items():
+        batch[name] = np.zeros((rows,) + values.shape[1:], values.dtype)
+        batch[name][:len(indices)] = values[indices]
     return batch
 
 
@@ -165,6 +175,29 @@ def training_batches(examples: TokenizedExamples, per_tower: int, towers: int,
                for part in split_for_towers(indices, towers, examples.lengths)]
 
 
+def worker_training_batches(examples: TokenizedExamples, per_tower: int, towers: int,
+                            seed: int, start_example: int, padding, bucket_batches: int = 0,
+                            workers: int = 1, index: int = 0) -> Iterator[list]:
+    """Worker `index`'s micro-batches: one padded batch dict per local tower.
+
+    The cluster's global batch is dealt to `workers * towers` towers exactly
+    as one machine with that many towers would deal it (`training_batches`),
+    and this worker keeps its towers' shares: the cluster sees every example
+    once per epoch, and 2 workers x 1 tower get the same batches as 1 worker
+    x 2 towers.
+    """
+    if workers == 1:
+        yield from training_batches(examples, per_tower, towers, seed, start_example,
+                                    padding, bucket_batches)
+        return
+    stream = training_stream(len(examples), per_tower * towers * workers, seed,
+                             start_example, examples.lengths, bucket_batches)
+    for indices in stream:
+        shares = split_for_towers(indices, towers * workers, examples.lengths)
+        yield [make_batch(examples, part, padding)
+               for part in shares[index * towers:(index + 1) * towers]]
+
+
 def prefetch(iterator: Iterator, depth: int = 2) -> Iterator:
     """Run `iterator` in a background thread, `depth` items ahead.
 
@@ -225,3 +258,46 @@ def inference_batches(examples: TokenizedExamples, batch_size: int,
         chunk = order[start:start + global_batch]
         # Spread a short last chunk over all towers rather than filling tower 0.
         yield [chunk[t::num_towers] for t in range(num_towers)], batch_size
+
+
+# What a split's data must offer the driver: training micro-batches (one
+# padded dict per local tower) and scoring batches (row indices per tower,
+# and one padded dict per tower), every row exactly once.
+TrainingBatches = Iterator[List[dict]]
+ScoringBatches = Iterator[Tuple[List[np.ndarray], List[dict]]]
+
+
+class Batches(abc.ABC):
+    """A split's model features, dealt into per-tower batches."""
+
+    num_examples: Optional[int] = None  # None: an endless stream (pretraining)
+
+    @abc.abstractmethod
+    def training(self, per_tower: int, towers: int, workers: int, worker_index: int,
+                 seed: int, start_example: int) -> TrainingBatches:
+        """Endless micro-batches from example `start_example` of the seeded stream."""
+
+    @abc.abstractmethod
+    def scoring(self, per_tower: int, towers: int) -> ScoringBatches:
+        """Every example once: (row indices per tower, padded batch per tower)."""
+
+
+class ExampleBatches(Batches):
+    """Tokenised examples held in memory (every fine-tuning task)."""
+
+    def __init__(self, examples: TokenizedExamples, padding, bucket_by_length: bool):
+        self.examples = examples
+        self.num_examples = len(examples)
+        self.padding = padding
+        self.bucket_batches = BUCKET_WINDOW_BATCHES if bucket_by_length else 0
+
+    def training(self, per_tower, towers, workers, worker_index, seed, start_example):
+        return worker_training_batches(self.examples, per_tower, towers, seed,
+                                       start_example, self.padding, self.bucket_batches,
+                                       workers, worker_index)
+
+    def scoring(self, per_tower, towers):
+        for tower_indices, rows in inference_batches(self.examples, per_tower, towers):
+            yield tower_indices, [make_batch(self.examples, indices, self.padding,
+                                             batch_size=rows)
+                                  for indices in tower_indices]

@@ -1,14 +1,19 @@
-"""The sequence-classification head on one tower (Google's `create_model`).
+"""Heads on top of BertModel, one tower each, with Google's variable names.
 
-Variables `output_weights` [num_labels, hidden] and `output_bias` sit at the
-top level, as in Google's run_classifier.py, so fine-tuned checkpoints load in
-tools that expect that layout.
+* `classifier`: sequence classification from [CLS] (Google's `create_model`):
+  `output_weights` [num_labels, hidden] and `output_bias` at the top level,
+  as in Google's run_classifier.py, so fine-tuned checkpoints load in tools
+  that expect that layout.
+* `masked_lm_head` (`cls/predictions/...`, output embedding tied to the
+  input one) and `next_sentence_head` (`cls/seq_relationship/...`): Google's
+  pretraining heads, so continued-pretraining checkpoints stay Google's.
 """
 
 from __future__ import annotations
 
 from bert_ad.compat import tf
-from bert_ad.model.modeling import BertConfig, BertModel, create_initializer, dropout
+from bert_ad.model.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
+                                    dense, dropout, layer_norm)
 
 # Per-tower inputs: [batch, seq] ids and mask, [batch] labels and weights
 # (weight 0 marks a filler row that completes the last batch).
@@ -58,3 +63,39 @@ def classifier(config: BertConfig, features: dict, num_labels: int,
     loss = tf.reduce_sum(per_example_loss * weights) / tf.maximum(
         tf.reduce_sum(weights), 1.0)
     return ClassifierOutputs(per_example_loss, logits, tf.exp(log_probs), loss)
+
+
+def gather_positions(sequence, positions):
+    """[B, S, H] and [B, P] positions -> [B*P, H]."""
+    batch = tf.shape(sequence)[0]
+    seq_length = tf.shape(sequence)[1]
+    width = sequence.shape[-1]
+    offsets = tf.reshape(tf.range(batch) * seq_length, [-1, 1])
+    flat_positions = tf.reshape(positions + offsets, [-1])
+    return tf.gather(tf.reshape(sequence, [-1, width]), flat_positions)
+
+
+def masked_lm_head(config: BertConfig, sequence_output, embedding_table, positions):
+    """Log-probabilities [B*P, vocab] at the masked positions (`cls/predictions`)."""
+    with tf.variable_scope("cls/predictions"):
+        hidden = gather_positions(sequence_output, positions)
+        with tf.variable_scope("transform"):
+            hidden = dense(hidden, config.hidden_size, "dense", config.initializer_range,
+                           ACTIVATIONS[config.hidden_act])
+            hidden = layer_norm(hidden, config.layer_norm_eps)
+        # The output embedding is tied to the input one, as in Google's BERT.
+        output_bias = tf.get_variable("output_bias", [config.vocab_size], tf.float32,
+                                      tf.zeros_initializer())
+        logits = tf.nn.bias_add(tf.matmul(hidden, embedding_table, transpose_b=True),
+                                output_bias)
+        return tf.nn.log_softmax(logits, axis=-1)
+
+
+def next_sentence_head(config: BertConfig, pooled_output):
+    """Log-probabilities [B, 2] of "B follows A" (0) vs "random" (1) (`cls/seq_relationship`)."""
+    with tf.variable_scope("cls/seq_relationship"):
+        weights = tf.get_variable("output_weights", [2, config.hidden_size], tf.float32,
+                                  create_initializer(config.initializer_range))
+        bias = tf.get_variable("output_bias", [2], tf.float32, tf.zeros_initializer())
+        logits = tf.nn.bias_add(tf.matmul(pooled_output, weights, transpose_b=True), bias)
+        return tf.nn.log_softmax(logits, axis=-1)

@@ -15,11 +15,12 @@ the logged loss is the cluster mean.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                  step_checkpoints)
@@ -30,43 +31,43 @@ from bert_ad.parallel.train_graph import TrainGraph
 log = logging.getLogger("bert_ad")
 
 
+@dataclasses.dataclass(frozen=True)
 class LoopSettings:
-    """How long to train, and what to log and save where."""
+    """How long to train, and what to log and save where.
 
-    def __init__(self, output_dir: str, num_train_steps: int, examples_per_step: int,
-                 gradient_accumulation_steps: int = 1, save_checkpoints_steps: int = 1000,
-                 keep_checkpoint_max: int = 5, log_every_n_steps: int = 10,
-                 init_checkpoint: str = "", session_config=None, cluster=None):
-        self.output_dir = output_dir
-        self.num_train_steps = num_train_steps
-        self.examples_per_step = examples_per_step
-        self.gradient_accumulation_steps = gradient_accumulation_steps
-        self.save_checkpoints_steps = save_checkpoints_steps
-        self.keep_checkpoint_max = keep_checkpoint_max
-        self.log_every_n_steps = log_every_n_steps
-        self.init_checkpoint = init_checkpoint
-        self.session_config = session_config
-        # A bert_ad.distributed.cluster.ClusterRuntime for multi-worker runs, else None.
-        self.cluster = cluster
+    `cluster` is a bert_ad.distributed.cluster.ClusterRuntime in a
+    multi-worker run, else None. The step's shape (accumulation, examples per
+    step) is the graph's own (TrainGraph), so the loop cannot disagree with it.
+    """
+    output_dir: str
+    num_train_steps: int
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    log_every_n_steps: int = 10
+    init_checkpoint: str = ""
+    session_config: Any = None
+    cluster: Any = None
 
 
+@dataclasses.dataclass(frozen=True)
 class TrainResult:
-    def __init__(self, global_step: int, examples_seen: int, last_loss: float | None,
-                 checkpoint: str | None, steps_run: int, train_seconds: float = 0.0,
-                 skipped_steps: int = 0):
-        self.global_step = global_step
-        self.examples_seen = examples_seen
-        self.last_loss = last_loss
-        self.checkpoint = checkpoint
-        self.steps_run = steps_run
-        # Wall time of the step loop of this run (checkpoint saves included,
-        # start-up, warm start and restore excluded).
-        self.train_seconds = train_seconds
-        self.skipped_steps = skipped_steps
+    """What one run of the loop did.
 
-    def summary(self, examples_per_step: int) -> dict:
+    `train_seconds` is the wall time of the step loop (checkpoint saves
+    included; start-up, warm start and restore excluded).
+    """
+    global_step: int
+    examples_seen: int
+    last_loss: Optional[float]
+    checkpoint: Optional[str]
+    steps_run: int
+    examples_per_step: int
+    train_seconds: float = 0.0
+    skipped_steps: int = 0
+
+    def summary(self) -> dict:
         """The train_results.txt figures of this run."""
-        examples = self.steps_run * examples_per_step
+        examples = self.steps_run * self.examples_per_step
         return {"global_step": self.global_step, "steps_run": self.steps_run,
                 "examples_seen": self.examples_seen, "train_seconds": self.train_seconds,
                 "train_examples_per_sec": examples / self.train_seconds
@@ -82,7 +83,8 @@ BatchSource = Callable[[int], Iterator[list]]
 MAX_CONSECUTIVE_OVERFLOWS = 40
 
 
-def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> TrainResult:
+def train_loop(graph: TrainGraph, batches: BatchSource,
+               settings: LoopSettings) -> TrainResult:
     """Run (or resume) training until `settings.num_train_steps` applied steps."""
     cluster = settings.cluster
     chief = cluster is None or cluster.is_chief
@@ -108,86 +110,92 @@ def train(graph: TrainGraph, batches: BatchSource, settings: LoopSettings) -> Tr
         fetches["loss"] = cluster.mean_over_workers(graph.loss, after=graph.step_after)
         start_sync = cluster.build_start_sync(
             saved_variables, f"num_train_steps={settings.num_train_steps} "
-            f"examples_per_step={settings.examples_per_step} "
-            f"gradient_accumulation_steps={settings.gradient_accumulation_steps}")
+            f"examples_per_step={graph.examples_per_step} "
+            f"gradient_accumulation_steps={graph.gradient_accumulation_steps}")
         run = cluster.run
-    summaries = tf.summary.FileWriter(settings.output_dir) if chief else None
     init_local = tf.local_variables_initializer()
     init_global = tf.global_variables_initializer()
     tf.get_default_graph().finalize()
 
     target = cluster.target if cluster is not None else ""
-    with tf.Session(target, config=settings.session_config) as session:
-        session.run(init_local)
-        if resume_from:
-            saver.restore(session, resume_from)
-            saver.recover_last_checkpoints(step_checkpoints(settings.output_dir))
-            log.info("resuming from %s", resume_from)
-        else:
-            session.run(init_global)
-            if warm_start:
-                warm_start.restore(session)
-        if cluster is not None:
-            cluster.synchronize(session, start_sync)
-        start_step = int(session.run(graph.global_step))
-        examples_seen = int(session.run(graph.examples_seen))
-        if start_step >= settings.num_train_steps:
-            log.info("output_dir already holds step %d of %d: nothing to train",
-                     start_step, settings.num_train_steps)
-            return TrainResult(start_step, examples_seen, None, resume_from, 0)
-
-        stream = batches(examples_seen)
-        skipped = consecutive_skips = 0
-        step, loss, checkpoint = start_step, None, resume_from
-        started = last_log_time = time.time()
-        last_log_step = start_step
-        while step < settings.num_train_steps:
-            for _ in range(settings.gradient_accumulation_steps - 1):
-                micro_loss, _ = run(session, [graph.loss, graph.micro_step],
-                                    _feed(graph, next(stream)), what=f"step {step + 1}")
-                _check_finite(micro_loss, None, step, checkpoint)
-            values = run(session, fetches, _feed(graph, next(stream)),
-                         what=f"step {step + 1}")
-            examples_seen += settings.examples_per_step
-            loss = float(values["loss"])
-            if values["applied"]:
-                consecutive_skips = 0
-            elif graph.loss_scale is not None and math.isfinite(loss):
-                # fp16 overflow: the update was skipped and the scale halved.
-                skipped += 1
-                consecutive_skips += 1
-                if consecutive_skips >= MAX_CONSECUTIVE_OVERFLOWS:
-                    fail(f"training stopped at step {step + 1}: fp16 gradients overflowed "
-                         f"{consecutive_skips} steps in a row even with the loss scale "
-                         "at its floor; use --precision=bf16 or fp32")
-                continue
+    summaries = tf.summary.FileWriter(settings.output_dir) if chief else None
+    try:
+        with tf.Session(target, config=settings.session_config) as session:
+            session.run(init_local)
+            if resume_from:
+                saver.restore(session, resume_from)
+                saver.recover_last_checkpoints(step_checkpoints(settings.output_dir))
+                log.info("resuming from %s", resume_from)
             else:
-                _check_finite(loss, float(values["grad_norm"]), step, checkpoint)
-            step = int(values["global_step"])
-            now = time.time()
-            if step % settings.log_every_n_steps == 0 or step == settings.num_train_steps:
-                rate = (step - last_log_step) * settings.examples_per_step / max(
-                    now - last_log_time, 1e-9)
-                _log_step(step, settings.num_train_steps, loss, values, rate,
-                          now - started, start_step)
-                if skipped:
-                    log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
-                             skipped, session.run(graph.loss_scale.scale))
-                if summaries is not None:
-                    _write_summaries(summaries, step, loss, values, rate)
-                last_log_step, last_log_time = step, now
-            if chief and (step % settings.save_checkpoints_steps == 0 or
-                          step == settings.num_train_steps):
-                session.run(graph.set_examples_seen,
-                            {graph.examples_seen_value: examples_seen})
-                checkpoint = saver.save(session, os.path.join(settings.output_dir,
-                                                              "model.ckpt"),
-                                        global_step=step)
-                log.info("saved %s", checkpoint)
+                session.run(init_global)
+                if warm_start:
+                    warm_start.restore(session)
+            if cluster is not None:
+                cluster.synchronize(session, start_sync)
+            return _steps(session, graph, batches, settings, saver, summaries, run,
+                          fetches, resume_from, chief)
+    finally:
         if summaries is not None:
             summaries.close()
+
+
+def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSettings,
+           saver, summaries, run, fetches: dict, resume_from: Optional[str],
+           chief: bool) -> TrainResult:
+    """The step loop of a session whose variables are initialised (or restored)."""
+    start_step = int(session.run(graph.global_step))
+    examples_seen = int(session.run(graph.examples_seen))
+    if start_step >= settings.num_train_steps:
+        log.info("output_dir already holds step %d of %d: nothing to train",
+                 start_step, settings.num_train_steps)
+        return TrainResult(start_step, examples_seen, None, resume_from, 0,
+                           graph.examples_per_step)
+    stream = batches(examples_seen)
+    skipped = consecutive_skips = 0
+    step, loss, checkpoint = start_step, None, resume_from
+    started = last_log_time = time.time()
+    last_log_step = start_step
+    while step < settings.num_train_steps:
+        for _ in range(graph.gradient_accumulation_steps - 1):
+            run(session, graph.micro_step, _feed(graph, next(stream)),
+                what=f"step {step + 1}")
+        values = run(session, fetches, _feed(graph, next(stream)), what=f"step {step + 1}")
+        examples_seen += graph.examples_per_step
+        loss = float(values["loss"])
+        if values["applied"]:
+            consecutive_skips = 0
+        elif graph.loss_scale is not None and math.isfinite(loss):
+            # fp16 overflow: the update was skipped and the scale halved.
+            skipped += 1
+            consecutive_skips += 1
+            if consecutive_skips >= MAX_CONSECUTIVE_OVERFLOWS:
+                fail(f"training stopped at step {step + 1}: fp16 gradients overflowed "
+                     f"{consecutive_skips} steps in a row even with the loss scale "
+                     "at its floor; use --precision=bf16 or fp32")
+            continue
+        else:
+            _stop_not_finite(loss, float(values["grad_norm"]), step, checkpoint)
+        step = int(values["global_step"])
+        now = time.time()
+        if step % settings.log_every_n_steps == 0 or step == settings.num_train_steps:
+            rate = (step - last_log_step) * graph.examples_per_step / max(
+                now - last_log_time, 1e-9)
+            _log_step(step, settings.num_train_steps, loss, values, rate,
+                      now - started, start_step)
+            if skipped:
+                log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
+                         skipped, session.run(graph.loss_scale.scale))
+            if summaries is not None:
+                _write_summaries(summaries, step, loss, values, rate)
+            last_log_step, last_log_time = step, now
+        if chief and (step % settings.save_checkpoints_steps == 0 or
+                      step == settings.num_train_steps):
+            session.run(graph.set_examples_seen, {graph.examples_seen_value: examples_seen})
+            checkpoint = saver.save(session, os.path.join(settings.output_dir, "model.ckpt"),
+                                    global_step=step)
+            log.info("saved %s", checkpoint)
     return TrainResult(step, examples_seen, loss, checkpoint, step - start_step,
-                       time.time() - started, skipped)
+                       graph.examples_per_step, time.time() - started, skipped)
 
 
 def _run_locally(session, fetches, feed_dict=None, what: str = ""):
@@ -202,10 +210,8 @@ def _feed(graph: TrainGraph, micro_batch: list) -> dict:
     return feed
 
 
-def _check_finite(loss: float, grad_norm: float | None, step: int,
-                  checkpoint: str | None) -> None:
-    if math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm)):
-        return
+def _stop_not_finite(loss: float, grad_norm: float, step: int,
+                     checkpoint: Optional[str]) -> None:
     kept = checkpoint or "none written yet"
     fail(f"training stopped at step {step + 1}: non-finite loss ({loss}) or "
          f"gradient norm ({grad_norm}); the update was not applied and no "

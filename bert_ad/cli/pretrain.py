@@ -1,0 +1,76 @@
+"""run_pretraining_mgpu.py: masked-LM (+ next-sentence) pretraining on N towers.
+
+The flags of Google's run_pretraining.py plus --n_gpus and the shared training
+flags. From scratch, or continued from a released checkpoint: what that
+checkpoint lacks (the MLM/NSP heads, optimizer slots) starts fresh and is
+listed in the log. Eval runs on held-out files (--eval_input_file) and writes
+masked_lm_accuracy, masked_lm_loss, next_sentence_accuracy and
+next_sentence_loss to eval_results.txt.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from absl import flags
+
+from bert_ad import driver
+from bert_ad.cli.flags import (check_training_flags, define_training_flags,
+                               placement_from_flags, run_settings_from_flags)
+from bert_ad.cli.runner import run_launcher
+from bert_ad.errors import fail
+from bert_ad.model.modeling import BertConfig
+from bert_ad.model.precision import compute_dtype
+from bert_ad.pretraining.records import expand_record_files
+from bert_ad.tasks.pretraining import PretrainingTask
+
+log = logging.getLogger("bert_ad")
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("input_file", None,
+                        "Training shards: glob, comma list or directory.", **d)
+    flags.DEFINE_string("eval_input_file", None,
+                        "HELD-OUT shards for --do_eval (never the training files).", **d)
+    flags.DEFINE_integer("max_seq_length", 128, "Sequence length the data was made with.",
+                         **d)
+    flags.DEFINE_integer("max_predictions_per_seq", 20,
+                         "As given to create_pretraining_data.", **d)
+    flags.DEFINE_integer("num_train_steps", 100000, "Applied steps.", **d)
+    flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warmup steps.", **d)
+    flags.DEFINE_integer("max_eval_steps", 100, "Eval batches (global) at most.", **d)
+    flags.DEFINE_enum("nsp", "auto", ["auto", "true", "false"],
+                      "Next-sentence head: auto = on unless the data is MLM-only.", **d)
+    define_training_flags(fv, default_learning_rate=1e-4)
+
+
+def main(f: flags.FlagValues) -> int:
+    if not (f.do_train or f.do_eval):
+        fail("nothing to do: set --do_train and/or --do_eval")
+    check_training_flags(f, "max_predictions_per_seq", "num_train_steps")
+    if f.num_warmup_steps < 0 or f.num_warmup_steps > f.num_train_steps:
+        fail(f"--num_warmup_steps={f.num_warmup_steps} must be between 0 and "
+             f"--num_train_steps={f.num_train_steps}")
+    placement = placement_from_flags(f)
+    config = BertConfig.from_json_file(f.bert_config_file)
+    if f.max_seq_length > config.max_position_embeddings:
+        fail(f"--max_seq_length={f.max_seq_length} exceeds the model's "
+             f"max_position_embeddings ({config.max_position_embeddings})")
+    # Expanded even for eval alone, to refuse evaluating on training shards.
+    train_files = (expand_record_files(f.input_file, "--input_file")
+                   if f.do_train or f.input_file else [])
+    eval_files = (expand_record_files(f.eval_input_file, "--eval_input_file")
+                  if f.do_eval else [])
+    task = PretrainingTask(config, train_files, eval_files, f.max_seq_length,
+                           f.max_predictions_per_seq, f.nsp, f.max_eval_steps,
+                           compute_dtype(f.precision))
+    settings = run_settings_from_flags(f, placement)
+    log.info("%s", placement.plan.describe())
+    log.info("objective: %s", task.describe())
+    return driver.run(task, settings, placement, f.do_train, f.do_eval, do_predict=False)
+
+
+def cli(argv=None) -> None:
+    """Console entry point (run_pretraining_mgpu.py, bert-ad-pretrain)."""
+    run_launcher(define_flags, main, __doc__, argv=argv)

@@ -1,0 +1,355 @@
+"""The one driver: train, evaluate and predict any task on N towers and N workers.
+
+A task (bert_ad/tasks/base.py) supplies its rows, features, head and loss,
+metrics and result files. Everything else is done here, once for every task:
+
+  * the global batch, the step count and the learning-rate scaling (`schedule`),
+  * the training graph (towers -> averaged gradients -> one apply) and the loop,
+    and train_results.txt,
+  * the chief/worker split: in a cluster only the chief (worker 0) reads
+    --init_checkpoint, scores and writes results; the others train their share,
+  * scoring on all towers with every row exactly once, in input order,
+  * labels.txt, eval_results.txt and the task's prediction files, atomically.
+
+The path of one training step: cli flags -> RunSettings + Placement + a Task
+-> `run` -> `train` (schedule, build_train_graph with the task's tower loss)
+-> bert_ad/parallel/loop.py -> session.run on every tower.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Dict, Optional
+
+import numpy as np
+
+from bert_ad.compat import session_config, tf
+from bert_ad.data.batching import prefetch
+from bert_ad.data.processors import load_label_list, save_label_list
+from bert_ad.distributed.cluster import ClusterRuntime
+from bert_ad.errors import fail
+from bert_ad.files import write_key_values, write_lines
+from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint
+from bert_ad.parallel.loop import LoopSettings, TrainResult, train_loop
+from bert_ad.parallel.optimization import scale_learning_rate
+from bert_ad.parallel.scoring import Scorer
+from bert_ad.parallel.towers import DevicePlan
+from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from bert_ad.tasks.base import SplitData, Task
+
+log = logging.getLogger("bert_ad")
+
+LABELS_FILE = "labels.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """What a run asks for, from the flags every launcher shares.
+
+    Batch sizes are per tower. `num_train_steps` > 0 fixes the step count
+    (pretraining); otherwise it follows from the data and num_train_epochs.
+    `num_warmup_steps` None means warmup_proportion of the steps.
+    """
+    output_dir: str
+    init_checkpoint: str = ""
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    predict_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    num_train_epochs: float = 3.0
+    num_train_steps: int = 0
+    warmup_proportion: float = 0.1
+    num_warmup_steps: Optional[int] = None
+    learning_rate: float = 5e-5
+    lr_scaling: str = "none"
+    lr_reference_batch: int = 0
+    optimizer: str = "adamw"
+    weight_decay_rate: float = 0.01
+    clip_norm: float = 1.0
+    seed: int = 12345
+    precision: str = "fp32"
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 5
+    log_every_n_steps: int = 10
+
+
+@dataclasses.dataclass
+class Placement:
+    """Where this process computes: its towers and, in a cluster, its place."""
+    plan: DevicePlan
+    cluster: Optional[ClusterRuntime] = None
+    use_xla: bool = False
+
+    @property
+    def num_workers(self) -> int:
+        return 1 if self.cluster is None else self.cluster.num_workers
+
+    @property
+    def worker_index(self) -> int:
+        return 0 if self.cluster is None else self.cluster.task_index
+
+    @property
+    def is_chief(self) -> bool:
+        """True on a single machine and on worker 0: who reads checkpoints and writes."""
+        return self.cluster is None or self.cluster.is_chief
+
+    def local_session_config(self):
+        """For scoring: this machine's towers only."""
+        return session_config(self.plan.num_cpu_devices, use_xla=self.use_xla)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How long and how fast to train, decided once for the whole cluster."""
+    global_batch: int        # examples per applied step, all workers and towers
+    num_train_steps: int
+    num_warmup_steps: int
+    learning_rate: float     # after --lr_scaling
+
+
+def schedule(settings: RunSettings, placement: Placement,
+             num_examples: Optional[int]) -> Schedule:
+    """The global batch, step counts and the (scaled) learning rate."""
+    per_tower = settings.train_batch_size
+    global_batch = (per_tower * placement.plan.num_towers
+                    * settings.gradient_accumulation_steps * placement.num_workers)
+    if settings.num_train_steps > 0:
+        steps = settings.num_train_steps
+    else:
+        if num_examples is None:
+            raise ValueError("a stream of examples needs a fixed num_train_steps")
+        steps = max(1, int(num_examples / global_batch * settings.num_train_epochs))
+    warmup = (settings.num_warmup_steps if settings.num_warmup_steps is not None
+              else int(steps * settings.warmup_proportion))
+    learning_rate = scale_learning_rate(settings.learning_rate, global_batch,
+                                        settings.lr_reference_batch or per_tower,
+                                        settings.lr_scaling)
+    return Schedule(global_batch, steps, warmup, learning_rate)
+
+
+# --- training ------------------------------------------------------------------------
+
+def train(task: Task, data: SplitData, settings: RunSettings,
+          placement: Placement) -> TrainResult:
+    """Train `task` on `data` (every worker); the chief writes train_results.txt."""
+    batches = task.batches(data)
+    plan = placement.plan
+    plan_ = schedule(settings, placement, batches.num_examples)
+    log.info("training %s: %s examples, %d tower(s) x batch %d x %d accumulation%s = "
+             "global batch %d, %d steps (%d warmup), learning rate %g", task.name,
+             batches.num_examples if batches.num_examples is not None else "a stream of",
+             plan.num_towers, settings.train_batch_size,
+             settings.gradient_accumulation_steps,
+             f" x {placement.num_workers} workers" if placement.num_workers > 1 else "",
+             plan_.global_batch, plan_.num_train_steps, plan_.num_warmup_steps,
+             plan_.learning_rate)
+    if placement.num_workers > 1:
+        share = settings.train_batch_size * plan.num_towers
+        log.info("cluster: %d workers x %d tower(s) each; worker %d trains on %d of every "
+                 "%d examples", placement.num_workers, plan.num_towers,
+                 placement.worker_index, share, share * placement.num_workers)
+    graph_settings = TrainSettings(
+        learning_rate=plan_.learning_rate, num_train_steps=plan_.num_train_steps,
+        num_warmup_steps=plan_.num_warmup_steps, optimizer=settings.optimizer,
+        weight_decay_rate=settings.weight_decay_rate, clip_norm=settings.clip_norm,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        # Each worker draws its own dropout masks; the initial weights still
+        # agree: every worker gets the chief's at start.
+        seed=settings.seed + placement.worker_index, precision=settings.precision,
+        batch_size_per_tower=settings.train_batch_size,
+        num_workers=placement.num_workers)
+    cluster = placement.cluster
+
+    def micro_batches(start_example: int):
+        # Built in a background thread while the session runs the previous step.
+        return prefetch(batches.training(settings.train_batch_size, plan.num_towers,
+                                placement.num_workers, placement.worker_index,
+                                settings.seed, start_example))
+
+    def tower_loss(features, tower):
+        return task.build_model(features, is_training=True)["loss"]
+
+    with tf.Graph().as_default():
+        if cluster is None:
+            graph = build_train_graph(plan, task.feature_spec, tower_loss, graph_settings)
+        else:
+            graph = build_train_graph(cluster.plan(plan), task.feature_spec, tower_loss,
+                                      graph_settings,
+                                      cross_worker_reduce=cluster.gradient_reducer())
+        loop = LoopSettings(
+            output_dir=settings.output_dir, num_train_steps=plan_.num_train_steps,
+            save_checkpoints_steps=settings.save_checkpoints_steps,
+            keep_checkpoint_max=settings.keep_checkpoint_max,
+            log_every_n_steps=settings.log_every_n_steps,
+            init_checkpoint=settings.init_checkpoint if placement.is_chief else "",
+            session_config=(cluster.session_config if cluster is not None
+                            else placement.local_session_config()),
+            cluster=cluster)
+        result = train_loop(graph, micro_batches, loop)
+    log.info("training done: global step %d, %d examples seen", result.global_step,
+             result.examples_seen)
+    if placement.is_chief:
+        write_train_results(settings.output_dir, result, plan_)
+    return result
+
+
+def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) -> None:
+    """train_results.txt: steps, examples, wall time, rate and learning rate of this run."""
+    values = result.summary()
+    # %.6f would round a learning rate such as 7.07e-05 to 0.000071.
+    values.update(global_batch=plan.global_batch,
+                  learning_rate=f"{float(plan.learning_rate):.8g}")
+    write_key_values(os.path.join(output_dir, "train_results.txt"), values)
+    log.info("train: %d steps in %.1f s, %.1f examples/sec", result.steps_run,
+             result.train_seconds, values["train_examples_per_sec"])
+
+
+# --- scoring -------------------------------------------------------------------------
+
+def scoring_checkpoint(settings: RunSettings) -> str:
+    """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither."""
+    found = latest_checkpoint(settings.output_dir)
+    if found:
+        return found
+    if settings.init_checkpoint:
+        return settings.init_checkpoint
+    fail(f"no checkpoint to score with: --output_dir={settings.output_dir} has no "
+         "model.ckpt-N and --init_checkpoint is not set")
+
+
+def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
+          placement: Placement) -> Dict[str, np.ndarray]:
+    """The task's per-row outputs for every feature row of `data`, in input order.
+
+    Rows whose outputs have different shapes from batch to batch (a sequence
+    dimension under dynamic padding) come back as an object array of per-row
+    arrays, each padded to its batch's length.
+    """
+    checkpoint = scoring_checkpoint(settings)
+    batches = task.batches(data)
+    partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
+    log.info("%s: scoring %s rows with %s on %d tower(s)", data.split,
+             batches.num_examples if batches.num_examples is not None else "the",
+             checkpoint, placement.plan.num_towers)
+
+    def tower(features, i):
+        outputs = dict(task.build_model(features, is_training=False))
+        outputs.pop("loss", None)
+        return outputs
+
+    per_row: Dict[int, Dict[str, np.ndarray]] = {}
+    with Scorer(placement.plan, task.feature_spec, tower, checkpoint,
+                placement.local_session_config(), partial=partial,
+                seed=settings.seed) as scorer:
+        for tower_indices, tower_batches in batches.scoring(batch_size,
+                                                            placement.plan.num_towers):
+            for indices, values in zip(tower_indices, scorer.run(tower_batches)):
+                for row, index in enumerate(indices):
+                    per_row[int(index)] = {name: value[row] for name, value in values.items()}
+    outputs = _stack_rows(per_row)
+    outputs["_checkpoint"] = checkpoint
+    return outputs
+
+
+def _stack_rows(per_row: Dict[int, Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    if not per_row:
+        return {}
+    count = max(per_row) + 1
+    if len(per_row) != count:
+        raise AssertionError(f"scoring covered {len(per_row)} of {count} rows")
+    stacked = {}
+    for name in per_row[0]:
+        values = [per_row[i][name] for i in range(count)]
+        if len({np.shape(v) for v in values}) == 1:
+            stacked[name] = np.stack(values)
+        else:
+            column = np.empty(count, dtype=object)
+            column[:] = values
+            stacked[name] = column
+    return stacked
+
+
+def evaluate(task: Task, data: SplitData, settings: RunSettings,
+             placement: Placement) -> dict:
+    """Score the dev rows and write eval_results.txt (`key = value`, sorted)."""
+    outputs = score(task, data, settings.eval_batch_size, settings, placement)
+    metrics = task.metrics(data, outputs)
+    metrics["global_step"] = checkpoint_step(outputs["_checkpoint"])
+    write_key_values(os.path.join(settings.output_dir, "eval_results.txt"), metrics)
+    for line in task.describe_metrics(metrics).splitlines():
+        log.info("eval: %s", line)
+    return metrics
+
+
+def predict(task: Task, data: SplitData, settings: RunSettings,
+            placement: Placement) -> Dict[str, np.ndarray]:
+    """Score the predict rows and write the task's prediction files."""
+    outputs = score(task, data, settings.predict_batch_size, settings, placement)
+    files = task.prediction_files(data, outputs)
+    for name, lines in files.items():
+        write_lines(os.path.join(settings.output_dir, name), lines)
+    log.info("predict: wrote %d rows to %s in %s", len(data), ", ".join(files),
+             settings.output_dir)
+    return outputs
+
+
+# --- the whole run -------------------------------------------------------------------
+
+def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings) -> None:
+    """Set task.labels: the training data's (or the task's), else labels.txt's.
+
+    The label list of an output_dir that holds a checkpoint is fixed: the
+    head's rows follow it, so another list (other names, or the same names in
+    another order) is refused before anything is written.
+    """
+    path = os.path.join(settings.output_dir, LABELS_FILE)
+    saved = load_label_list(path) if os.path.isfile(path) else None
+    labels = task.resolve_labels(train, saved)
+    if labels is not None and saved is not None and labels != saved \
+            and latest_checkpoint(settings.output_dir):
+        fail(f"{path} lists the labels {', '.join(saved)} but this run's are "
+             f"{', '.join(labels)}: the checkpoints in --output_dir were trained with "
+             "the saved list, in that order; use a new --output_dir for other labels")
+    task.labels = labels
+
+
+def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
+        do_eval: bool, do_predict: bool) -> int:
+    """Train -> predict -> eval, as Google's run_classifier.py and the predecessor.
+
+    Every input is read and checked before anything is written: a bad dev or
+    predict file fails in seconds, not after training, and leaves output_dir
+    as it was. In a cluster every worker trains; the chief alone scores.
+    """
+    if not (do_train or do_eval or do_predict):
+        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
+    chief = placement.is_chief
+    if not chief and not do_train:
+        log.info("worker %d: nothing to train; predict and eval are the chief's "
+                 "(worker 0's) job", placement.worker_index)
+        return 0
+    train_data = task.read("train") if do_train else None
+    predict_data = task.read("predict") if do_predict and chief else None
+    eval_data = task.read("dev") if do_eval and chief else None
+    resolve_labels(task, train_data, settings)
+    for data in (train_data, eval_data):
+        if data is not None:
+            task.check_labels(data)
+    if train_data is None:
+        scoring_checkpoint(settings)
+    else:
+        if chief and task.labels is not None:
+            save_label_list(os.path.join(settings.output_dir, LABELS_FILE), task.labels)
+        train(task, train_data, settings, placement)
+    if not chief:
+        if do_eval or do_predict:
+            log.info("worker %d: predict and eval are the chief's (worker 0's) job",
+                     placement.worker_index)
+        return 0
+    if predict_data is not None:
+        predict(task, predict_data, settings, placement)
+    if eval_data is not None:
+        evaluate(task, eval_data, settings, placement)
+    return 0

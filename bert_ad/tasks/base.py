@@ -1,0 +1,155 @@
+"""The task seam: what one objective owns, and nothing else.
+
+After tensorflow/models' `official/nlp/tasks`: a task answers the same few
+questions for the driver (bert_ad/driver.py), which does everything else for
+every task (global batch and learning rate, the training graph and loop on N
+towers and N workers, scoring on all towers, the chief/worker split, atomic
+result files):
+
+  read(split)             the rows of a split, checked (build_inputs, 1)
+  batches(data)           their model features, ready to batch (build_inputs, 2)
+  build_model(features)   the head and loss on top of BertModel, one tower
+                          (build_model + build_losses)
+  metrics(data, outputs)  scored rows -> eval_results.txt figures (build_metrics)
+  prediction_files(...)   scored rows -> predict.txt and its companions
+
+A new task is a subclass in bert_ad/tasks/ plus a launcher in bert_ad/cli/;
+it never touches the driver, the loop or the tower code.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from bert_ad.data.batching import Batches, ExampleBatches, TokenizedExamples
+from bert_ad.data.features import FeatureSettings, cache_key, cached_features
+
+@dataclasses.dataclass
+class SplitData:
+    """One split's rows as the task read them.
+
+    Attributes:
+      split: "train", "dev" or "predict".
+      rows: the task's own row objects, one per input row: what result files
+        line up with.
+      source: the file (or files) they came from, for messages and cache keys.
+    """
+    split: str
+    rows: Sequence
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class Task(abc.ABC):
+    """One objective on top of BERT. Subclasses set `feature_spec` and `name`.
+
+    Attributes:
+      name: for logs ("classifier", "rewrite", ...).
+      feature_spec: the per-tower inputs, {name: (dtype, shape)}.
+      labels: the label names the head predicts, or None for a task without
+        a label list (then no labels.txt is kept).
+      scores_released_checkpoints: scoring may start from --init_checkpoint
+        alone, its missing head initialised fresh (pretraining's "before").
+    """
+
+    name: str = "task"
+    feature_spec: Mapping[str, tuple] = {}
+    labels: Optional[List[str]] = None
+    scores_released_checkpoints: bool = False
+
+    # --- inputs ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def read(self, split: str) -> SplitData:
+        """The rows of `split` ("train", "dev", "predict"); UserError on bad input."""
+
+    def resolve_labels(self, train: Optional[SplitData],
+                       saved: Optional[List[str]]) -> Optional[List[str]]:
+        """The label list of this run (None: the task has none).
+
+        `train` is the training data when training; `saved` the list in
+        output_dir's labels.txt, if any. The driver refuses a list that differs
+        from the saved one while output_dir holds a checkpoint.
+        """
+        return None
+
+    def check_labels(self, data: SplitData) -> None:  # noqa: B027 (optional hook)
+        """Refuse rows whose labels are outside self.labels (file and line)."""
+
+    @abc.abstractmethod
+    def batches(self, data: SplitData) -> Batches:
+        """The features of `data`, ready to batch (cached by the task if it wants)."""
+
+    # --- model ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def build_model(self, features: Dict[str, object], is_training: bool
+                    ) -> Dict[str, object]:
+        """One tower's head and loss on BertModel.
+
+        Returns {"loss": scalar (training), and per-row outputs for scoring:
+        tensors whose first dimension is the batch}.
+        """
+
+    # --- results --------------------------------------------------------------
+
+    def metrics(self, data: SplitData, outputs: Dict[str, np.ndarray]) -> Dict[str, object]:
+        """eval_results.txt figures of the scored dev rows (global_step is added)."""
+        raise NotImplementedError(f"the {self.name} task has no evaluation")
+
+    def prediction_files(self, data: SplitData, outputs: Dict[str, np.ndarray]
+                         ) -> Dict[str, Iterable[str]]:
+        """{file name in output_dir: its lines} for the scored predict rows."""
+        raise NotImplementedError(f"the {self.name} task has no predictions")
+
+    def describe_metrics(self, metrics: Mapping[str, object]) -> str:
+        """The eval log line(s)."""
+        return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                         for k, v in sorted(metrics.items()))
+
+
+@dataclasses.dataclass
+class TextEncoder:
+    """The BERT encoder a fine-tuning task runs on, and how its text becomes ids.
+
+    Built once by the launcher from the shared model flags (bert_ad/cli/flags.py).
+
+    Attributes:
+      config: the model's BertConfig.
+      tokenizer: WordPiece or SentencePiece, vocab_size checked against config.
+      vocab_file: the vocab (or SentencePiece model) file, for cache keys.
+      do_lower_case, max_seq_length: as the flags.
+      padding: "dynamic" or a fixed length (--padding=max_length).
+      bucket_by_length: train on batches of similar lengths.
+      cache_dir: where tokenised features are cached.
+      compute_dtype: the encoder's activation dtype (--precision).
+    """
+    config: object
+    tokenizer: object
+    vocab_file: str
+    do_lower_case: bool
+    max_seq_length: int
+    padding: object = "dynamic"
+    bucket_by_length: bool = False
+    cache_dir: str = ""
+    compute_dtype: object = None
+
+    def feature_settings(self, truncation: str = "head", head_fraction: float = 0.25,
+                         labels: Sequence[str] = ()) -> FeatureSettings:
+        return FeatureSettings(self.max_seq_length, truncation, head_fraction, list(labels))
+
+    def cached(self, data: SplitData, settings: FeatureSettings, description: str,
+               build) -> TokenizedExamples:
+        """`build()`'s features, cached under a hash of the file and every setting."""
+        key = cache_key(data.source, self.vocab_file, self.do_lower_case, settings,
+                        f"{description}|{data.split}|{len(data.rows)}")
+        return cached_features(self.cache_dir, data.split, key, build)
+
+    def batches(self, examples: TokenizedExamples) -> ExampleBatches:
+        return ExampleBatches(examples, self.padding, self.bucket_by_length)

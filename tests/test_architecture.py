@@ -1,0 +1,122 @@
+"""The package's shape: no import cycle, and no folder importing a layer above it.
+
+Imports are read from the source (function-local ones included: a cycle
+hidden in a function is still a cycle), so the test needs no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(REPO, "bert_ad")
+
+# Low to high. A module may import its own layer and the layers below it.
+LAYERS = [
+    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files",
+     # Leaf tools: numpy and the standard library only, used by the data code.
+     "bert_ad.tools.assets", "bert_ad.tools.safetensors"},
+    {"bert_ad.model", "bert_ad.data", "bert_ad.metrics", "bert_ad.pretraining"},
+    {"bert_ad.parallel", "bert_ad.distributed"},
+    {"bert_ad.tasks"},
+    {"bert_ad.driver"},
+    {"bert_ad.cli", "bert_ad.tools",
+     # `python -m bert_ad.convert / .assets / .vocab`: shims over the tools.
+     "bert_ad.convert", "bert_ad.assets", "bert_ad.vocab"},
+]
+
+
+def package_modules() -> dict:
+    """{dotted module name: file path} of every module in bert_ad."""
+    modules = {}
+    for directory, _, files in os.walk(PACKAGE):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(path: str, modules: dict) -> set:
+    """The bert_ad modules `path` imports, wherever in the file."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from bert_ad.x import y`: y is a module of its own, or a name in x.
+            names = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules
+                     else node.module for alias in node.names]
+        found.update(n for n in names if n in modules)
+    return found
+
+
+def layer_of(module: str) -> int:
+    best = None
+    for index, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > len(best[1]):
+                    best = (index, prefix)
+    assert best is not None, f"{module} is in no layer of tests/test_architecture.py"
+    return best[0]
+
+
+def test_every_module_sits_in_a_layer_and_imports_no_layer_above_it():
+    modules = package_modules()
+    upward = []
+    for module, path in modules.items():
+        for imported in imports_of(path, modules):
+            if layer_of(imported) > layer_of(module):
+                upward.append(f"{module} -> {imported}")
+    assert not upward, "imports of a higher layer:\n" + "\n".join(sorted(upward))
+
+
+def find_cycles(graph: dict) -> list:
+    """Every cycle a depth-first walk of {module: [imported modules]} closes."""
+    state, cycles = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in graph[node]:
+            if node.startswith(nxt + "."):
+                continue  # a module "imports" its parent package (its docstring only)
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = package_modules()
+    graph = {m: sorted(imports_of(p, modules) - {m}) for m, p in modules.items()}
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+    # Not vacuous: the reader saw the package's real edges.
+    assert "bert_ad.parallel.train_graph" in graph["bert_ad.driver"]
+    assert "bert_ad.tasks.base" in graph["bert_ad.tasks.classification"]
+
+
+def test_the_cycle_check_finds_a_cycle_hidden_in_a_function(tmp_path):
+    """The checker itself: a function-local import that closes a loop is found."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("import bert_ad.b\n", encoding="utf-8")
+    b.write_text("def f():\n    from bert_ad import a\n", encoding="utf-8")
+    modules = {"bert_ad.a": str(a), "bert_ad.b": str(b)}
+    graph = {m: sorted(imports_of(p, modules)) for m, p in modules.items()}
+    assert graph == {"bert_ad.a": ["bert_ad.b"], "bert_ad.b": ["bert_ad.a"]}
+    assert find_cycles(graph) == ["bert_ad.a -> bert_ad.b -> bert_ad.a"]
