@@ -116,13 +116,6 @@ WRITERS = {
 }
 
 
-@pytest.fixture
-def umask_022():
-    old = os.umask(0o022)
-    yield
-    os.umask(old)
-
-
 @pytest.mark.parametrize("writer", sorted(WRITERS))
 def test_every_writer_creates_files_with_the_normal_mode(writer, tmp_path, umask_022):
     written = WRITERS[writer](str(tmp_path / "result"))
