@@ -14,6 +14,7 @@ kept as `NAME.~N~` (GNU backup style).
   staging_directory(target)           a hidden folder to build a whole
                                       directory in (model conversion, data sets)
   remove_stale_temporaries(dir)       the temporaries of a killed run, at start
+  cannot_write(path, error)           the one-line UserError of a failed write
 
 Temporary files are `.NAME.XXXXXXXX.tmp` beside their target (same file
 system, so the rename is atomic) and are created with mode 0o666 minus the
@@ -283,6 +284,8 @@ def write_results(directory: str, files: Mapping[str, Iterable[str]]) -> List[st
     """
     with StagedFiles(keep_backup=True) as staged:
         for name, lines in files.items():
+            if isinstance(lines, str):  # would be written one character a line
+                raise TypeError(f"write_results: the lines of {name} are one str")
             path = os.path.join(os.path.abspath(directory), name)
             temporary = staged.stage(path)
             try:

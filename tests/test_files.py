@@ -212,6 +212,8 @@ def test_write_results_writes_lines_exactly(tmp_path):
     assert snapshot(tmp_path / "new") == {
         "predict.txt": "正面\n\nneg\tx\n".encode(), "empty.txt": b"",
         "eval_results.txt": b"a = 1\n"}
+    with pytest.raises(TypeError, match="the lines of x.txt are one str"):
+        files.write_results(str(tmp_path / "new"), {"x.txt": "one line"})
 
 
 def test_earlier_results_are_kept_as_numbered_backups(tmp_path):
