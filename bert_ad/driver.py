@@ -30,7 +30,7 @@ from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import load_label_list, save_label_list
 from bert_ad.distributed.cluster import ClusterRuntime
 from bert_ad.errors import fail
-from bert_ad.files import write_key_values, write_lines
+from bert_ad.files import write_key_values, write_results
 from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint
 from bert_ad.parallel.loop import LoopSettings, TrainResult, train_loop
 from bert_ad.parallel.optimization import scale_learning_rate
@@ -288,8 +288,8 @@ def predict(task: Task, data: SplitData, settings: RunSettings,
     """Score the predict rows and write the task's prediction files."""
     outputs = score(task, data, settings.predict_batch_size, settings, placement)
     files = task.prediction_files(data, outputs)
-    for name, lines in files.items():
-        write_lines(os.path.join(settings.output_dir, name), lines)
+    # One set: a failure leaves every earlier result file as it was.
+    write_results(settings.output_dir, files)
     log.info("predict: wrote %d rows to %s in %s", len(data), ", ".join(files),
              settings.output_dir)
     return outputs

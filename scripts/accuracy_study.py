@@ -44,6 +44,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from bert_ad.tools.assets import cache_dir  # noqa: E402  (no TensorFlow import)
+from bert_ad.files import atomic_open, atomic_path  # noqa: E402  (no TensorFlow import)
 
 PER_TOWER_BATCH = 16
 LEARNING_RATE = 5e-5
@@ -365,10 +366,8 @@ def update_doc(path: str, generated: str) -> None:
     else:
         text = (text.rstrip() + "\n\n" if text.strip() else "# Accuracy\n\n") + block + "\n"
     # The doc lives in git: replaced whole, without a NAME.~N~ copy.
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:
         f.write(text.rstrip("\n") + "\n")
-    os.replace(tmp, path)
 
 
 def plot(records: Sequence[dict], path: str) -> None:
@@ -433,9 +432,8 @@ def plot(records: Sequence[dict], path: str) -> None:
         right.set_ylabel("test accuracy %")
         right.set_title(f"{title}: towers")
     figure.tight_layout()
-    tmp = path + ".tmp.png"
-    figure.savefig(tmp, dpi=90)
-    os.replace(tmp, path)
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=90, format="png")
     plt.close(figure)
 
 

@@ -58,6 +58,7 @@ sys.path.insert(0, REPO)
 
 from bert_ad.tools import benchmarking as bench  # noqa: E402  (no TensorFlow import)
 from bert_ad.tools.assets import cache_dir  # noqa: E402  (no TensorFlow import)
+from bert_ad.files import atomic_open  # noqa: E402  (no TensorFlow import)
 
 SEED = 12345
 LEARNING_RATE = 5e-5
@@ -852,12 +853,11 @@ def print_machine() -> None:
 
 
 def write_json(path: str, results: dict) -> None:
-    """Raw results ({"machine", "results": [{"key", "runs"}]}), via a temporary file."""
-    with open(path + ".tmp", "w") as f:
+    """Raw results ({"machine", "results": [{"key", "runs"}]}), atomically."""
+    with atomic_open(path) as f:
         json.dump({"machine": bench.machine_description(),
                    "results": [{"key": list(k), "runs": v} for k, v in results.items()]},
                   f, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 def load_json(path: str) -> dict:

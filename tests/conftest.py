@@ -73,3 +73,11 @@ def minilm_vocab(minilm_dir) -> str:
 def minilm_tokenizer(minilm_vocab):
     from bert_ad.data.tokenization import FullTokenizer
     return FullTokenizer(minilm_vocab, do_lower_case=True)
+
+
+@pytest.fixture
+def umask_022():
+    """The process umask set to 022 for one test: result files must come out 0644."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -110,3 +112,57 @@ def test_prefetch_keeps_order_and_raises_producer_errors():
     assert next(stream) == 1
     with pytest.raises(ValueError, match="bad row"):
         next(stream)
+
+
+def _started_producer(stream) -> tuple:
+    """(first item, the producer thread `next(stream)` started)."""
+    before = set(threading.enumerate())
+    first = next(stream)
+    (thread,) = set(threading.enumerate()) - before
+    return first, thread
+
+
+def _ends_within(thread: threading.Thread, seconds: float) -> bool:
+    thread.join(seconds)
+    return not thread.is_alive()
+
+
+def test_prefetch_thread_ends_when_the_consumer_closes_an_endless_stream():
+    closed = []
+
+    def endless():
+        try:
+            yield from itertools.count()
+        finally:
+            closed.append(True)
+
+    stream = prefetch(endless(), depth=2)
+    first, thread = _started_producer(stream)
+    assert first == 0
+    stream.close()
+    assert _ends_within(thread, 1.0)
+    assert closed == [True]  # the producer closed the iterator it owns
+
+
+@pytest.mark.parametrize("ending", ["end", "raise"])
+def test_prefetch_thread_ends_when_the_consumer_left_before_the_end(ending):
+    # The producer fills the queue (depth 1), then its iterator ends or raises
+    # only after the consumer has gone: that last hand-over must give up too.
+    waiting, release = threading.Event(), threading.Event()
+
+    def rows():
+        yield 1
+        yield 2
+        waiting.set()
+        release.wait(5)
+        if ending == "raise":
+            raise ValueError("bad row after the consumer left")
+
+    stream = prefetch(rows(), depth=1)
+    first, thread = _started_producer(stream)
+    assert first == 1
+    assert waiting.wait(5)  # row 2 fills the queue
+    del stream  # dropped without close(), as an abandoned loop does
+    gc.collect()
+    release.set()
+    assert _ends_within(thread, 1.0)

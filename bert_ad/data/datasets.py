@@ -26,11 +26,11 @@ import csv
 import os
 import random
 import shutil
-import tempfile
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from bert_ad.tools import assets
 from bert_ad.errors import UserError
+from bert_ad.files import staging_directory
 
 Pair = Tuple[str, str]  # (label, text)
 SPLITS = ("train", "dev", "test")
@@ -221,9 +221,7 @@ def prepare(name: str, output_dir: str, seed: int = 12345,
     table = _stats_table(splits)
 
     output_dir = os.path.abspath(output_dir)
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(output_dir)}.tmp-")
+    tmp = staging_directory(output_dir)
     try:
         for split in SPLITS:
             with open(os.path.join(tmp, f"{split}.tsv"), "w", encoding="utf-8",
@@ -234,10 +232,6 @@ def prepare(name: str, output_dir: str, seed: int = 12345,
         with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
             f.write(_readme(name, source, source_path, dedup, seed,
                             dev_fraction, test_fraction, table))
-        # mkdtemp makes the folder 0700; give it the usual umask-based mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
         _check_output_dir(output_dir, overwrite)
         if os.path.exists(output_dir):
             old = tmp + ".old"

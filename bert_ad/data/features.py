@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -22,6 +21,7 @@ from bert_ad.data.batching import TokenizedExamples
 from bert_ad.compat import tf
 from bert_ad.data.processors import InputExample
 from bert_ad.data.tokenization import truncate_pair, truncate_tokens
+from bert_ad.files import atomic_path, cannot_write
 
 log = logging.getLogger("bert_ad")
 
@@ -103,7 +103,6 @@ def cached_features(cache_dir: str, split: str, key: str, build) -> TokenizedExa
         log.info("%s features: %d examples from cache %s", split, len(features), path)
         return features
     features = build()
-    os.makedirs(cache_dir, exist_ok=True)
     write_features(path, features)
     log.info("%s features: %d examples, cached in %s", split, len(features), path)
     return features
@@ -114,21 +113,22 @@ def _int_feature(values) -> "tf.train.Feature":
 
 
 def write_features(path: str, features: TokenizedExamples) -> None:
-    """Write unpadded features as tf.train.Examples, via a temporary file."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    os.close(fd)
-    try:
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for i in range(len(features)):
-                feature = {name: _int_feature(column[i])
-                           for name, column in features.columns.items()}
-                feature["label_ids"] = _int_feature([features.labels[i]])
-                example = tf.train.Example(features=tf.train.Features(feature=feature))
-                writer.write(example.SerializeToString())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Write unpadded features as tf.train.Examples, atomically (bert_ad.files).
+
+    Raises:
+      UserError: "cannot write PATH: CAUSE" (e.g. the disk is full).
+    """
+    with atomic_path(path) as temporary:
+        try:
+            with tf.io.TFRecordWriter(temporary) as writer:
+                for i in range(len(features)):
+                    feature = {name: _int_feature(column[i])
+                               for name, column in features.columns.items()}
+                    feature["label_ids"] = _int_feature([features.labels[i]])
+                    example = tf.train.Example(features=tf.train.Features(feature=feature))
+                    writer.write(example.SerializeToString())
+        except tf.errors.OpError as e:
+            raise cannot_write(path, e) from e
 
 
 def read_features(path: str) -> TokenizedExamples:

@@ -41,10 +41,10 @@ import copy
 import csv
 import dataclasses
 import os
-import tempfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from bert_ad.errors import UserError
+from bert_ad.files import atomic_open
 
 SPLITS = ("train", "dev", "test")
 # The flag that sets each split's file, named in "file not found" errors.
@@ -541,23 +541,14 @@ def label_list(spec: TaskSpec, train_examples: Sequence[InputExample]) -> List[s
 
 
 def save_label_list(path: str, labels: Sequence[str]) -> None:
-    """Write labels.txt, one label a line, through a temporary file + rename."""
+    """Write labels.txt, one label a line, atomically (bert_ad.files)."""
     labels = list(labels)
     bad = [x for x in labels if not x or x != x.strip() or "\n" in x or "\r" in x]
     if not labels or bad or len(set(labels)) != len(labels):
         raise ValueError(f"cannot save label list {labels!r}: labels must be "
                          f"distinct, non-empty and without surrounding space")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".labels.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(x + "\n" for x in labels))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_open(path, newline="\n") as f:
+        f.write("".join(x + "\n" for x in labels))
 
 
 def load_label_list(path: str) -> List[str]:

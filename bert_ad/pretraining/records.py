@@ -10,7 +10,6 @@ import functools
 import glob
 import os
 import struct
-import tempfile
 import zlib
 from typing import Dict, Iterator, List, Sequence
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from bert_ad.data.batching import Batches, padded_length
 from bert_ad.errors import fail, require_file
+from bert_ad.files import StagedFiles, cannot_write
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
                  "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
@@ -127,66 +127,66 @@ def check_outputs(paths: Sequence[str], input_files: Sequence[str],
                    "--output_dir")
 
 
-def _new_file_mode() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 class ShardWriter:
-    """TFRecord writers on temporary names; commit() renames them into
-    place, abort() removes them. Record k goes to file k % len(paths)."""
+    """TFRecord writers on temporary names; commit() renames them into place
+    together, abort() removes them (bert_ad.files.StagedFiles). Record k goes
+    to file k % len(paths).
+
+    A file that cannot be created or written (e.g. the disk is full) is a
+    UserError "cannot write PATH: CAUSE", raised after every temporary file
+    is removed.
+    """
 
     def __init__(self, paths: Sequence[str]):
-        from bert_ad.compat import tf
+        from bert_ad.compat import tf  # here: the data workers stay TF-free
+        self._tf_error = tf.errors.OpError
         self.paths = list(paths)
-        self.temps = []  # type: List[str]
+        self.files = StagedFiles()
         self.writers = []
         self.count = 0
         try:
             for path in self.paths:
-                directory = os.path.dirname(os.path.abspath(path))
-                os.makedirs(directory, exist_ok=True)
-                fd, temp = tempfile.mkstemp(
-                    dir=directory, prefix=f".{os.path.basename(path)}.",
-                    suffix=".tmp")
-                os.close(fd)
-                self.temps.append(temp)
-                os.chmod(temp, _new_file_mode())  # mkstemp's is 0600
-                self.writers.append(tf.io.TFRecordWriter(temp))
-        except OSError as e:
-            self.abort()
-            fail(f"cannot create output file in "
-                 f"{os.path.dirname(os.path.abspath(path))!r}: "
-                 f"{e.strerror or e}")
+                temporary = self.files.stage(path)
+                try:
+                    self.writers.append(tf.io.TFRecordWriter(temporary))
+                except self._tf_error as e:
+                    raise cannot_write(path, e) from e
         except BaseException:
             self.abort()
             raise
 
     def write(self, record: bytes) -> None:
-        self.writers[self.count % len(self.writers)].write(record)
+        index = self.count % len(self.writers)
+        try:
+            self.writers[index].write(record)
+        except self._tf_error as e:  # e.g. the disk is full
+            self.abort()
+            raise cannot_write(self.paths[index], e) from e
         self.count += 1
 
-    def _close(self) -> None:
-        for writer in self.writers:
-            writer.close()
-        self.writers = []
-
     def commit(self) -> List[str]:
-        self._close()
-        for temp, path in zip(self.temps, self.paths):
-            os.replace(temp, path)
-        self.temps = []
+        """Flush and close every file, then rename them all into place."""
+        for path, writer in zip(self.paths, self.writers):
+            try:
+                writer.close()
+            except self._tf_error as e:
+                self.abort()
+                raise cannot_write(path, e) from e
+        self.writers = []
+        self.files.commit()
         return self.paths
 
     def abort(self) -> None:
+        """Remove every temporary file; the targets are untouched."""
         try:
-            self._close()
+            for writer in self.writers:
+                try:
+                    writer.close()
+                except self._tf_error:
+                    pass  # the file is being thrown away
         finally:
-            for temp in self.temps:
-                if os.path.exists(temp):
-                    os.remove(temp)
-            self.temps = []
+            self.writers = []
+            self.files.discard()
 
 
 # --- reading: one decoder, an index of record offsets, streams --------------------------

@@ -19,12 +19,12 @@ output and renamed into place, so a failed conversion leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
-import tempfile
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from bert_ad.tools import safetensors
 from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import fail, require_file, run_cli
+from bert_ad.files import cannot_write, staging_directory
 from bert_ad.model.modeling import BertConfig
 
 CHECKPOINT_NAME = "bert_model.ckpt"
@@ -258,16 +259,21 @@ def _check_output_dir(output_dir: str, overwrite: bool, markers: tuple) -> None:
              "pass --overwrite to replace it or choose another directory")
 
 
-def _staging_dir(output_dir: str) -> str:
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(
-        prefix=f".{os.path.basename(os.path.abspath(output_dir))}-", dir=parent)
-    # mkdtemp makes the folder private; it may become output_dir itself.
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(staging, 0o777 & ~mask)
-    return staging
+@contextlib.contextmanager
+def _staged_output(output_dir: str, stale_prefix: str) -> Iterator[str]:
+    """A hidden folder beside output_dir (bert_ad.files.staging_directory) to
+    write the files in; published into output_dir when the block succeeds,
+    removed on any exception (an I/O error becomes one line naming output_dir).
+    """
+    staging = staging_directory(output_dir)
+    try:
+        yield staging
+        _publish(staging, output_dir, stale_prefix)
+    except BaseException as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, (OSError, tf.errors.OpError)):
+            raise cannot_write(output_dir, e) from e
+        raise
 
 
 def _publish(staging: str, output_dir: str, stale_prefix: str) -> None:
@@ -323,16 +329,11 @@ def convert_hf_to_google(hf_dir: str, output_dir: str,
     _check_vocab(vocab_path, config, config_path)
     tensors, skipped = _google_tensors_from_hf(weights_path, config, vocab_path)
 
-    staging = _staging_dir(output_dir)
-    try:
+    with _staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
         _write_tf_checkpoint(tensors, os.path.join(staging, CHECKPOINT_NAME))
         with open(os.path.join(staging, GOOGLE_CONFIG), "w", encoding="utf-8") as f:
             f.write(config.to_json_string())
         shutil.copyfile(vocab_path, os.path.join(staging, VOCAB))
-        _publish(staging, output_dir, CHECKPOINT_NAME + ".")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return Converted(os.path.join(output_dir, CHECKPOINT_NAME), len(tensors),
                      sum(int(v.size) for v in tensors.values()), skipped)
 
@@ -466,18 +467,13 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
     hf_config.setdefault("pad_token_id", 0)
     hf_config.setdefault("position_embedding_type", "absolute")
 
-    staging = _staging_dir(output_dir)
-    try:
+    with _staged_output(output_dir, HF_WEIGHTS) as staging:
         # transformers refuses safetensors files without format "pt".
         safetensors.save(tensors, os.path.join(staging, HF_WEIGHTS),
-                            metadata={"format": "pt"})
+                         metadata={"format": "pt"})
         _write_json(os.path.join(staging, HF_CONFIG), hf_config)
         if vocab_path:
             shutil.copyfile(vocab_path, os.path.join(staging, VOCAB))
-        _publish(staging, output_dir, HF_WEIGHTS)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return Converted(os.path.join(output_dir, HF_WEIGHTS), len(tensors),
                      sum(int(v.size) for v in tensors.values()), skipped)
 

@@ -9,8 +9,8 @@ format is small enough to do by hand:
   the rest  raw little-endian tensor bytes; offsets count from its start
 
 F32/F16/BF16 tensors are read as float32 (half precision widened); F64 and
-integers keep their type. Files are written as F32/F16/I64/I32, to a temporary name
-that is renamed into place once complete.
+integers keep their type. Files are written as F32/F16/I64/I32, atomically
+(bert_ad.files).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import numpy as np
 
 from bert_ad.errors import fail
+from bert_ad.files import atomic_open
 
 # dtype tag -> numpy dtype of the stored bytes (always little-endian).
 _STORED = {
@@ -101,6 +101,7 @@ def save(tensors: dict[str, np.ndarray], path: str,
         expects {"format": "pt"}).
     Raises:
       TypeError: an array of another dtype, or non-string metadata.
+      UserError: "cannot write PATH: CAUSE" (e.g. the disk is full).
     """
     header = {}
     if metadata:
@@ -129,28 +130,11 @@ def save(tensors: dict[str, np.ndarray], path: str,
     # Pad with spaces so the data starts 8-byte aligned, as the reference does.
     encoded += b" " * (-(len(encoded) + 8) % _ALIGNMENT)
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-",
-                               suffix=".safetensors")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(encoded)))
-            f.write(encoded)
-            for array in arrays:
-                f.write(array.tobytes())
-        # mkstemp makes the file private; give it the usual permissions.
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    with atomic_open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)))
+        f.write(encoded)
+        for array in arrays:
+            f.write(array.tobytes())
 
 
 def _open(path: str):
