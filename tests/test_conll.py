@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bert_ad.data.conll import prediction_lines, read_conll, write_predictions
+from bert_ad.data.conll import (prediction_lines, read_conll, token_separator,
+                               write_predictions)
 from bert_ad.errors import UserError
 
 
@@ -132,3 +133,9 @@ def test_prediction_lines_checks_counts(tmp_path):
         prediction_lines(conll, [["O", "O"]])
     with pytest.raises(ValueError, match="1 predicted tags for 2 tokens"):
         prediction_lines(conll, [["O"], ["O"]])
+
+
+def test_token_separator(tmp_path):
+    chinese = read_conll(write(tmp_path, "zh.txt", "江\tB-PER\n泽\tI-PER\n\nA\tO\n".encode()))
+    english = read_conll(write(tmp_path, "en.txt", b"New B-LOC\nYork I-LOC\n\nA O\n"))
+    assert token_separator(chinese) == "" and token_separator(english) == " "

@@ -8,7 +8,8 @@ import pytest
 
 from bert_ad.data.conll import read_conll
 from bert_ad.data.tag_schemes import (SCHEMES, Span, detect_scheme, extract_spans,
-                                      get_scheme, label_list, parse_tag, span_types,
+                                      get_scheme, label_list, parse_tag, span_records,
+                                      span_types,
                                       validate_label_list, validate_tags)
 from bert_ad.errors import UserError
 
@@ -136,3 +137,11 @@ def test_extract_spans_equals_seqeval_on_random_sequences(letters, types):
         expected = [(kind if kind != "_" else "", start, end + 1) for kind, start, end
                     in sequence_labeling.get_entities(_seqeval_view(tags))]
         assert [tuple(s) for s in extract_spans(tags)] == expected, tags
+
+
+def test_span_records():
+    assert span_records(list("江泽民访美"), ["B-PER", "I-PER", "I-PER", "O", "S-LOC"], "") == [
+        {"type": "PER", "start": 0, "end": 3, "text": "江泽民"},
+        {"type": "LOC", "start": 4, "end": 5, "text": "美"}]
+    assert span_records(["New", "York", "is"], ["B-LOC", "I-LOC", "O"]) == [
+        {"type": "LOC", "start": 0, "end": 2, "text": "New York"}]

@@ -211,6 +211,13 @@ def prediction_lines(conll: ConllFile, predicted_tags: Sequence[Sequence[str]]) 
     return output
 
 
+def token_separator(conll: ConllFile) -> str:
+    """"" if every token is one character (Chinese text one character per
+    line), else " ": what to put between tokens to show a span's text."""
+    single = all(len(token) == 1 for sentence in conll.sentences for token in sentence.tokens)
+    return "" if single else " "
+
+
 def write_predictions(path: str, conll: ConllFile,
                       predicted_tags: Sequence[Sequence[str]]) -> str:
     """Write `prediction_lines` to `path` atomically; returns `path`."""

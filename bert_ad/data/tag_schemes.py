@@ -210,3 +210,21 @@ def span_types(tags: Iterable[str]) -> List[str]:
         if parsed and parsed[1]:
             types.add(parsed[1])
     return sorted(types)
+
+
+def span_records(tokens: Sequence[str], tags: Sequence[str],
+                 separator: str = " ") -> List[dict]:
+    """The spans of one sentence as JSON-ready records (predict_entities.jsonl).
+
+    Args:
+      tokens, tags: one sentence.
+      separator: put between the tokens of a span's text: " " for words, ""
+        for one character per token (see conll.token_separator).
+
+    Returns:
+      [{"type": ..., "start": ..., "end": ..., "text": ...}], end exclusive,
+      type "" for typeless tags.
+    """
+    return [{"type": span.type, "start": span.start, "end": span.end,
+             "text": separator.join(tokens[span.start:span.end])}
+            for span in extract_spans(tags)]
