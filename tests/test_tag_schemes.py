@@ -9,8 +9,7 @@ import pytest
 from bert_ad.data.conll import read_conll
 from bert_ad.data.tag_schemes import (SCHEMES, Span, detect_scheme, extract_spans,
                                       get_scheme, label_list, parse_tag, span_records,
-                                      span_types,
-                                      validate_label_list, validate_tags)
+                                      span_types, validate_label_list, validate_tags)
 from bert_ad.errors import UserError
 
 
