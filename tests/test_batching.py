@@ -166,3 +166,11 @@ def test_prefetch_thread_ends_when_the_consumer_left_before_the_end(ending):
     gc.collect()
     release.set()
     assert _ends_within(thread, 1.0)
+
+
+def test_make_batch_pads_a_shorter_column_by_its_own_length():
+    data = TokenizedExamples({"input_ids": [np.arange(1, 6, dtype=np.int32)],
+                              "word_positions": [np.array([1, 3], np.int32)]})
+    batch = make_batch(data, [0], "dynamic", batch_size=2)
+    np.testing.assert_array_equal(batch["word_positions"], [[1, 3] + [0] * 6, [0] * 8])
+    np.testing.assert_array_equal(batch["input_mask"].sum(axis=1), [5, 0])

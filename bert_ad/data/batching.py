@@ -25,8 +25,10 @@ BUCKET_WINDOW_BATCHES = 50
 class TokenizedExamples:
     """Unpadded token ids per example, with optional per-example values.
 
-    `columns` maps a feature name to a list of 1-D int arrays (all of one
-    example's sequence features have the same length); `labels` is [n] int
+    `columns` maps a feature name to a list of 1-D int arrays; the first
+    column's lengths are the examples' lengths (they set `input_mask` and the
+    padded length); another column may be shorter (e.g. one entry per word,
+    not per token) and is zero-padded to the same length. `labels` is [n] int
     (batched as `label_ids`); `row_values` maps other per-example features to
     [n, ...] arrays of any dtype (a regression target, a multi-hot label
     vector), batched under their own names.
@@ -69,10 +71,9 @@ def make_batch(examples: TokenizedExamples, indices: Sequence[int], padding,
     batch = {name: np.zeros((rows, seq), np.int32) for name in examples.columns}
     mask = np.zeros((rows, seq), np.int32)
     for row, index in enumerate(indices):
-        length = examples.lengths[index]
         for name, column in examples.columns.items():
-            batch[name][row, :length] = column[index]
-        mask[row, :length] = 1
+            batch[name][row, :len(column[index])] = column[index]
+        mask[row, :examples.lengths[index]] = 1
     batch["input_mask"] = mask
     weights = np.zeros(rows, np.float32)
     weights[:len(indices)] = 1.0

@@ -156,7 +156,8 @@ DATASETS: Dict[str, DatasetSource] = {
 }
 
 
-def _check_output_dir(output_dir: str, overwrite: bool) -> None:
+def check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuse a file, or a non-empty folder unless `overwrite`."""
     if os.path.exists(output_dir):
         if not os.path.isdir(output_dir):
             raise UserError(f"--output_dir {output_dir!r} is a file; choose a folder")
@@ -197,6 +198,34 @@ def _readme(name: str, source: DatasetSource, source_path: str,
         f"fraction {test_fraction}.\n\n{table}")
 
 
+def write_dataset_folder(output_dir: str, files: Dict[str, str], overwrite: bool) -> str:
+    """Write {file name: text} as the folder `output_dir`, all or nothing.
+
+    The files are written (UTF-8, LF) into a temporary folder beside it,
+    which is then renamed into place; an existing folder (with `overwrite`)
+    is replaced only once the new one is complete. Returns the absolute path.
+    """
+    output_dir = os.path.abspath(output_dir)
+    tmp = staging_directory(output_dir)
+    try:
+        for file_name, text in files.items():
+            with open(os.path.join(tmp, file_name), "w", encoding="utf-8",
+                      newline="\n") as f:
+                f.write(text)
+        check_output_dir(output_dir, overwrite)
+        if os.path.exists(output_dir):
+            old = tmp + ".old"
+            os.rename(output_dir, old)
+            os.rename(tmp, output_dir)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, output_dir)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+    return output_dir
+
+
 def prepare(name: str, output_dir: str, seed: int = 12345,
             dev_fraction: float = 0.1, test_fraction: float = 0.1,
             overwrite: bool = False, source_path: Optional[str] = None) -> Dict[str, object]:
@@ -214,35 +243,18 @@ def prepare(name: str, output_dir: str, seed: int = 12345,
     if name not in DATASETS:
         raise UserError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
     source = DATASETS[name]
-    _check_output_dir(output_dir, overwrite)
+    check_output_dir(output_dir, overwrite)
     source_path = source_path or assets.path(source.asset, source.relative)
     pairs, dedup = deduplicate(source.load(source_path))
     splits = split_examples(pairs, seed, dev_fraction, test_fraction)
     table = _stats_table(splits)
 
-    output_dir = os.path.abspath(output_dir)
-    tmp = staging_directory(output_dir)
-    try:
-        for split in SPLITS:
-            with open(os.path.join(tmp, f"{split}.tsv"), "w", encoding="utf-8",
-                      newline="\n") as f:
-                f.writelines(f"{label}\t{text}\n" for label, text in splits[split])
-        with open(os.path.join(tmp, "stats.txt"), "w", encoding="utf-8") as f:
-            f.write(table)
-        with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
-            f.write(_readme(name, source, source_path, dedup, seed,
-                            dev_fraction, test_fraction, table))
-        _check_output_dir(output_dir, overwrite)
-        if os.path.exists(output_dir):
-            old = tmp + ".old"
-            os.rename(output_dir, old)
-            os.rename(tmp, output_dir)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, output_dir)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
+    files = {f"{split}.tsv": "".join(f"{label}\t{text}\n" for label, text in splits[split])
+             for split in SPLITS}
+    files["stats.txt"] = table
+    files["README.txt"] = _readme(name, source, source_path, dedup, seed,
+                                  dev_fraction, test_fraction, table)
+    output_dir = write_dataset_folder(output_dir, files, overwrite)
     counts = {s: dict(collections.Counter(label for label, _ in splits[s]))
               for s in SPLITS}
     return {"dedup": dedup, "counts": counts, "output_dir": output_dir}
