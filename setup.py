@@ -35,6 +35,7 @@ setup(
             "bert-ad-rewrite=bert_ad.rewrite:cli",
             "bert-ad-create-pretraining-data=bert_ad.pretraining_data:cli",
             "bert-ad-convert=bert_ad.convert:cli",
+            "bert-ad-vocab=bert_ad.vocab:cli",
         ],
     },
 )
