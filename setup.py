@@ -34,7 +34,8 @@ setup(
             "bert-ad-pretrain=bert_ad.cli.pretrain:cli",
             "bert-ad-rewrite=bert_ad.cli.rewrite:cli",
             "bert-ad-create-pretraining-data=bert_ad.cli.create_pretraining_data:cli",
-            "bert-ad-convert=bert_ad.tools.convert:cli",
+            "bert-ad-convert=bert_ad.cli.convert:cli",
+            "bert-ad-vocab=bert_ad.vocab:cli",
         ],
     },
 )

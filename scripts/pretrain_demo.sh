@@ -14,7 +14,7 @@ OUTPUT_DIR="${OUTPUT_DIR:-output/pretrain_demo}"
 STEPS="${STEPS:-300}"
 
 fetch_minilm
-GENSIM_DIR="$("$PYTHON" -m bert_ad.tools.assets gensim | cut -f2)"
+GENSIM_DIR="$("$PYTHON" -m bert_ad.assets gensim | cut -f2)"
 CORPUS="$GENSIM_DIR/gensim/test/test_data/lee_background.cor"
 
 DATA="$OUTPUT_DIR/data"

