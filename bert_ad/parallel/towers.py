@@ -163,9 +163,3 @@ def average_gradients(per_tower: Sequence[Sequence], device: str = CPU) -> list:
                 dense = [tf.convert_to_tensor(g) for g in present]
                 averaged.append(tf.add_n(dense) / n)
     return averaged
-
-
-def op_devices(graph=None) -> dict:
-    """{op name: device} of a graph, for tests and for `--log_device_plan`."""
-    graph = graph or tf.get_default_graph()
-    return {op.name: op.device for op in graph.get_operations()}
