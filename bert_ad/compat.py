@@ -6,36 +6,48 @@ Everything else in bert_ad imports `tf` from here and writes plain
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 # TensorFlow's C++ start-up chatter hides our own log lines; users can still
-# raise it with TF_CPP_MIN_LOG_LEVEL=0.
+# raise it with TF_CPP_MIN_LOG_LEVEL=0 (and then see everything, see below).
+TF_LOGS_ASKED_FOR = "TF_CPP_MIN_LOG_LEVEL" in os.environ
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 
-def _import_tensorflow_quietly():
-    """Import TensorFlow with file descriptor 2 muted.
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 muted for a block (unless the user asked for TF's logs).
 
-    TF 2.x's C++ start-up writes absl/oneDNN notices straight to fd 2 at
-    import, whatever TF_CPP_MIN_LOG_LEVEL says; muting them keeps a bad-input
-    error a single line on stderr. Python exceptions still propagate.
+    TensorFlow's C++ writes absl/oneDNN notices at import and a "failed call
+    to cuInit" line at the first device query on a machine without a GPU
+    straight to fd 2, whatever TF_CPP_MIN_LOG_LEVEL says; muting them keeps
+    a bad-input error a single line on stderr. Python exceptions propagate.
     """
+    if TF_LOGS_ASKED_FOR:
+        yield
+        return
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (AttributeError, OSError, ValueError):
-        import tensorflow
-        return tensorflow
+        yield
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        import tensorflow
+        yield
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+def _import_tensorflow_quietly():
+    with _quiet_stderr():
+        import tensorflow
     return tensorflow
 
 
@@ -84,10 +96,11 @@ def session_config(num_cpu_devices: int = 1, allow_soft_placement: bool = False,
 
 def list_gpu_count() -> int:
     """GPUs this TensorFlow build can use (0 on a CPU-only build or machine)."""
-    if IS_TF1:
-        from tensorflow.python.client import device_lib
-        return sum(d.device_type == "GPU" for d in device_lib.list_local_devices())
-    return len(_tf.config.list_physical_devices("GPU"))
+    with _quiet_stderr():
+        if IS_TF1:
+            from tensorflow.python.client import device_lib
+            return sum(d.device_type == "GPU" for d in device_lib.list_local_devices())
+        return len(_tf.config.list_physical_devices("GPU"))
 
 
 def list_checkpoint_variables(path: str) -> list[tuple[str, list[int]]]:

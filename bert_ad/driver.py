@@ -18,6 +18,7 @@ The path of one training step: cli flags -> RunSettings + Placement + a Task
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -30,9 +31,10 @@ from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import load_label_list, save_label_list
 from bert_ad.distributed.cluster import ClusterRuntime
 from bert_ad.errors import fail
-from bert_ad.files import write_key_values, write_results
-from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint
-from bert_ad.parallel.loop import LoopSettings, TrainResult, train_loop
+from bert_ad.files import remove_stale_temporaries, write_key_values, write_results
+from bert_ad.locks import OutputDirLock
+from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint, step_checkpoints
+from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop
 from bert_ad.parallel.optimization import scale_learning_rate
 from bert_ad.parallel.scoring import Scorer
 from bert_ad.parallel.towers import DevicePlan
@@ -42,6 +44,7 @@ from bert_ad.tasks.base import SplitData, Task
 log = logging.getLogger("bert_ad")
 
 LABELS_FILE = "labels.txt"
+TRAIN_RESULTS_FILE = "train_results.txt"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +124,15 @@ def schedule(settings: RunSettings, placement: Placement,
         if num_examples is None:
             raise ValueError("a stream of examples needs a fixed num_train_steps")
         steps = max(1, int(num_examples / global_batch * settings.num_train_epochs))
+        if steps >= 2 ** 31:
+            fail(f"--num_train_epochs={settings.num_train_epochs:g} makes {steps} steps of "
+                 f"{global_batch} examples: more than TensorFlow's step counter holds; "
+                 "give a realistic number of epochs")
     warmup = (settings.num_warmup_steps if settings.num_warmup_steps is not None
               else int(steps * settings.warmup_proportion))
+    if warmup > steps:
+        fail(f"{warmup} warmup steps exceed the {steps} training steps; lower "
+             "--num_warmup_steps (or --warmup_proportion)")
     learning_rate = scale_learning_rate(settings.learning_rate, global_batch,
                                         settings.lr_reference_batch or per_tower,
                                         settings.lr_scaling)
@@ -191,7 +201,12 @@ def train(task: Task, data: SplitData, settings: RunSettings,
     log.info("training done: global step %d, %d examples seen", result.global_step,
              result.examples_seen)
     if placement.is_chief:
-        write_train_results(settings.output_dir, result, plan_)
+        if result.steps_run == 0 and os.path.exists(
+                os.path.join(settings.output_dir, TRAIN_RESULTS_FILE)):
+            # A rerun of a finished run: its figures stay those of the real run.
+            log.info("nothing was trained: kept the finished run's %s", TRAIN_RESULTS_FILE)
+        else:
+            write_train_results(settings.output_dir, result, plan_)
     return result
 
 
@@ -201,7 +216,7 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
     # %.6f would round a learning rate such as 7.07e-05 to 0.000071.
     values.update(global_batch=plan.global_batch,
                   learning_rate=f"{float(plan.learning_rate):.8g}")
-    write_key_values(os.path.join(output_dir, "train_results.txt"), values)
+    write_key_values(os.path.join(output_dir, TRAIN_RESULTS_FILE), values)
     log.info("train: %d steps in %.1f s, %.1f examples/sec", result.steps_run,
              result.train_seconds, values["train_examples_per_sec"])
 
@@ -308,7 +323,7 @@ def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings
     saved = load_label_list(path) if os.path.isfile(path) else None
     labels = task.resolve_labels(train, saved)
     if labels is not None and saved is not None and labels != saved \
-            and latest_checkpoint(settings.output_dir):
+            and step_checkpoints(settings.output_dir):
         fail(f"{path} lists the labels {', '.join(saved)} but this run's are "
              f"{', '.join(labels)}: the checkpoints in --output_dir were trained with "
              "the saved list, in that order; use a new --output_dir for other labels")
@@ -339,17 +354,31 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             task.check_labels(data)
     if train_data is None:
         scoring_checkpoint(settings)
-    else:
-        if chief and task.labels is not None:
-            save_label_list(os.path.join(settings.output_dir, LABELS_FILE), task.labels)
-        train(task, train_data, settings, placement)
-    if not chief:
-        if do_eval or do_predict:
-            log.info("worker %d: predict and eval are the chief's (worker 0's) job",
-                     placement.worker_index)
-        return 0
-    if predict_data is not None:
-        predict(task, predict_data, settings, placement)
-    if eval_data is not None:
-        evaluate(task, eval_data, settings, placement)
+    # In a cluster only the chief writes, so only it owns output_dir.
+    with OutputDirLock(settings.output_dir) if chief else contextlib.nullcontext():
+        if chief:
+            remove_leftovers(settings.output_dir)
+        if train_data is not None:
+            if chief and task.labels is not None:
+                save_label_list(os.path.join(settings.output_dir, LABELS_FILE),
+                                task.labels)
+            train(task, train_data, settings, placement)
+        if not chief:
+            if do_eval or do_predict:
+                log.info("worker %d: predict and eval are the chief's (worker 0's) job",
+                         placement.worker_index)
+            return 0
+        if predict_data is not None:
+            predict(task, predict_data, settings, placement)
+        if eval_data is not None:
+            evaluate(task, eval_data, settings, placement)
     return 0
+
+
+def remove_leftovers(output_dir: str) -> None:
+    """Temporary files a killed run left in output_dir (ours, and TensorFlow's
+    `*.tempstate*` of a torn checkpoint save): the lock says no one writes them."""
+    for name in remove_stale_temporaries(output_dir):
+        log.info("removed %s, left by an earlier run that was stopped while writing", name)
+    for name in remove_partial_save(output_dir):
+        log.info("removed %s, left by a checkpoint save that did not finish", name)

@@ -12,10 +12,23 @@ import sys
 from typing import Callable, NoReturn
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 class UserError(Exception):
     """Bad input the user can fix. The message is shown as is, on one line."""
+
+
+class Stopped(UserError):
+    """The run was stopped on purpose (Ctrl-C, SIGTERM) after saving what it could.
+
+    `exit_code` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM),
+    as a shell reports a process a signal ended.
+    """
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def fail(message: str) -> NoReturn:
@@ -36,11 +49,28 @@ def require_file(path: str, what: str) -> str:
 
 
 def run_cli(main: Callable[[], int | None]) -> NoReturn:
-    """Run `main`; a UserError becomes `error: ...` on stderr and exit 2."""
+    """Run `main` as a command line: every way it can fail is one line, no traceback.
+
+    A UserError becomes `error: ...` on stderr and exit 2 (a Stopped run exits
+    with its own code); an OSError (a read-only or full disk, a path under a
+    file) names its path and cause, exit 2; Ctrl-C before the training loop
+    took over says nothing was saved, exit 130.
+    """
     try:
         code = main()
     except UserError as e:
-        message = " ".join(str(e).split())
-        print(f"error: {message}", file=sys.stderr)
+        _error_line(str(e))
+        sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        _error_line(f"{where}{e.strerror or e}; check the path, its permissions and the "
+                    "free disk space")
         sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        _error_line("interrupted before training started; nothing was written")
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(code or 0)
+
+
+def _error_line(message: str) -> None:
+    print(f"error: {' '.join(message.split())}", file=sys.stderr)

@@ -78,13 +78,33 @@ for ((i = 0; i < N; i++)); do
   PIDS+=($!)
 done
 
+# The chief (worker 0) decides when the run is over: once it has exited, the
+# other workers get GRACE_S seconds to finish; one still running then is
+# frozen (its peers are gone) and is stopped, so this script always ends.
+GRACE_S=${GRACE_S:-60}
 status=0
-for ((i = 0; i < N; i++)); do
-  wait "${PIDS[$i]}"
-  code=$?
-  if [ "$code" -ne 0 ]; then
-    echo "launch_local_workers: worker $i exited with status $code" >&2
-    [ "$status" -eq 0 ] && status=$code
+report() {  # $1 = worker, $2 = exit code
+  if [ "$2" -ne 0 ]; then
+    echo "launch_local_workers: worker $1 exited with status $2" >&2
+    [ "$status" -eq 0 ] && status=$2
   fi
+}
+wait "${PIDS[0]}"
+report 0 $?
+deadline=$((SECONDS + GRACE_S))
+for ((i = 1; i < N; i++)); do
+  while kill -0 "${PIDS[$i]}" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+  if kill -0 "${PIDS[$i]}" 2>/dev/null; then
+    echo "launch_local_workers: worker $i still running ${GRACE_S}s after the chief" \
+      "exited: stopping it" >&2
+    kill "${PIDS[$i]}" 2>/dev/null
+    sleep 1
+    kill -9 "${PIDS[$i]}" 2>/dev/null
+    wait "${PIDS[$i]}" 2>/dev/null
+    [ "$status" -eq 0 ] && status=124
+    continue
+  fi
+  wait "${PIDS[$i]}"
+  report "$i" $?
 done
 exit "$status"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
-                                resolve_checkpoint)
+                                          resolve_checkpoint, set_aside_newer,
+                                          step_checkpoints)
 from bert_ad.model.heads import classifier
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
@@ -82,19 +83,48 @@ def test_resolve_checkpoint_prefix_directory_and_errors(tmp_path):
     assert resolve_checkpoint(str(tmp_path)) == prefix
     with pytest.raises(UserError, match=r"--init_checkpoint=.*nope is not a checkpoint"):
         resolve_checkpoint(str(tmp_path / "nope"))
-    with pytest.raises(UserError, match=r"give the prefix '.*bert_model.ckpt'"):
-        resolve_checkpoint(prefix + ".index")
+    # Any file of the checkpoint names it: the prefix is what TensorFlow wants.
+    for suffix in (".index", ".data-00000-of-00001", ".meta"):
+        assert resolve_checkpoint(prefix + suffix) == prefix
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UserError, match=r"is a directory without a checkpoint"):
         resolve_checkpoint(str(empty))
 
 
-def test_latest_checkpoint_orders_by_step_number(tmp_path):
+def test_checkpoints_are_ordered_by_step_number(tmp_path):
     for step in (9, 10, 100, 25):
         (tmp_path / f"model.ckpt-{step}.index").write_text("")
-    assert latest_checkpoint(str(tmp_path)) == os.path.join(str(tmp_path), "model.ckpt-100")
+    assert [os.path.basename(p) for p in step_checkpoints(str(tmp_path))] == [
+        "model.ckpt-9", "model.ckpt-10", "model.ckpt-25", "model.ckpt-100"]
     assert latest_checkpoint(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("damage", ["cut_short", "data_missing", "index_garbage"])
+def test_a_broken_newest_checkpoint_falls_back_to_the_newest_readable(tmp_path, damage,
+                                                                       caplog):
+    for step in (10, 20, 30):
+        save_encoder(str(tmp_path / f"model.ckpt-{step}"))
+    newest = tmp_path / "model.ckpt-30.data-00000-of-00001"
+    if damage == "cut_short":
+        newest.write_bytes(newest.read_bytes()[:100])
+    elif damage == "data_missing":
+        newest.unlink()
+    else:
+        (tmp_path / "model.ckpt-30.index").write_bytes(b"not an index")
+    before = sorted(os.listdir(str(tmp_path)))
+    with caplog.at_level("WARNING", logger="bert_ad"):
+        assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-20")
+    assert "model.ckpt-30" in caplog.text and "older checkpoint" in caplog.text
+    assert sorted(os.listdir(str(tmp_path))) == before  # nothing deleted
+    # As --init_checkpoint, the broken one is one line naming it.
+    with pytest.raises(UserError, match=r"--init_checkpoint=.*model.ckpt-30: .*"):
+        resolve_checkpoint(str(tmp_path / "model.ckpt-30"))
+    # A resumed run sets it aside under another name, out of the way of its saves.
+    moved = set_aside_newer(str(tmp_path), str(tmp_path / "model.ckpt-20"))
+    assert moved and all(name.startswith("model.ckpt-30.broken-1.") for name in moved)
+    assert [os.path.basename(p) for p in step_checkpoints(str(tmp_path))] == [
+        "model.ckpt-10", "model.ckpt-20"]
 
 
 def test_require_variables_refuses_another_model(tmp_path):

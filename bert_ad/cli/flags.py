@@ -14,6 +14,7 @@ passed around as `f`; nothing reads a global.
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 from absl import flags
@@ -149,13 +150,37 @@ def check_training_flags(f: flags.FlagValues, *positive: str) -> None:
         if f[name].value < 1:
             fail(f"--{name}={f[name].value} must be at least 1")
     compute_dtype(f.precision)  # refuses what this lane cannot run
-    if not f.learning_rate > 0:
-        fail(f"--learning_rate={f.learning_rate} must be positive")
+    _check_number(f, "learning_rate", low=0.0, low_open=True)
+    _check_number(f, "weight_decay_rate", low=0.0)
+    _check_number(f, "clip_norm", low=0.0, note="0 turns clipping off")
+    if "num_train_epochs" in f:
+        _check_number(f, "num_train_epochs", low=0.0, low_open=True)
+    if "warmup_proportion" in f:
+        _check_number(f, "warmup_proportion", low=0.0, high=1.0)
+    for name in ("max_train_examples", "max_eval_examples"):
+        if name in f and f[name].value is not None and f[name].value < 1:
+            fail(f"--{name}={f[name].value} must be at least 1 (leave it out to use "
+                 "every row)")
+    if "predict_file" in f and f.predict_file and not f.do_predict:
+        fail(f"--predict_file={f.predict_file} is only read with --do_predict; add "
+             "--do_predict, or leave --predict_file out")
     if f.lr_reference_batch < 0:
         fail(f"--lr_reference_batch={f.lr_reference_batch} must be positive, or 0 for "
              "--train_batch_size")
     if os.path.exists(f.output_dir) and not os.path.isdir(f.output_dir):
         fail(f"--output_dir={f.output_dir} exists and is not a directory")
+
+
+def _check_number(f: flags.FlagValues, name: str, low: float, high: float = math.inf,
+                  low_open: bool = False, note: str = "") -> None:
+    """Refuse nan, inf and values outside [low, high] (or (low, high])."""
+    value = f[name].value
+    too_low = value <= low if low_open else value < low
+    if not math.isfinite(value) or too_low or value > high:
+        bounds = (f"{'above' if low_open else 'at least'} {low:g}" if high == math.inf
+                  else f"between {low:g} and {high:g}")
+        fail(f"--{name}={value} must be a finite number {bounds}"
+             + (f" ({note})" if note else ""))
 
 
 def placement_from_flags(f: flags.FlagValues) -> Placement:

@@ -426,7 +426,8 @@ def _missing_file_error(path: str, what: str, flag: str) -> UserError:
 
 def read_examples(spec: TaskSpec, data_dir: str, split: str,
                   path: Optional[str] = None,
-                  labels: Optional[Sequence[str]] = None) -> List[InputExample]:
+                  labels: Optional[Sequence[str]] = None,
+                  keep_blank_lines: bool = False) -> List[InputExample]:
     """Read one split of a task into examples.
 
     Args:
@@ -437,6 +438,9 @@ def read_examples(spec: TaskSpec, data_dir: str, split: str,
         the split's layout.
       labels: label list to check labels against when the spec has none
         fixed (the training run's list, for dev/test).
+      keep_blank_lines: a blank line (after the header) is an example with
+        an empty text and no label, so that predictions line up with the
+        file line by line; otherwise blank lines are skipped.
 
     Returns:
       The examples in file order; label None when the split is unlabelled.
@@ -465,10 +469,16 @@ def read_examples(spec: TaskSpec, data_dir: str, split: str,
     for number, fields in rows:
         if number == 1 and flat.strip_bom and fields and fields[0].startswith(_BOM):
             fields[0] = fields[0][len(_BOM):]
-        if not fields or all(not x.strip() for x in fields):
-            continue  # blank line (a trailing newline, a spacer)
+        blank = not fields or all(not x.strip() for x in fields)
+        if blank and not (keep_blank_lines and skipped >= flat.header_lines):
+            continue  # a spacer line: nothing lines up with it
         if skipped < flat.header_lines:
             skipped += 1
+            continue
+        if blank:  # scored as an empty text: one prediction per input line
+            examples.append(InputExample(guid=f"{split}-{len(examples)}", text_a="",
+                                         text_b=None if flat.text_b_column is None else "",
+                                         label=None, source=path, line=number))
             continue
         where = f"{path} line {number}"
         if flat.num_columns is not None and len(fields) != flat.num_columns:
@@ -492,7 +502,7 @@ def read_examples(spec: TaskSpec, data_dir: str, split: str,
             guid = f"{split}-{len(examples)}"
         examples.append(InputExample(guid=guid, text_a=text_a, text_b=text_b,
                                      label=label, source=path, line=number))
-    if not examples:
+    if not any(e.text_a for e in examples):
         header = f" after {flat.header_lines} header line(s)" if flat.header_lines else ""
         hint = flag if flag == "--predict_file" else f"--data_dir and {flag}"
         raise UserError(f"{what} {path!r} has no examples{header}; check {hint}")
@@ -537,6 +547,12 @@ def label_list(spec: TaskSpec, train_examples: Sequence[InputExample]) -> List[s
         raise UserError(f"{source} has {len(found)} distinct label(s) "
                         f"{found}; a classifier needs at least 2: fix the file "
                         f"or list them with --labels")
+    # Nearly one label per row is a text column read as the label column.
+    if len(train_examples) >= 10 and len(found) > 0.5 * len(train_examples):
+        raise UserError(f"{source} has {len(found)} distinct labels in "
+                        f"{len(train_examples)} rows (e.g. {found[0]!r}): is "
+                        f"--label_column={spec.label_column} the text column? Fix "
+                        "--label_column, or list the labels with --labels")
     return found
 
 

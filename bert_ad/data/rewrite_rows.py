@@ -264,8 +264,12 @@ def parse_row(fields: Sequence[str], where: str, labelled: Optional[bool] = True
 
 
 def read_rows(path: str, what: str = "rewrite file", labelled: Optional[bool] = True,
-              allow_empty_candidate: bool = False) -> List[RewriteRow]:
-    """The rows of a rewrite file, in file order; blank lines are skipped.
+              allow_empty_candidate: bool = False,
+              skip_blank_lines: bool = True) -> List[RewriteRow]:
+    """The rows of a rewrite file, in file order.
+
+    Blank lines are skipped, or, with `skip_blank_lines=False` (a file whose
+    predictions must line up with it line by line), refused.
 
     Raises:
       UserError naming the file and line (see `parse_row`), or a file
@@ -274,6 +278,9 @@ def read_rows(path: str, what: str = "rewrite file", labelled: Optional[bool] = 
     rows = []
     for number, line in file_lines(path, what):
         if not line.strip():
+            if not skip_blank_lines:
+                fail(f"{path} line {number}: blank line; predict.txt has one line per "
+                     "row of this file, so remove the blank line (or give it a row)")
             continue
         row = parse_row(line.split("\t"), f"{path} line {number}", labelled,
                         allow_empty_candidate)

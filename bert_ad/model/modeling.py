@@ -22,6 +22,10 @@ from bert_ad.errors import fail
 MAX_POSITION_EMBEDDINGS = 512
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 class BertConfig:
     """Hyper-parameters of a BERT model (the `bert_config.json` file)."""
 
@@ -53,16 +57,25 @@ class BertConfig:
         self.validate()
 
     def validate(self, source: str = "bert config") -> None:
+        # Types first: a "32" (a string) must not fail later as arithmetic.
+        for key in self.REQUIRED + ("max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                fail(f"{source}: {key} must be a positive integer, got {value!r}")
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, key)
+            if not _is_number(value) or not 0.0 <= value < 1.0:
+                fail(f"{source}: {key} must be a number in [0, 1), got {value!r}")
+        for key in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, key)
+            if not _is_number(value) or not 0.0 < value < float("inf"):
+                fail(f"{source}: {key} must be a positive number, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             fail(f"{source}: hidden_size {self.hidden_size} is not a multiple "
                  f"of num_attention_heads {self.num_attention_heads}")
         if self.hidden_act not in ACTIVATIONS:
             fail(f"{source}: hidden_act {self.hidden_act!r} is not one of "
                  f"{sorted(ACTIVATIONS)}")
-        for key in self.REQUIRED + ("max_position_embeddings", "type_vocab_size"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                fail(f"{source}: {key} must be a positive integer, got {value!r}")
 
     @classmethod
     def from_dict(cls, values: dict, source: str = "bert config") -> "BertConfig":
@@ -83,6 +96,8 @@ class BertConfig:
         source = f"bert_config_file {path!r}"
         if not path:
             fail("--bert_config_file is not set")
+        if os.path.isdir(path):
+            fail(f"{source} is a directory; give the bert_config.json file in it")
         if not os.path.isfile(path):
             fail(f"{source} does not exist")
         try:

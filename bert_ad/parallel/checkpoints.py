@@ -22,10 +22,19 @@ log = logging.getLogger("bert_ad")
 _STEP_RE = re.compile(r"model\.ckpt-(\d+)\.index$")
 
 
-def resolve_checkpoint(path: str, flag: str = "--init_checkpoint") -> str:
-    """A checkpoint prefix from a prefix or a directory; UserError if there is none.
+def checkpoint_prefix(path: str) -> str:
+    """The prefix of a checkpoint file name: `.../bert_model.ckpt.data-00000-of-00001`,
+    `.index` and `.meta` all name `.../bert_model.ckpt`."""
+    prefix = re.sub(r"\.data-\d+-of-\d+$", "", path)
+    return re.sub(r"\.(index|meta)$", "", prefix)
 
-    A directory resolves to its newest `model.ckpt-N`, else `bert_model.ckpt`.
+
+def resolve_checkpoint(path: str, flag: str = "--init_checkpoint") -> str:
+    """A readable checkpoint prefix from a prefix, one of its files, or a directory.
+
+    A directory resolves to its newest readable `model.ckpt-N`, else
+    `bert_model.ckpt`. UserError (one line naming the file) when there is
+    none, or when the checkpoint is cut short or has a file missing.
     """
     if os.path.isdir(path):
         found = latest_checkpoint(path)
@@ -35,13 +44,50 @@ def resolve_checkpoint(path: str, flag: str = "--init_checkpoint") -> str:
             fail(f"{flag}={path} is a directory without a checkpoint "
                  "(no model.ckpt-N.index or bert_model.ckpt.index in it)")
         return found
-    if not os.path.exists(path + ".index"):
-        hint = ""
-        if path.endswith((".index", ".meta")) or ".data-" in path:
-            hint = f"; give the prefix {path.split('.data-')[0].rsplit('.', 1)[0]!r}"
-        fail(f"{flag}={path} is not a checkpoint: {path}.index does not exist"
-             f"{hint or '; give a prefix such as .../bert_model.ckpt'}")
-    return path
+    prefix = checkpoint_prefix(path)
+    if not os.path.exists(prefix + ".index"):
+        fail(f"{flag}={path} is not a checkpoint: {prefix}.index does not exist; give a "
+             "prefix such as .../bert_model.ckpt")
+    problem = checkpoint_problem(prefix)
+    if problem:
+        fail(f"{flag}={path}: {problem}")
+    return prefix
+
+
+# (file names, sizes, mtimes) of a checkpoint -> its problem: a checkpoint is
+# read whole once per process, however often it is looked at.
+_VERIFIED: dict = {}
+
+
+def checkpoint_problem(prefix: str) -> str | None:
+    """Why the checkpoint at `prefix` cannot be read whole, or None if it can.
+
+    Reads every tensor once (as a restore would): a data file cut short or
+    missing, or an index that is not one, is found here and not in the
+    middle of a run.
+    """
+    directory = os.path.dirname(prefix) or "."
+    files = sorted(f for f in os.listdir(directory)
+                   if f.startswith(os.path.basename(prefix) + "."))
+    if not any(".data-" in f for f in files):
+        return f"{prefix}.data-00000-of-00001 is missing; the checkpoint is incomplete"
+    key = tuple((f, os.stat(os.path.join(directory, f)).st_size,
+                 os.stat(os.path.join(directory, f)).st_mtime_ns) for f in files)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = _read_whole(prefix)
+    return _VERIFIED[key]
+
+
+def _read_whole(prefix: str) -> str | None:
+    try:
+        reader = tf.train.NewCheckpointReader(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except Exception as e:  # noqa: BLE001 - TF's reader raises OpError, IndexError, ...
+        cause = " ".join(str(getattr(e, "message", e)).split())
+        return f"the checkpoint {prefix} cannot be read ({cause[:200]}); it was cut short " \
+               "or a file is missing"
+    return None
 
 
 def step_checkpoints(directory: str) -> list:
@@ -54,9 +100,44 @@ def step_checkpoints(directory: str) -> list:
 
 
 def latest_checkpoint(directory: str) -> str | None:
-    """Newest `model.ckpt-N` prefix in `directory` by step number, or None."""
-    found = step_checkpoints(directory)
-    return found[-1] if found else None
+    """Newest readable `model.ckpt-N` prefix in `directory` by step number, or None.
+
+    A newest checkpoint that cannot be read whole (a killed save, a full
+    disk, a file deleted by hand) is skipped with a warning naming it, and
+    the next older readable one is used; nothing is deleted.
+    """
+    for prefix in reversed(step_checkpoints(directory)):
+        problem = checkpoint_problem(prefix)
+        if problem is None:
+            return prefix
+        log.warning("warning: %s; using an older checkpoint (the broken one is left "
+                    "as it is)", problem)
+    return None
+
+
+def set_aside_newer(directory: str, resumed: str) -> list:
+    """Rename the files of every checkpoint newer than `resumed` to `NAME.broken-K...`.
+
+    Called when a run resumes from an older checkpoint because the newer ones
+    could not be read: they are kept for the user, out of the way of the
+    saves (and of the rotation that deletes old checkpoints).
+    """
+    moved = []
+    step = checkpoint_step(resumed)
+    for prefix in step_checkpoints(directory):
+        if checkpoint_step(prefix) <= step:
+            continue
+        base = os.path.basename(prefix)
+        k = 1
+        while any(f.startswith(f"{base}.broken-{k}") for f in os.listdir(directory)):
+            k += 1
+        for name in sorted(os.listdir(directory)):
+            if name.startswith(base + "."):
+                target = f"{base}.broken-{k}{name[len(base):]}"
+                os.rename(os.path.join(directory, name), os.path.join(directory, target))
+                moved.append(target)
+        log.warning("warning: kept the unreadable %s as %s.broken-%d.*", prefix, base, k)
+    return moved
 
 
 def checkpoint_step(prefix: str) -> int:

@@ -19,13 +19,16 @@ import dataclasses
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
-                                 step_checkpoints)
 from bert_ad.compat import tf
-from bert_ad.errors import fail
+from bert_ad.errors import Stopped, UserError, fail
+from bert_ad.files import cannot_write
+from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
+                                          set_aside_newer, step_checkpoints)
 from bert_ad.parallel.train_graph import TrainGraph
 
 log = logging.getLogger("bert_ad")
@@ -124,6 +127,9 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
             session.run(init_local)
             if resume_from:
                 saver.restore(session, resume_from)
+                # Newer checkpoints that could not be read are renamed aside, so
+                # this run's saves neither overwrite nor rotate them away.
+                set_aside_newer(settings.output_dir, resume_from)
                 saver.recover_last_checkpoints(step_checkpoints(settings.output_dir))
                 log.info("resuming from %s", resume_from)
             else:
@@ -150,52 +156,145 @@ def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSetti
                  start_step, settings.num_train_steps)
         return TrainResult(start_step, examples_seen, None, resume_from, 0,
                            graph.examples_per_step)
+    checkpoints = _Checkpoints(session, graph, saver, settings.output_dir, chief,
+                               resume_from, start_step)
     stream = batches(examples_seen)
+
+    def next_batch(step: int):
+        try:
+            return next(stream)
+        except (UserError, OSError) as e:
+            # A shard that breaks mid-run: keep the work done so far first.
+            saved = checkpoints.save(step, examples_seen)
+            raise UserError(f"{e} (training stopped at step {step + 1}; "
+                            f"{_resume_note(saved)})") from None
+
     skipped = consecutive_skips = 0
-    step, loss, checkpoint = start_step, None, resume_from
+    step, loss = start_step, None
     started = last_log_time = time.time()
     last_log_step = start_step
-    while step < settings.num_train_steps:
-        for _ in range(graph.gradient_accumulation_steps - 1):
-            run(session, graph.micro_step, _feed(graph, next(stream)),
-                what=f"step {step + 1}")
-        values = run(session, fetches, _feed(graph, next(stream)), what=f"step {step + 1}")
-        examples_seen += graph.examples_per_step
-        loss = float(values["loss"])
-        if values["applied"]:
-            consecutive_skips = 0
-        elif graph.loss_scale is not None and math.isfinite(loss):
-            # fp16 overflow: the update was skipped and the scale halved.
-            skipped += 1
-            consecutive_skips += 1
-            if consecutive_skips >= MAX_CONSECUTIVE_OVERFLOWS:
-                fail(f"training stopped at step {step + 1}: fp16 gradients overflowed "
-                     f"{consecutive_skips} steps in a row even with the loss scale "
-                     "at its floor; use --precision=bf16 or fp32")
-            continue
-        else:
-            _stop_not_finite(loss, float(values["grad_norm"]), step, checkpoint)
-        step = int(values["global_step"])
-        now = time.time()
-        if step % settings.log_every_n_steps == 0 or step == settings.num_train_steps:
-            rate = (step - last_log_step) * graph.examples_per_step / max(
-                now - last_log_time, 1e-9)
-            _log_step(step, settings.num_train_steps, loss, values, rate,
-                      now - started, start_step)
-            if skipped:
-                log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
-                         skipped, session.run(graph.loss_scale.scale))
-            if summaries is not None:
-                _write_summaries(summaries, step, loss, values, rate)
-            last_log_step, last_log_time = step, now
-        if chief and (step % settings.save_checkpoints_steps == 0 or
-                      step == settings.num_train_steps):
-            session.run(graph.set_examples_seen, {graph.examples_seen_value: examples_seen})
-            checkpoint = saver.save(session, os.path.join(settings.output_dir, "model.ckpt"),
-                                    global_step=step)
-            log.info("saved %s", checkpoint)
-    return TrainResult(step, examples_seen, loss, checkpoint, step - start_step,
+    with StopSignals() as stop:
+        while step < settings.num_train_steps:
+            for _ in range(graph.gradient_accumulation_steps - 1):
+                run(session, graph.micro_step, _feed(graph, next_batch(step)),
+                    what=f"step {step + 1}")
+            values = run(session, fetches, _feed(graph, next_batch(step)),
+                         what=f"step {step + 1}")
+            examples_seen += graph.examples_per_step
+            loss = float(values["loss"])
+            if values["applied"]:
+                consecutive_skips = 0
+            elif graph.loss_scale is not None and math.isfinite(loss):
+                # fp16 overflow: the update was skipped and the scale halved.
+                skipped += 1
+                consecutive_skips += 1
+                if consecutive_skips >= MAX_CONSECUTIVE_OVERFLOWS:
+                    fail(f"training stopped at step {step + 1}: fp16 gradients overflowed "
+                         f"{consecutive_skips} steps in a row even with the loss scale "
+                         "at its floor; use --precision=bf16 or fp32")
+                continue
+            else:
+                _stop_not_finite(loss, float(values["grad_norm"]), step, checkpoints.last)
+            step = int(values["global_step"])
+            now = time.time()
+            if step % settings.log_every_n_steps == 0 or step == settings.num_train_steps:
+                rate = (step - last_log_step) * graph.examples_per_step / max(
+                    now - last_log_time, 1e-9)
+                _log_step(step, settings.num_train_steps, loss, values, rate,
+                          now - started, start_step)
+                if skipped:
+                    log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
+                             skipped, session.run(graph.loss_scale.scale))
+                if summaries is not None:
+                    _write_summaries(summaries, step, loss, values, rate)
+                last_log_step, last_log_time = step, now
+            if step % settings.save_checkpoints_steps == 0 or \
+                    step == settings.num_train_steps:
+                checkpoints.save(step, examples_seen)
+            if stop.signal is not None:
+                saved = checkpoints.save(step, examples_seen)
+                raise Stopped(f"stopped by {stop.name} at step {step}: "
+                              f"{_resume_note(saved)}", 128 + stop.signal)
+    return TrainResult(step, examples_seen, loss, checkpoints.last, step - start_step,
                        graph.examples_per_step, time.time() - started, skipped)
+
+
+def _resume_note(saved: Optional[str]) -> str:
+    if saved:
+        return f"saved {saved}; the same command resumes from there"
+    return "no checkpoint was written (only the chief writes them)"
+
+
+class _Checkpoints:
+    """Saving the chief's checkpoints: never a non-finite one, never a torn one."""
+
+    def __init__(self, session, graph: TrainGraph, saver, output_dir: str, chief: bool,
+                 last: Optional[str], last_step: int):
+        self.session, self.graph, self.saver = session, graph, saver
+        self.output_dir, self.chief = output_dir, chief
+        self.last, self.last_step = last, last_step
+
+    def save(self, step: int, examples_seen: int) -> Optional[str]:
+        """Save at `step` (once per step); return the newest checkpoint (None: not chief)."""
+        if not self.chief:
+            return None
+        if step == self.last_step and self.last:
+            return self.last
+        # A cheap fused check: a NaN that slipped past the step's guard (an
+        # inf learning rate makes the last update itself non-finite) must
+        # never reach a checkpoint.
+        if not self.session.run(self.graph.weights_finite):
+            fail(f"training stopped at step {step}: the weights are no longer finite, "
+                 f"so no checkpoint was written (the last good one: "
+                 f"{self.last or 'none'}); lower --learning_rate or check the data")
+        self.session.run(self.graph.set_examples_seen,
+                         {self.graph.examples_seen_value: examples_seen})
+        prefix = os.path.join(self.output_dir, "model.ckpt")
+        try:
+            self.last = self.saver.save(self.session, prefix, global_step=step)
+        except (tf.errors.OpError, OSError) as e:
+            # TensorFlow leaves `*.tempstate*` files of a failed save behind.
+            remove_partial_save(self.output_dir)
+            raise cannot_write(f"{prefix}-{step}", e) from None
+        self.last_step = step
+        log.info("saved %s", self.last)
+        return self.last
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the loop to save and stop after the current step.
+
+    A scheduler sends SIGTERM before it kills: a preempted job loses at most
+    the step it was in. A second signal ends the process at once. Outside
+    the main thread (tests running a loop in a thread) nothing is installed.
+    """
+
+    NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+
+    def __init__(self):
+        self.signal: Optional[int] = None
+        self.previous = {}
+
+    @property
+    def name(self) -> str:
+        return self.NAMES.get(self.signal, f"signal {self.signal}")
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None:
+            os._exit(128 + signum)
+        self.signal = signum
+        log.info("%s: saving a checkpoint after the current step, then stopping "
+                 "(again to stop at once)", self.NAMES.get(signum, signum))
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.NAMES:
+                self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
 
 
 def _run_locally(session, fetches, feed_dict=None, what: str = ""):
@@ -208,6 +307,14 @@ def _feed(graph: TrainGraph, micro_batch: list) -> dict:
         for name, placeholder in placeholders.items():
             feed[placeholder] = batch[name]
     return feed
+
+
+def remove_partial_save(output_dir: str) -> list:
+    """Remove what a failed or killed Saver.save left behind (`*.tempstate*` files)."""
+    names = [n for n in os.listdir(output_dir) if ".tempstate" in n]
+    for name in names:
+        os.remove(os.path.join(output_dir, name))
+    return names
 
 
 def _stop_not_finite(loss: float, grad_norm: float, step: int,

@@ -59,6 +59,8 @@ class TrainGraph:
       loss_scale: fp16's DynamicLossScale, else None.
       examples_seen: variable the loop keeps at the data stream's position;
         set it by feeding `examples_seen_value` to `set_examples_seen`.
+      weights_finite: whether every trainable variable is finite (checked
+        before each save).
     """
     placeholders: List[dict]
     gradient_accumulation_steps: int
@@ -76,6 +78,7 @@ class TrainGraph:
     examples_seen: Any
     examples_seen_value: Any
     set_examples_seen: Any
+    weights_finite: Any
 
 
 def feature_placeholders(spec: dict, tower: int) -> dict:
@@ -173,6 +176,8 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
                                         tf.zeros_initializer(), trainable=False)
         examples_seen_value = tf.placeholder(tf.int64, [], "examples_seen_value")
         set_examples_seen = examples_seen.assign(examples_seen_value)
+        weights_finite = tf.reduce_all(tf.stack(
+            [tf.reduce_all(tf.is_finite(v)) for v in variables]))
     return TrainGraph(
         placeholders=placeholders, gradient_accumulation_steps=k,
         examples_per_step=(settings.batch_size_per_tower * plan.num_towers * k
@@ -181,7 +186,7 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         step_after=step_after, global_step=global_step, learning_rate=learning_rate,
         grad_norm=grad_norm, all_finite=all_finite, loss_scale=loss_scale,
         examples_seen=examples_seen, examples_seen_value=examples_seen_value,
-        set_examples_seen=set_examples_seen)
+        set_examples_seen=set_examples_seen, weights_finite=weights_finite)
 
 
 def _accumulate(grads: list, nonfinite_losses, variables: list, k: int):

@@ -56,7 +56,8 @@ class ClassificationTask(Task):
     def read(self, split: str) -> SplitData:
         file_split = "test" if split == "predict" else split
         path = self.predict_file if split == "predict" else None
-        rows = processors.read_examples(self.spec, self.data_dir, file_split, path)
+        rows = processors.read_examples(self.spec, self.data_dir, file_split, path,
+                                        keep_blank_lines=split == "predict")
         limit = self.limits.get(split)
         if limit is not None:
             rows = rows[:limit]

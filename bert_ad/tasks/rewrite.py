@@ -80,7 +80,7 @@ class RewriteTask(Task):
     def read(self, split: str) -> SplitData:
         if split == "predict":
             path = self.predict_file or self.data_file("dev")
-            rows = read_rows(path, "predict file", labelled=None)
+            rows = read_rows(path, "predict file", labelled=None, skip_blank_lines=False)
         else:
             path = self.data_file(split)
             rows = read_rows(path, f"{split} file", labelled=True)
