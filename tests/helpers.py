@@ -1,11 +1,350 @@
-"""What several test files share: running launchers in-process."""
+"""What several test files share.
+
+* Running a launcher as a user runs it: a subprocess with the repository on
+  PYTHONPATH and no GPU (`run_launcher`, `run_module`, `run_command`, several
+  side by side with `run_many`, long-lived ones with a log file in `Processes`), its flags
+  from a dict (`flag_args`).
+* The tiny model those runs train: a vocab of the sample sentences' words,
+  configs/tiny_bert_config.json with changes, an initial checkpoint
+  (`tiny_model`, `save_initial_checkpoint`).
+* Bad input is refused cleanly: exit 2, exactly one `error:` line and it is
+  the last, no traceback, and the output folder exactly as it was
+  (`assert_one_error_line`, `tree_digest`, `run_bad_inputs`, `BadRun`).
+* create_pretraining_data.py's main, in this process.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import pytest
 
 from bert_ad.cli import create_pretraining_data as create_pretraining_data_cli
 from bert_ad.cli.runner import parse_flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_SENTIMENT = os.path.join(REPO, "data", "sample_sentiment")
+TINY_CONFIG = os.path.join(REPO, "configs", "tiny_bert_config.json")
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+TIMEOUT = 300      # seconds, any one subprocess
+PARALLEL = 4       # subprocesses run_many starts at once
+
+
+# ---------------------------------------------------------------------------
+# Running launchers.
+
+
+def launcher_env(**extra: str) -> Dict[str, str]:
+    """The environment a launcher runs in: this repository first on PYTHONPATH,
+    CPU only (the same numbers on a machine with a GPU), no inherited
+    TF_CONFIG; then `extra`."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (REPO, env.get("PYTHONPATH", "")) if p)
+    env["CUDA_VISIBLE_DEVICES"] = "-1"
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Run:
+    """A finished command: its argv, exit code and captured output."""
+
+    command: List[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    def describe(self) -> str:
+        """The command, how it ended and its stderr: the message of a failed assert."""
+        ended = "killed after the timeout" if self.timed_out else f"exit {self.returncode}"
+        return f"{' '.join(self.command)}\n{ended}\nstderr:\n{self.stderr}"
+
+    def check(self) -> "Run":
+        """Assert exit 0; returns self."""
+        assert self.returncode == 0, self.describe()
+        return self
+
+
+def run_command(command: Sequence[str], timeout: float = TIMEOUT, cwd: str = REPO,
+                **env: str) -> Run:
+    """Run `command` (an argv) in `launcher_env(**env)`, output captured.
+
+    A run still going after `timeout` seconds is killed and returned with
+    `timed_out` set (its exit code is then the signal's).
+    """
+    process = subprocess.Popen(list(command), cwd=cwd, env=launcher_env(**env),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               universal_newlines=True)
+    timed_out = False
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        timed_out = True
+    return Run(list(command), process.returncode, stdout, stderr, timed_out)
+
+
+def run_launcher(argv: Sequence[str], timeout: float = TIMEOUT, cwd: str = REPO,
+                 **env: str) -> Run:
+    """`python argv[0] argv[1:]` as a user types it (argv[0] a path, relative
+    to `cwd` or absolute); see run_command."""
+    return run_command([sys.executable] + list(argv), timeout, cwd, **env)
+
+
+def run_module(module: str, args: Sequence[str] = (), timeout: float = TIMEOUT,
+               cwd: str = REPO, **env: str) -> Run:
+    """`python -m module args` (e.g. bert_ad.convert); see run_command."""
+    return run_command([sys.executable, "-m", module] + list(args), timeout, cwd, **env)
+
+
+def run_many(jobs: Mapping[str, Sequence[str]], parallel: int = PARALLEL,
+             run: Callable[..., Run] = run_launcher) -> Dict[str, Run]:
+    """{name: argv} -> {name: Run}, `run(argv)` each, at most `parallel` at a time.
+
+    A thread per run drains its pipes, so a chatty run never blocks.
+    """
+    with ThreadPoolExecutor(parallel) as pool:
+        futures = {name: pool.submit(run, argv) for name, argv in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def flag_args(flags: Mapping[str, object]) -> List[str]:
+    """{name: value} -> ["--name=value"]; True -> "--name"; None -> left out."""
+    return [f"--{name}" if value is True else f"--{name}={value}"
+            for name, value in flags.items() if value is not None]
+
+
+class Processes:
+    """Long-lived subprocesses, each writing stdout and stderr to its own log
+    file, each in its own session; every one still running is killed (with
+    the processes it started) when the `with` block ends."""
+
+    def __init__(self):
+        self.running: List[subprocess.Popen] = []
+
+    def start(self, command: Sequence[str], log_path: str, **env: str) -> subprocess.Popen:
+        """Start `command` in `launcher_env(**env)`; the process gets `.log_path`."""
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(list(command), cwd=REPO, env=launcher_env(**env),
+                                       stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        process.log_path = log_path
+        self.running.append(process)
+        return process
+
+    def __enter__(self) -> "Processes":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for process in self.running:
+            if process.poll() is None:
+                # A launcher's workers share its session: end them all.
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def wait(process: subprocess.Popen, timeout: float = TIMEOUT) -> int:
+    """The exit code of a `Processes` process; fails the test (with its log)
+    and kills its session if it runs past `timeout` seconds."""
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        pytest.fail(f"{process.args} still running after {timeout}s; log:\n"
+                    f"{read_text(process.log_path)}")
+
+
+def logged_run(process: subprocess.Popen) -> Run:
+    """A finished `Processes` process as a Run: its log (stdout and stderr
+    interleaved) is the Run's stderr."""
+    return Run(list(process.args), process.returncode, "", read_text(process.log_path))
+
+
+# ---------------------------------------------------------------------------
+# The tiny model.
+
+
+def sample_sentiment_texts(splits: Iterable[str] = ("train", "dev", "test")) -> List[str]:
+    """The text column of data/sample_sentiment/{split}.tsv (label<TAB>text rows)."""
+    texts = []
+    for split in splits:
+        with open(os.path.join(SAMPLE_SENTIMENT, f"{split}.tsv"), encoding="utf-8") as f:
+            texts += [line.rstrip("\n").split("\t", 1)[1] for line in f if line.strip()]
+    return texts
+
+
+def basic_words(text: str) -> List[str]:
+    """Whole words and single punctuation marks, as BERT's basic tokenizer
+    splits lower-cased English."""
+    return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
+
+
+def write_vocab(path: str, texts: Iterable[str]) -> int:
+    """A vocab file: the special tokens, then every word of `texts` sorted.
+    Returns its size."""
+    words = set()
+    for text in texts:
+        words.update(basic_words(text))
+    tokens = list(SPECIAL_TOKENS) + sorted(words)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    return len(tokens)
+
+
+def write_config(path: str, vocab_size: int, **changes: object) -> str:
+    """configs/tiny_bert_config.json (hidden 32, 2 layers) with `vocab_size`
+    and `changes`, written to `path`; returns `path`."""
+    with open(TINY_CONFIG) as f:
+        config = json.load(f)
+    config.update(vocab_size=vocab_size)
+    config.update(changes)
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+    return path
+
+
+@dataclass
+class TinyModel:
+    """The files of a tiny BERT: vocab.txt and bert_config.json."""
+
+    vocab_file: str
+    config_file: str
+    vocab_size: int
+
+    def bert_config(self):
+        """The config as a modeling.BertConfig."""
+        from bert_ad.model.modeling import BertConfig
+        return BertConfig.from_json_file(self.config_file)
+
+
+def tiny_model(directory: str, texts: Optional[Iterable[str]] = None,
+               **config_changes: object) -> TinyModel:
+    """vocab.txt of the words of `texts` (default: every sample_sentiment
+    split) and bert_config.json (the tiny config with `config_changes`), in
+    `directory` (made if missing)."""
+    os.makedirs(directory, exist_ok=True)
+    vocab_file = os.path.join(directory, "vocab.txt")
+    size = write_vocab(vocab_file, sample_sentiment_texts() if texts is None else texts)
+    config_file = write_config(os.path.join(directory, "bert_config.json"), size,
+                               **config_changes)
+    return TinyModel(vocab_file, config_file, size)
+
+
+def save_initial_checkpoint(prefix: str, config, build: Optional[Callable] = None,
+                            seed: Optional[int] = None) -> str:
+    """Freshly initialised weights saved at checkpoint `prefix`; returns it.
+
+    Args:
+      prefix: the checkpoint path prefix (…/model.ckpt); its folder is made.
+      config: a modeling.BertConfig.
+      build: build(config) adds the variables to the default graph; default
+        the encoder alone (BertModel, as a released checkpoint holds it).
+      seed: the graph-level seed, for a start that other graphs can share.
+    """
+    from bert_ad.compat import tf
+    from bert_ad.model.modeling import BertModel
+    with tf.Graph().as_default():
+        if seed is not None:
+            tf.set_random_seed(seed)
+        if build is None:
+            BertModel(config, False, tf.placeholder(tf.int32, [None, None]))
+        else:
+            build(config)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, prefix, write_meta_graph=False)
+    return prefix
+
+
+# ---------------------------------------------------------------------------
+# Bad input: one error line, nothing changed.
+
+
+def tree_digest(directory: str) -> Optional[Dict[str, str]]:
+    """{relative path: sha256 of the bytes, or "dir"} of everything under
+    `directory`; None if it does not exist."""
+    if not os.path.exists(directory):
+        return None
+    found = {}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(root, name), directory) + "/"] = "dir"
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, directory)] = hashlib.sha256(
+                    f.read()).hexdigest()
+    return found
+
+
+def assert_one_error_line(run: Run, *expected: str) -> str:
+    """Assert the run was refused as bad input: exit 2, no traceback, exactly
+    one line starting `error:` and it is the last of stderr, holding each of
+    `expected`. Returns that line."""
+    assert run.returncode == 2, run.describe()
+    assert "Traceback" not in run.stderr, run.describe()
+    lines = run.stderr.splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, run.describe()
+    assert lines[-1] == errors[0], run.describe()
+    for text in expected:
+        assert text in errors[0], run.describe()
+    return errors[0]
+
+
+@dataclass
+class BadRun:
+    """A run given bad input, with its output folder's digest before and after."""
+
+    run: Run
+    expected: Sequence[str]
+    before: Optional[Dict[str, str]]
+    after: Optional[Dict[str, str]]
+
+    def assert_refused(self) -> str:
+        """assert_one_error_line with `expected`, and the output folder
+        unchanged. Returns the error line."""
+        line = assert_one_error_line(self.run, *self.expected)
+        assert self.after == self.before, self.run.describe()
+        return line
+
+
+def run_bad_inputs(cases: Mapping[str, Tuple[Sequence[str], str, Sequence[str]]],
+                   names: Optional[Sequence[str]] = None,
+                   run: Callable[..., Run] = run_launcher) -> Dict[str, BadRun]:
+    """{name: (argv, output_dir, expected words)} -> {name: BadRun}: every
+    output_dir digested, the runs side by side (run_many), digested again.
+    `names`, if given, must be the cases' names (a test parametrized by them
+    then covers every case)."""
+    if names is not None:
+        assert sorted(cases) == sorted(names)
+    before = {name: tree_digest(output_dir) for name, (_, output_dir, _) in cases.items()}
+    runs = run_many({name: argv for name, (argv, _, _) in cases.items()}, run=run)
+    return {name: BadRun(runs[name], expected, before[name], tree_digest(output_dir))
+            for name, (_, output_dir, expected) in cases.items()}
+
+
+# ---------------------------------------------------------------------------
+# In-process entry points.
 
 
 def create_pretraining_data(argv: Sequence[str]) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -13,8 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE = os.path.join(REPO, "data", "sample_sentiment")
+from helpers import REPO, SAMPLE_SENTIMENT as SAMPLE, save_initial_checkpoint, tiny_model
 
 
 def _load_study():
@@ -82,29 +80,9 @@ def test_cli_command_carries_the_spec():
 
 
 def _tiny_model(model_dir: str) -> None:
-    from bert_ad.compat import tf
-    from bert_ad.model.modeling import BertConfig, BertModel
-    words = set()
-    for split in ("train", "dev", "test"):
-        with open(os.path.join(SAMPLE, f"{split}.tsv"), encoding="utf-8") as f:
-            for line in f:
-                words.update(re.findall(r"[a-z0-9]+|[^\sa-z0-9]", line.split("\t")[1].lower()))
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
-    os.makedirs(model_dir)
-    with open(os.path.join(model_dir, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    with open(os.path.join(REPO, "configs", "tiny_bert_config.json")) as f:
-        config = json.load(f)
-    config["vocab_size"] = len(tokens)
-    with open(os.path.join(model_dir, "bert_config.json"), "w") as f:
-        json.dump(config, f)
-    with tf.Graph().as_default():
-        BertModel(BertConfig.from_dict(config), False,
-                  tf.placeholder(tf.int32, [None, None]))
-        with tf.Session() as session:
-            session.run(tf.global_variables_initializer())
-            tf.train.Saver().save(session, os.path.join(model_dir, "bert_model.ckpt"),
-                                  write_meta_graph=False)
+    """vocab.txt, bert_config.json and an untrained bert_model.ckpt in model_dir."""
+    model = tiny_model(model_dir)
+    save_initial_checkpoint(os.path.join(model_dir, "bert_model.ckpt"), model.bert_config())
 
 
 @pytest.fixture(scope="module")

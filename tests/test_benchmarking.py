@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ from bert_ad.tools import benchmarking as bench
 from bert_ad.data.batching import TokenizedExamples, make_batch
 from bert_ad.compat import tf
 from bert_ad.model.modeling import BertConfig
+from helpers import run_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -249,17 +249,13 @@ def test_bench_train_reads_the_bucket_window_without_importing_tensorflow():
     # The PyTorch worker reads it: batching must not pull TensorFlow in.
     code = ("import sys; import bert_ad.data.batching; "
             "print('tensorflow' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=REPO)
+    out = run_command([sys.executable, "-c", code]).check()
     assert out.stdout.strip() == "False"
 
 
 def test_gpu_smoke_without_a_gpu_says_there_is_nothing_to_do(tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="-1",
-               BERT_AD_CACHE=str(tmp_path / "cache"))
-    run = subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_smoke.sh")],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, timeout=300)
+    run = run_command(["bash", os.path.join(REPO, "scripts", "gpu_smoke.sh")],
+                      PYTHON=sys.executable, BERT_AD_CACHE=str(tmp_path / "cache"))
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip().splitlines()[-1] == (
         "gpu_smoke: TensorFlow sees no GPU here (CUDA_VISIBLE_DEVICES=-1); nothing to do")

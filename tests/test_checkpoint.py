@@ -11,10 +11,11 @@ import pytest
 from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                           resolve_checkpoint, set_aside_newer,
                                           step_checkpoints)
-from bert_ad.model.heads import classifier
+from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.model.modeling import BertConfig, BertModel
+from bert_ad.parallel.train_graph import feature_placeholders
 
 SMALL = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
              intermediate_size=32, max_position_embeddings=32)
@@ -33,14 +34,8 @@ def save_encoder(path: str, vocab_size: int = 40) -> dict:
 
 
 def classifier_graph(vocab_size: int = 40):
-    features = {
-        "input_ids": tf.placeholder(tf.int32, [None, None]),
-        "input_mask": tf.placeholder(tf.int32, [None, None]),
-        "segment_ids": tf.placeholder(tf.int32, [None, None]),
-        "label_ids": tf.placeholder(tf.int32, [None]),
-        "example_weights": tf.placeholder(tf.float32, [None]),
-    }
-    classifier(BertConfig(vocab_size=vocab_size, **SMALL), features, 3, False)
+    classifier(BertConfig(vocab_size=vocab_size, **SMALL),
+               feature_placeholders(FEATURE_SPEC, 0), 3, False)
 
 
 def test_loads_by_name_and_reports_new_and_unused(tmp_path, caplog):

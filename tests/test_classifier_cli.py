@@ -1,7 +1,7 @@
 """End-to-end tests of run_classifier_mgpu.py, run as a user runs it: a subprocess.
 
-Every run uses a tiny BERT (hidden 32, 2 layers) with a vocab written here
-from the words of data/sample_sentiment, on 1 or 3 logical CPU towers, so the
+Every run uses a tiny BERT (hidden 32, 2 layers) with a vocab of the words
+of data/sample_sentiment (helpers.tiny_model), on 1 or 3 logical CPU towers, so the
 file needs no downloads and no GPU. One training run (module fixture) is
 shared: its checkpoints are scored again with other tower counts and input
 orders, copied into output dirs for the bad-input cases, and cut back to an
@@ -11,91 +11,32 @@ side by side to keep the file fast.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shutil
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import (
+    REPO, SAMPLE_SENTIMENT as SAMPLE, Run, flag_args, run_bad_inputs, run_launcher, run_many,
+    tiny_model, write_config)
+
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
-SAMPLE = os.path.join(REPO, "data", "sample_sentiment")
 ROWS = 13          # divides neither by the batch size (4) nor by the towers (3)
 TOWERS = 3
 BATCH = 4
 # 40 training rows, global batch 3 x 4 = 12, 2 epochs: int(40 / 12 * 2) = 6 steps.
 STEPS = 6
 EXAMPLES_SEEN = STEPS * TOWERS * BATCH
-TIMEOUT = 300
-PARALLEL = 4       # CLI processes started at once
 
 
 # ---------------------------------------------------------------------------
 # Running the CLI.
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    # CPU towers everywhere: the same numbers on a machine with a GPU.
-    env["CUDA_VISIBLE_DEVICES"] = "-1"
-    return env
-
-
-def _start(args: list) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, LAUNCHER] + list(args), cwd=REPO,
-                            env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, universal_newlines=True)
-
-
-class Run:
-    """A finished CLI run: returncode, stdout, stderr, args."""
-
-    def __init__(self, args: list, process: subprocess.Popen):
-        self.args = list(args)
-        try:
-            self.stdout, self.stderr = process.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            self.stdout, self.stderr = process.communicate()
-        self.returncode = process.returncode
-
-    def describe(self) -> str:
-        return (f"run_classifier_mgpu.py {' '.join(self.args)}\n"
-                f"exit {self.returncode}\nstderr:\n{self.stderr}")
-
-
 def run_cli(args: list) -> Run:
-    return Run(args, _start(args))
-
-
-def run_many(jobs: dict) -> dict:
-    """{name: args} -> {name: Run}, at most PARALLEL processes at a time."""
-    # A thread per run drains its pipes, so a chatty run never blocks.
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {name: pool.submit(run_cli, args) for name, args in jobs.items()}
-        return {name: future.result() for name, future in futures.items()}
-
-
-def flag_args(flags: dict) -> list:
-    """{name: value} -> ["--name=value"]; True -> "--name", None -> left out."""
-    args = []
-    for name, value in flags.items():
-        if value is None:
-            continue
-        args.append(f"--{name}" if value is True else f"--{name}={value}")
-    return args
-
-
-def require_ok(run: Run) -> Run:
-    assert run.returncode == 0, run.describe()
-    return run
+    return run_launcher([LAUNCHER] + list(args))
 
 
 # ---------------------------------------------------------------------------
@@ -137,22 +78,6 @@ def read_results(output_dir: str, name: str = "eval_results.txt") -> dict:
     return results
 
 
-def snapshot(directory: str):
-    """{relative path: sha256 (or "dir")} of everything under `directory`; None if absent."""
-    if not os.path.exists(directory):
-        return None
-    found = {}
-    for root, dirs, files in os.walk(directory):
-        for name in dirs:
-            found[os.path.relpath(os.path.join(root, name), directory) + "/"] = "dir"
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, directory)] = hashlib.sha256(
-                    f.read()).hexdigest()
-    return found
-
-
 def copy_output_dir(source: str, target: str) -> str:
     shutil.copytree(source, target)
     return target
@@ -162,21 +87,9 @@ def copy_output_dir(source: str, target: str) -> str:
 # The tiny model and data.
 
 
-def _words(text: str) -> list:
-    # Whole words and single punctuation marks, as BERT's basic tokenizer splits.
-    return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
-
-
-def write_config(path: str, vocab_size: int, **changes) -> str:
-    with open(os.path.join(REPO, "configs", "tiny_bert_config.json")) as f:
-        config = json.load(f)
-    # A wide initialisation gives every row clearly different probabilities
-    # after a few steps, so a reordering of rows cannot go unnoticed.
-    config.update(vocab_size=vocab_size, initializer_range=1.0)
-    config.update(changes)
-    with open(path, "w") as f:
-        json.dump(config, f, indent=2)
-    return path
+# A wide initialisation gives every row clearly different probabilities
+# after a few steps, so a reordering of rows cannot go unnoticed.
+WIDE_INIT = 1.0
 
 
 class Setup:
@@ -188,16 +101,9 @@ def setup(tmp_path_factory) -> Setup:
     root = str(tmp_path_factory.mktemp("classifier_cli"))
     s = Setup()
     s.root = root
-    words = set()
-    for split in ("train", "dev", "test"):
-        for _, text in read_rows(os.path.join(SAMPLE, f"{split}.tsv")):
-            words.update(_words(text))
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
-    s.vocab_file = os.path.join(root, "vocab.txt")
-    with open(s.vocab_file, "w", encoding="utf-8") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    s.vocab_size = len(tokens)
-    s.config_file = write_config(os.path.join(root, "bert_config.json"), len(tokens))
+    model = tiny_model(root, initializer_range=WIDE_INIT)
+    s.vocab_file, s.config_file = model.vocab_file, model.config_file
+    s.vocab_size = model.vocab_size
 
     s.data_dir = os.path.join(root, "data")
     os.makedirs(s.data_dir)
@@ -240,7 +146,7 @@ def trained(setup):
     output_dir = os.path.join(setup.root, "trained")
     flags = dict(training_flags(setup, output_dir), do_predict=True, do_eval=True,
                  predict_file=setup.dev_file)
-    run = require_ok(run_cli(flag_args(flags)))
+    run = run_cli(flag_args(flags)).check()
     return output_dir, run
 
 
@@ -264,9 +170,9 @@ def scored(setup, trained):
         "flagfile": [f"--flagfile={flagfile}",
                      f"--output_dir={os.path.join(root, 'flagfile')}"],
     }
-    runs = run_many(jobs)
+    runs = run_many({name: [LAUNCHER] + args for name, args in jobs.items()})
     for run in runs.values():
-        require_ok(run)
+        run.check()
     return {name: os.path.join(root, name) for name in jobs}
 
 
@@ -388,7 +294,7 @@ def test_resume_ends_where_the_uninterrupted_run_ends(setup, trained):
     for name in os.listdir(output_dir):
         if name.startswith(f"model.ckpt-{STEPS}.") or name == "checkpoint":
             os.remove(os.path.join(output_dir, name))
-    run = require_ok(run_cli(flag_args(training_flags(setup, output_dir))))
+    run = run_cli(flag_args(training_flags(setup, output_dir))).check()
     assert re.search(r"resuming from \S*model\.ckpt-4\b", run.stderr), run.stderr
     steps = re.findall(r"step (\d+)/(\d+) ", run.stderr)
     assert steps == [("5", str(STEPS)), (str(STEPS), str(STEPS))], run.stderr
@@ -430,7 +336,7 @@ def _bad_cases(s: Setup, trained_dir: str) -> dict:
     def add(name, output_dir, expected, **flags):
         merged = dict(s.flags, output_dir=output_dir)
         merged.update(flags)
-        cases[name] = (flag_args(merged), output_dir, expected)
+        cases[name] = ([LAUNCHER] + flag_args(merged), output_dir, expected)
 
     train_rows = read_rows(os.path.join(s.data_dir, "train.tsv"))
     dev_rows = read_rows(s.dev_file)
@@ -474,14 +380,15 @@ def _bad_cases(s: Setup, trained_dir: str) -> dict:
     add("missing_init_checkpoint", os.path.join(root, "missing_init_checkpoint", "out"),
         ["--init_checkpoint=" + prefix], do_train=True, init_checkpoint=prefix)
     wider = write_config(os.path.join(root, "wider_config.json"), s.vocab_size,
-                         hidden_size=64, intermediate_size=128)
+                         initializer_range=WIDE_INIT, hidden_size=64, intermediate_size=128)
     output_dir = trained_copy("other_model_shape")
     add("other_model_shape", output_dir, [output_dir, "different model shape"],
         do_train=True, bert_config_file=wider)
     config = os.path.join(root, "no_such_config.json")
     add("missing_bert_config", trained_copy("missing_bert_config"),
         ["bert_config_file", config], do_predict=True, bert_config_file=config)
-    small = write_config(os.path.join(root, "small_vocab_config.json"), 50)
+    small = write_config(os.path.join(root, "small_vocab_config.json"), 50,
+                         initializer_range=WIDE_INIT)
     add("vocab_too_large", trained_copy("vocab_too_large"),
         ["--vocab_file", "vocab_size=50"], do_predict=True, bert_config_file=small)
     add("nothing_to_do", trained_copy("nothing_to_do"),
@@ -511,23 +418,9 @@ BAD_CASES = ["missing_data_file", "wrong_columns", "empty_train", "unknown_label
 
 @pytest.fixture(scope="module")
 def bad_runs(setup, trained):
-    cases = _bad_cases(setup, trained[0])
-    assert sorted(cases) == sorted(BAD_CASES)
-    before = {name: snapshot(output_dir) for name, (_, output_dir, _) in cases.items()}
-    runs = run_many({name: args for name, (args, _, _) in cases.items()})
-    return {name: (runs[name], before[name], snapshot(output_dir), expected)
-            for name, (_, output_dir, expected) in cases.items()}
+    return run_bad_inputs(_bad_cases(setup, trained[0]), BAD_CASES)
 
 
 @pytest.mark.parametrize("case", BAD_CASES)
 def test_bad_input_is_one_error_line_and_changes_nothing(bad_runs, case):
-    run, before, after, expected = bad_runs[case]
-    assert run.returncode == 2, run.describe()
-    assert "Traceback" not in run.stderr, run.describe()
-    lines = run.stderr.splitlines()
-    errors = [line for line in lines if line.startswith("error:")]
-    assert len(errors) == 1, run.describe()
-    assert lines[-1] == errors[0], run.describe()
-    for text in expected:
-        assert text in errors[0], run.describe()
-    assert after == before, run.describe()
+    bad_runs[case].assert_refused()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, launcher_env, run_many
 LAUNCHERS = {
     "run_classifier_mgpu.py": ["--n_gpus", "--train_batch_size", "--lr_scaling",
                                "--do_predict", "--bucket_by_length"],
@@ -19,18 +18,9 @@ LAUNCHERS = {
 }
 
 
-def _run(command: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run(["bash", "-c", command], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def helps():
-    with ThreadPoolExecutor(4) as pool:
-        runs = {name: pool.submit(_run, f"'{sys.executable}' {name} --help")
-                for name in LAUNCHERS}
-        return {name: run.result() for name, run in runs.items()}
+    return run_many({name: [name, "--help"] for name in LAUNCHERS})
 
 
 @pytest.mark.parametrize("name", sorted(LAUNCHERS))
@@ -52,10 +42,9 @@ def test_help_into_a_closed_pipe_is_quiet():
     """`--help | head`: the reader is gone before we write; no traceback."""
     read_end, write_end = os.pipe()
     os.close(read_end)
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         run = subprocess.run([sys.executable, "create_pretraining_data.py", "--help"],
-                             cwd=REPO, env=env, stdout=write_end, stderr=subprocess.PIPE,
+                             cwd=REPO, env=launcher_env(), stdout=write_end, stderr=subprocess.PIPE,
                              text=True, timeout=300)
     finally:
         os.close(write_end)

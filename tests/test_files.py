@@ -27,6 +27,7 @@ from bert_ad.data.features import write_features
 from bert_ad.errors import UserError
 from bert_ad.pretraining.records import ShardWriter
 from bert_ad.tools import safetensors
+from helpers import launcher_env, run_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -173,11 +174,8 @@ def disk_full(tmp_path_factory) -> dict:
         for name in ("result", "result-2", "eval_results.txt"):
             (root / writer / name).write_text("earlier run\n")
         before[writer] = snapshot(root / writer)
-    env = dict(os.environ, PYTHONPATH=REPO, PYTHONDONTWRITEBYTECODE="1",
-               TF_CPP_MIN_LOG_LEVEL="3")
-    run = subprocess.run([sys.executable, "-c", DISK_FULL.format(here=HERE, root=str(root))],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env, timeout=300)
+    run = run_command([sys.executable, "-c", DISK_FULL.format(here=HERE, root=str(root))],
+                      PYTHONDONTWRITEBYTECODE="1", TF_CPP_MIN_LOG_LEVEL="3")
     messages = dict(json.loads(line) for line in run.stdout.splitlines())
     out = {w: (messages.get(w, run.stderr), root / w, before[w]) for w in WRITERS}
     out["cli"] = (run, root / "cli", before["cli"])
@@ -357,7 +355,7 @@ def test_the_temporary_of_a_killed_run_is_removed_at_the_next_start(tmp_path):
     (tmp_path / "predict.txt").write_text("earlier\n")
     run = subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(tmp_path)],
                            stdout=subprocess.PIPE, universal_newlines=True,
-                           env=dict(os.environ, PYTHONPATH=REPO))
+                           env=launcher_env())
     try:
         assert run.stdout.readline() == "writing\n"
     finally:

@@ -24,25 +24,24 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import numpy as np
 import pytest
 
 from bert_ad.compat import IS_TF1, tf
+from helpers import (
+    REPO, SAMPLE_SENTIMENT as SAMPLE, TIMEOUT, Processes, assert_one_error_line, flag_args,
+    logged_run, read_text, sample_sentiment_texts, save_initial_checkpoint, tiny_model, wait)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPO, "tests")
 CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
 PRETRAINING = os.path.join(REPO, "run_pretraining_mgpu.py")
 LAUNCHER = os.path.join(REPO, "scripts", "launch_local_workers.sh")
-SAMPLE = os.path.join(REPO, "data", "sample_sentiment")
-TIMEOUT = 240          # any single subprocess
 BATCH = 4              # per tower
 STEPS = 5              # 40 training rows, global batch 8, 1 epoch
 STEP_TIMEOUT = 10      # --collective_timeout_s in the fault test
@@ -50,7 +49,7 @@ START_TIMEOUT = 90     # --cluster_start_timeout_s (first steps included) on a b
 
 
 # ---------------------------------------------------------------------------
-# Processes.
+# Loopback clusters.
 
 
 def free_ports(n: int) -> list:
@@ -69,88 +68,20 @@ def tf_config(ports: list, index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
-def _env(**extra) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    env["CUDA_VISIBLE_DEVICES"] = "-1"
-    env.pop("TF_CONFIG", None)
-    env.update(extra)
-    return env
-
-
-class Processes:
-    """Started subprocesses, each writing to its own log file; all killed at exit."""
-
-    def __init__(self):
-        self.running = []
-
-    def start(self, command: list, log_path: str, **env) -> subprocess.Popen:
-        log = open(log_path, "w")
-        process = subprocess.Popen(command, cwd=REPO, env=_env(**env), stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        process.log_path = log_path
-        self.running.append(process)
-        return process
-
-    def __enter__(self) -> "Processes":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for process in self.running:
-            if process.poll() is None:
-                # The launcher's workers share its session: end them all.
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def wait(process: subprocess.Popen, timeout: float = TIMEOUT) -> int:
-    try:
-        return process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        pytest.fail(f"{process.args} still running after {timeout}s; log:\n"
-                    f"{read(process.log_path)}")
-
-
-def read(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read()
-
-
-def flag_args(flags: dict) -> list:
-    return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()
-            if v is not None]
-
-
-def error_lines(log: str) -> list:
-    return [line for line in log.splitlines() if line.startswith("error:")]
-
-
-def assert_one_error_line(process: subprocess.Popen, *expected: str) -> str:
-    log = read(process.log_path)
-    assert process.returncode == 2, log
-    assert "Traceback" not in log, log
-    errors = error_lines(log)
-    assert len(errors) == 1 and log.splitlines()[-1] == errors[0], log
-    for text in expected:
-        assert text in errors[0], log
-    return errors[0]
-
-
 # ---------------------------------------------------------------------------
 # The collective layer, three workers in one process.
 
 
-def collective_check(out_path: str) -> None:
-    """Run in a subprocess: 3 servers, one thread per worker; save what each got."""
+def threaded_workers(workers: int, out_path: str,
+                     worker: Callable[[int, str, str, object], dict]) -> None:
+    """Run in a subprocess: `workers` TensorFlow servers on loopback ports and a
+    thread per worker calling worker(index, its CPU device, its session
+    target, its session config) -> {name: array}; saves every worker's arrays
+    to `out_path` as "index/name". Exits naming the workers that failed."""
     import threading
 
     from bert_ad import compat
-    from bert_ad.distributed.collective import CollectiveKeys, Collectives, variables_checksum
 
-    workers = 3
     hosts = [f"127.0.0.1:{p}" for p in free_ports(workers)]
     configs, servers = [], []
     for i in range(workers):
@@ -159,58 +90,79 @@ def collective_check(out_path: str) -> None:
                                      f"/job:worker/task:{i}", "ring")
         configs.append(config)
         servers.append(compat.start_server(hosts, i, config))
-    results = [None] * workers
-    errors = []
+    results, errors = [None] * workers, []
 
-    def worker(i):
+    def run(i):
         try:
-            device = f"/job:worker/replica:0/task:{i}/device:CPU:0"
-            with tf.Graph().as_default():
-                collectives = Collectives(workers, device, "CPU", CollectiveKeys())
-                inputs = collective_inputs(i)
-                with tf.device(device):
-                    grads = [tf.constant(inputs["dense"]), None,
-                             tf.IndexedSlices(tf.constant(inputs["slice_values"]),
-                                              tf.constant(inputs["slice_indices"]),
-                                              tf.constant([6, 2])),
-                             tf.constant(inputs["vector"])]
-                    weights = tf.get_variable("weights", initializer=inputs["weights"])
-                    step = tf.get_variable("step", initializer=np.int64(10 + i))
-                # 40-byte packs: the three gradients travel in three packs.
-                mean = collectives.mean_gradients(grads, pack_bytes=40)
-                half = (collectives.mean_gradients(grads, pack_bytes=1 << 20, fp16=True)
-                        if not IS_TF1 else [])
-                broadcast = collectives.broadcast_variables([weights, step], i == 0,
-                                                            pack_bytes=40)
-                with tf.control_dependencies([broadcast]):
-                    checksum = variables_checksum([weights, step])
-                checksums = collectives.all_gather(checksum)
-                gathered = collectives.all_gather(tf.constant([i + 0.5], tf.float64))
-                fetch = {"dense": mean[0], "slices": mean[2], "vector": mean[3],
-                         "checksums": checksums, "gathered": gathered}
-                if half:
-                    fetch.update(half_dense=half[0], half_slices=half[2])
-                assert mean[1] is None
-                shapes = [g.shape.as_list() for g in (mean[0], mean[2], mean[3])]
-                with tf.Session(servers[i].target, config=configs[i]) as session:
-                    session.run(tf.global_variables_initializer())
-                    values = session.run(fetch)
-                    values["weights"], values["step"] = session.run([weights, step])
-                values["shapes"] = np.array(shapes, dtype=object)
-                results[i] = values
+            results[i] = worker(i, f"/job:worker/replica:0/task:{i}/device:CPU:0",
+                                servers[i].target, configs[i])
         except Exception as e:  # reported by the main thread
             errors.append(f"worker {i}: {type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
-               for i in range(workers)]
+    threads = [threading.Thread_text(target=run, args=(i,), daemon=True) for i in range(workers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
     if errors or any(r is None for r in results):
         raise SystemExit("; ".join(errors) or "a worker did not finish")
-    flat = {f"{i}/{k}": v for i, r in enumerate(results) for k, v in r.items()}
-    np.savez(out_path, **flat)
+    np.savez(out_path, **{f"{i}/{k}": v for i, r in enumerate(results) for k, v in r.items()})
+
+
+def run_check(tmp_path, check: str) -> dict:
+    """This file's function `check`(out_path) run in a fresh Python (servers
+    cannot be stopped, so they live and die with it); the arrays it saved."""
+    out = str(tmp_path / "results.npz")
+    code = (f"import sys; sys.path.insert(0, {TESTS!r}); "
+            f"from test_multiworker import {check}; {check}({out!r})")
+    with Processes() as processes:
+        process = processes.start([sys.executable, "-c", code], str(tmp_path / "log"))
+        assert wait(process) == 0, read_text(process.log_path)
+    return dict(np.load(out, allow_pickle=True))
+
+
+def collective_check(out_path: str) -> None:
+    """Run in a subprocess: 3 workers exchange; save what each got."""
+    from bert_ad.distributed.collective import CollectiveKeys, Collectives, variables_checksum
+
+    workers = 3
+
+    def worker(i, device, target, config):
+        with tf.Graph().as_default():
+            collectives = Collectives(workers, device, "CPU", CollectiveKeys())
+            inputs = collective_inputs(i)
+            with tf.device(device):
+                grads = [tf.constant(inputs["dense"]), None,
+                         tf.IndexedSlices(tf.constant(inputs["slice_values"]),
+                                          tf.constant(inputs["slice_indices"]),
+                                          tf.constant([6, 2])),
+                         tf.constant(inputs["vector"])]
+                weights = tf.get_variable("weights", initializer=inputs["weights"])
+                step = tf.get_variable("step", initializer=np.int64(10 + i))
+            # 40-byte packs: the three gradients travel in three packs.
+            mean = collectives.mean_gradients(grads, pack_bytes=40)
+            half = (collectives.mean_gradients(grads, pack_bytes=1 << 20, fp16=True)
+                    if not IS_TF1 else [])
+            broadcast = collectives.broadcast_variables([weights, step], i == 0,
+                                                        pack_bytes=40)
+            with tf.control_dependencies([broadcast]):
+                checksum = variables_checksum([weights, step])
+            checksums = collectives.all_gather(checksum)
+            gathered = collectives.all_gather(tf.constant([i + 0.5], tf.float64))
+            fetch = {"dense": mean[0], "slices": mean[2], "vector": mean[3],
+                     "checksums": checksums, "gathered": gathered}
+            if half:
+                fetch.update(half_dense=half[0], half_slices=half[2])
+            assert mean[1] is None
+            shapes = [g.shape.as_list() for g in (mean[0], mean[2], mean[3])]
+            with tf.Session(target, config=config) as session:
+                session.run(tf.global_variables_initializer())
+                values = session.run(fetch)
+                values["weights"], values["step"] = session.run([weights, step])
+        values["shapes"] = np.array(shapes, dtype=object)
+        return values
+
+    threaded_workers(workers, out_path, worker)
 
 
 def collective_inputs(worker: int) -> dict:
@@ -223,13 +175,7 @@ def collective_inputs(worker: int) -> dict:
 
 
 def test_collectives_between_three_workers(tmp_path):
-    out = str(tmp_path / "results.npz")
-    code = (f"import sys; sys.path.insert(0, {TESTS!r}); "
-            f"from test_multiworker import collective_check; collective_check({out!r})")
-    with Processes() as processes:
-        process = processes.start([sys.executable, "-c", code], str(tmp_path / "log"))
-        assert wait(process) == 0, read(process.log_path)
-    got = dict(np.load(out, allow_pickle=True))
+    got = run_check(tmp_path, "collective_check")
     inputs = [collective_inputs(w) for w in range(3)]
     dense = np.mean([x["dense"] for x in inputs], axis=0)
     slices = np.zeros((6, 2), np.float32)
@@ -264,83 +210,52 @@ def nan_on_one_worker_check(out_path: str) -> None:
     makes both workers skip the update alike (their weights stay equal); with
     finite losses both then apply the next one.
     """
-    import threading
-
-    from bert_ad import compat
     from bert_ad.distributed.collective import CollectiveKeys, Collectives
     from bert_ad.parallel.towers import plan_devices
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 
     workers = 2
-    hosts = [f"127.0.0.1:{p}" for p in free_ports(workers)]
-    configs, servers = [], []
-    for i in range(workers):
-        config = tf.ConfigProto()
-        compat.configure_collectives(config, "/job:worker/replica:0/task:0",
-                                     f"/job:worker/task:{i}", "ring")
-        configs.append(config)
-        servers.append(compat.start_server(hosts, i, config))
-    results, errors = [None] * workers, []
 
-    def worker(i):
-        try:
-            device = f"/job:worker/replica:0/task:{i}/device:CPU:0"
-            with tf.Graph().as_default():
-                plan = plan_devices(1, cuda_visible_devices="")
-                plan.tower_devices = [device]
-                plan.variable_device = device
-                collectives = Collectives(workers, device, "CPU", CollectiveKeys())
+    def worker(i, device, target, config):
+        with tf.Graph().as_default():
+            plan = plan_devices(1, cuda_visible_devices="")
+            plan.tower_devices = [device]
+            plan.variable_device = device
+            collectives = Collectives(workers, device, "CPU", CollectiveKeys())
 
-                def tower_loss(features, tower):
-                    w = tf.get_variable("w", [3], initializer=tf.constant_initializer(0.5))
-                    return (tf.reduce_mean(tf.square(w * features["x"] - 1.0))
-                            + tf.stop_gradient(tf.reduce_sum(features["noise"])))
+            def tower_loss(features, tower):
+                w = tf.get_variable("w", [3], initializer=tf.constant_initializer(0.5))
+                return (tf.reduce_mean(tf.square(w * features["x"] - 1.0))
+                        + tf.stop_gradient(tf.reduce_sum(features["noise"])))
 
-                graph = build_train_graph(
-                    plan, {"x": (tf.float32, [None]), "noise": (tf.float32, [None])},
-                    tower_loss,
-                    TrainSettings(learning_rate=0.1, num_train_steps=10, num_workers=2),
-                    cross_worker_reduce=lambda g: collectives.mean_gradients(g, 1 << 20))
-                w = [v for v in tf.global_variables() if v.name.startswith("w")][0]
-                inputs = graph.placeholders[0]
-                x = np.array([1.0, 2.0, 3.0], np.float32)
-                noise = np.array([np.nan if i == 1 else 0.0], np.float32)
-                fetch = {"applied": graph.train_step, "all_finite": graph.all_finite}
-                with tf.Session(servers[i].target, config=configs[i]) as session:
-                    session.run(tf.global_variables_initializer())
-                    skipped = session.run(fetch, {inputs["x"]: x, inputs["noise"]: noise})
-                    w_after_skip = session.run(w)
-                    applied = session.run(fetch, {inputs["x"]: x,
-                                                  inputs["noise"]: np.zeros(1, np.float32)})
-                    w_after_apply = session.run(w)
-                results[i] = {"skip_applied": skipped["applied"],
-                              "skip_finite": skipped["all_finite"],
-                              "w_after_skip": w_after_skip,
-                              "apply_applied": applied["applied"],
-                              "w_after_apply": w_after_apply}
-        except Exception as e:  # reported by the main thread
-            errors.append(f"worker {i}: {type(e).__name__}: {e}")
+            graph = build_train_graph(
+                plan, {"x": (tf.float32, [None]), "noise": (tf.float32, [None])},
+                tower_loss,
+                TrainSettings(learning_rate=0.1, num_train_steps=10, num_workers=2),
+                cross_worker_reduce=lambda g: collectives.mean_gradients(g, 1 << 20))
+            w = [v for v in tf.global_variables() if v.name.startswith("w")][0]
+            inputs = graph.placeholders[0]
+            x = np.array([1.0, 2.0, 3.0], np.float32)
+            noise = np.array([np.nan if i == 1 else 0.0], np.float32)
+            fetch = {"applied": graph.train_step, "all_finite": graph.all_finite}
+            with tf.Session(target, config=config) as session:
+                session.run(tf.global_variables_initializer())
+                skipped = session.run(fetch, {inputs["x"]: x, inputs["noise"]: noise})
+                w_after_skip = session.run(w)
+                applied = session.run(fetch, {inputs["x"]: x,
+                                              inputs["noise"]: np.zeros(1, np.float32)})
+                w_after_apply = session.run(w)
+            return {"skip_applied": skipped["applied"],
+                    "skip_finite": skipped["all_finite"],
+                    "w_after_skip": w_after_skip,
+                    "apply_applied": applied["applied"],
+                    "w_after_apply": w_after_apply}
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
-               for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    if errors or any(r is None for r in results):
-        raise SystemExit("; ".join(errors) or "a worker did not finish")
-    np.savez(out_path, **{f"{i}/{k}": v for i, r in enumerate(results) for k, v in r.items()})
+    threaded_workers(workers, out_path, worker)
 
 
 def test_a_nan_loss_on_one_worker_makes_every_worker_skip_alike(tmp_path):
-    out = str(tmp_path / "results.npz")
-    code = (f"import sys; sys.path.insert(0, {TESTS!r}); "
-            f"from test_multiworker import nan_on_one_worker_check; "
-            f"nan_on_one_worker_check({out!r})")
-    with Processes() as processes:
-        process = processes.start([sys.executable, "-c", code], str(tmp_path / "log"))
-        assert wait(process) == 0, read(process.log_path)
-    got = dict(np.load(out))
+    got = run_check(tmp_path, "nan_on_one_worker_check")
     for w in range(2):
         # Worker 0's own loss was finite, yet it skips with worker 1.
         assert not got[f"{w}/skip_applied"] and not got[f"{w}/skip_finite"]
@@ -358,49 +273,29 @@ class Setup:
     """Paths and flags of the tiny model and data."""
 
 
-def _words(text: str) -> list:
-    return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Setup:
     """Tiny BERT without dropout, a vocab of the sample's words, a shared start."""
     from bert_ad.model.heads import FEATURE_SPEC, classifier
-    from bert_ad.model.modeling import BertConfig
     from bert_ad.parallel.train_graph import feature_placeholders
 
     s = Setup()
     s.root = str(tmp_path_factory.mktemp("multiworker"))
-    words = set()
-    for split in ("train", "dev"):
-        with open(os.path.join(SAMPLE, f"{split}.tsv"), encoding="utf-8") as f:
-            for line in f:
-                words.update(_words(line.split("\t", 1)[-1]))
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
-    s.vocab_file = os.path.join(s.root, "vocab.txt")
-    with open(s.vocab_file, "w", encoding="utf-8") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    with open(os.path.join(REPO, "configs", "tiny_bert_config.json")) as f:
-        config = json.load(f)
-    config.update(vocab_size=len(tokens), hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0, initializer_range=0.2)
-    s.config_file = os.path.join(s.root, "bert_config.json")
-    with open(s.config_file, "w") as f:
-        json.dump(config, f)
+    model = tiny_model(s.root, sample_sentiment_texts(("train", "dev")),
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                       initializer_range=0.2)
+    s.vocab_file, s.config_file = model.vocab_file, model.config_file
     s.data_dir = os.path.join(s.root, "data")
     os.makedirs(s.data_dir)
     for split in ("train", "dev"):
         shutil.copy(os.path.join(SAMPLE, f"{split}.tsv"), s.data_dir)
     # Every run starts from these weights (a 1- and a 2-tower graph would
     # draw different initial values from the same seed).
-    s.init_checkpoint = os.path.join(s.root, "init", "model.ckpt")
-    with tf.Graph().as_default():
-        tf.set_random_seed(7)
-        classifier(BertConfig.from_dict(config), feature_placeholders(FEATURE_SPEC, 0), 2,
-                   is_training=True)
-        with tf.Session() as session:
-            session.run(tf.global_variables_initializer())
-            tf.train.Saver().save(session, s.init_checkpoint)
+    s.init_checkpoint = save_initial_checkpoint(
+        os.path.join(s.root, "init", "model.ckpt"), model.bert_config(),
+        lambda config: classifier(config, feature_placeholders(FEATURE_SPEC, 0), 2,
+                                  is_training=True),
+        seed=7)
     s.flags = {
         "task_name": "sentiment", "data_dir": s.data_dir, "vocab_file": s.vocab_file,
         "bert_config_file": s.config_file, "init_checkpoint": s.init_checkpoint,
@@ -441,14 +336,11 @@ def pretraining_flags(root: str) -> dict:
     config = os.path.join(root, "bert_config.json")
     with open(config, "w") as f:
         json.dump(values, f)
-    init_checkpoint = os.path.join(root, "init", "model.ckpt")
-    with tf.Graph().as_default():
-        tf.set_random_seed(7)
-        pretraining_tower(BertConfig.from_dict(values), feature_placeholders(FEATURE_SPEC, 0),
-                          True, True)
-        with tf.Session() as session:
-            session.run(tf.global_variables_initializer())
-            tf.train.Saver().save(session, init_checkpoint)
+    init_checkpoint = save_initial_checkpoint(
+        os.path.join(root, "init", "model.ckpt"), BertConfig.from_dict(values),
+        lambda bert_config: pretraining_tower(
+            bert_config, feature_placeholders(FEATURE_SPEC, 0), True, True),
+        seed=7)
     return {"bert_config_file": config, "input_file": os.path.join(root, "shards"),
             "init_checkpoint": init_checkpoint,
             "max_seq_length": SEQ, "max_predictions_per_seq": PREDICTIONS,
@@ -493,8 +385,8 @@ def equivalence_runs(setup):
         for i in range(2):
             path = os.path.join(logs.get(name, "-"), f"worker_{i}.log")
             if os.path.exists(path):
-                extra += f"\n--- worker {i}:\n" + read(path)
-        assert codes[name] == 0, f"{name}:\n{read(process.log_path)}{extra}"
+                extra += f"\n--- worker {i}:\n" + read_text(path)
+        assert codes[name] == 0, f"{name}:\n{read_text(process.log_path)}{extra}"
     return ({name: flags["output_dir"] for name, (_, _, flags) in runs.items()},
             logs["two_workers"])
 
@@ -543,7 +435,7 @@ def test_pretraining_two_workers_equal_two_towers(equivalence_runs):
 
 def test_only_the_chief_writes_and_both_log_the_cluster_loss(equivalence_runs):
     dirs, logs = equivalence_runs
-    chief, other = (read(os.path.join(logs, f"worker_{i}.log")) for i in range(2))
+    chief, other = (read_text(os.path.join(logs, f"worker_{i}.log")) for i in range(2))
     assert f"saved {dirs['two_workers']}/model.ckpt-{STEPS}" in chief
     assert "saved " not in other
     events = [n for n in os.listdir(dirs["two_workers"]) if n.startswith("events.")]
@@ -584,8 +476,8 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(setup):
         deadline = time.time() + TIMEOUT
         first = os.path.join(chief_dir, "model.ckpt-5.index")
         while not os.path.exists(first):
-            assert chief.poll() is None and other.poll() is None, read(chief.log_path)
-            assert time.time() < deadline, read(chief.log_path)
+            assert chief.poll() is None and other.poll() is None, read_text(chief.log_path)
+            assert time.time() < deadline, read_text(chief.log_path)
             time.sleep(0.05)
         other.kill()
         killed_at = time.time()
@@ -594,7 +486,7 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(setup):
     # TF 2.x notices the closed connection at once; TF 1.15 waits for the step
     # deadline, then the watchdog (5 s grace) ends it.
     assert stopped_after < STEP_TIMEOUT + 5 + 10, stopped_after
-    message = assert_one_error_line(chief, "error: worker 0 of 2: step ",
+    message = assert_one_error_line(logged_run(chief), "error: worker 0 of 2: step ",
                                     f"worker 1 (127.0.0.1:{ports[1]}) no longer answers",
                                     "Restart every worker with the same flags")
     stopped_at = int(re.search(r"step (\d+)", message).group(1))
@@ -606,9 +498,9 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(setup):
     # Same ports, same flags: both resume from the chief's newest checkpoint.
     with Processes() as processes:
         chief, other = start(processes, 0, "second"), start(processes, 1, "second")
-        assert wait(chief) == 0, read(chief.log_path)
-        assert wait(other) == 0, read(other.log_path)
-    chief_log, other_log = read(chief.log_path), read(other.log_path)
+        assert wait(chief) == 0, read_text(chief.log_path)
+        assert wait(other) == 0, read_text(other.log_path)
+    chief_log, other_log = read_text(chief.log_path), read_text(other.log_path)
     assert re.search(rf"resuming from \S*chief/model\.ckpt-{newest}\n", chief_log), chief_log
     assert "resuming" not in other_log
     done = f"training done: global step {total}, {total * 8} examples seen"
@@ -678,8 +570,8 @@ def test_bad_cluster_input_is_one_error_line(setup):
     finally:
         busy.close()
     for name, (_, _, expected) in cases.items():
-        assert_one_error_line(started[name], *expected)
-    log = read(launcher.log_path)
+        assert_one_error_line(logged_run(started[name]), *expected)
+    log = read_text(launcher.log_path)
     assert launcher.returncode == 2, log
     assert log.count("error: --task_name is required") == 2, log
     for i in range(2):

