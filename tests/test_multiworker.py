@@ -99,7 +99,7 @@ def threaded_workers(workers: int, out_path: str,
         except Exception as e:  # reported by the main thread
             errors.append(f"worker {i}: {type(e).__name__}: {e}")
 
-    threads = [threading.Thread_text(target=run, args=(i,), daemon=True) for i in range(workers)]
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(workers)]
     for thread in threads:
         thread.start()
     for thread in threads:
