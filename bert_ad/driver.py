@@ -348,12 +348,12 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     train_data = task.read("train") if do_train else None
     predict_data = task.read("predict") if do_predict and chief else None
     eval_data = task.read("dev") if do_eval and chief else None
+    if train_data is None:
+        scoring_checkpoint(settings)
     resolve_labels(task, train_data, settings)
     for data in (train_data, eval_data):
         if data is not None:
             task.check_labels(data)
-    if train_data is None:
-        scoring_checkpoint(settings)
     # In a cluster only the chief writes, so only it owns output_dir.
     with OutputDirLock(settings.output_dir) if chief else contextlib.nullcontext():
         if chief:

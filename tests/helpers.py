@@ -330,7 +330,8 @@ class BadRun:
 
 def run_bad_inputs(cases: Mapping[str, Tuple[Sequence[str], str, Sequence[str]]],
                    names: Optional[Sequence[str]] = None,
-                   run: Callable[..., Run] = run_launcher) -> Dict[str, BadRun]:
+                   run: Callable[..., Run] = run_launcher,
+                   parallel: int = PARALLEL) -> Dict[str, BadRun]:
     """{name: (argv, output_dir, expected words)} -> {name: BadRun}: every
     output_dir digested, the runs side by side (run_many), digested again.
     `names`, if given, must be the cases' names (a test parametrized by them
@@ -338,7 +339,7 @@ def run_bad_inputs(cases: Mapping[str, Tuple[Sequence[str], str, Sequence[str]]]
     if names is not None:
         assert sorted(cases) == sorted(names)
     before = {name: tree_digest(output_dir) for name, (_, output_dir, _) in cases.items()}
-    runs = run_many({name: argv for name, (argv, _, _) in cases.items()}, run=run)
+    runs = run_many({name: argv for name, (argv, _, _) in cases.items()}, parallel, run=run)
     return {name: BadRun(runs[name], expected, before[name], tree_digest(output_dir))
             for name, (_, output_dir, expected) in cases.items()}
 

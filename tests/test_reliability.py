@@ -1,0 +1,200 @@
+"""Nothing lost, nothing silently wrong: the run-level promises of docs/reliability.md.
+
+Real runs of run_classifier_mgpu.py on a tiny model (subprocesses, as users
+run it): a locked output_dir, a fixed label list, a cut-short newest
+checkpoint, SIGTERM and Ctrl-C, a full disk during a checkpoint save,
+predict files with blank lines, a finished run rerun, and a frozen worker
+under scripts/launch_local_workers.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+
+import pytest
+
+from helpers import (REPO, SAMPLE_SENTIMENT, Processes, assert_one_error_line, flag_args,
+                     logged_run, read_text, run_command, run_launcher,
+                     save_initial_checkpoint, tiny_model, tree_digest, wait)
+
+LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory):
+    class Workspace:
+        pass
+    w = Workspace()
+    w.root = str(tmp_path_factory.mktemp("reliability"))
+    w.model = tiny_model(os.path.join(w.root, "model"))
+    w.init = save_initial_checkpoint(os.path.join(w.root, "init", "bert_model.ckpt"),
+                                     w.model.bert_config(), seed=1)
+    return w
+
+
+def flags(w, output_dir: str, **changes) -> list:
+    values = {"task_name": "sentiment", "data_dir": SAMPLE_SENTIMENT,
+              "vocab_file": w.model.vocab_file, "bert_config_file": w.model.config_file,
+              "init_checkpoint": w.init, "output_dir": output_dir, "max_seq_length": 32,
+              "train_batch_size": 4, "num_train_epochs": 1, "do_train": True,
+              "log_every_n_steps": 1}
+    values.update(changes)
+    return [LAUNCHER] + flag_args(values)
+
+
+def wait_for(predicate, seconds: float = 120.0) -> None:
+    deadline = time.time() + seconds
+    while not predicate():
+        if time.time() > deadline:
+            pytest.fail("timed out waiting")
+        time.sleep(0.2)
+
+
+def test_a_second_run_into_a_busy_output_dir_is_refused(ws, tmp_path):
+    output_dir = str(tmp_path / "out")
+    lock = os.path.join(output_dir, ".bert_ad.lock")
+    with Processes() as processes:
+        first = processes.start([sys.executable] + flags(ws, output_dir, num_train_epochs=1e5,
+                                                         save_checkpoints_steps=100000),
+                                str(tmp_path / "first.log"))
+        wait_for(lambda: "step 1/" in read_text(first.log_path))
+        owner = json.load(open(lock))
+        assert owner["pid"] == first.pid
+        before = sorted(os.listdir(output_dir))
+        second = run_launcher(flags(ws, output_dir, num_train_epochs=1))
+        assert_one_error_line(second, "is in use by another run", f"pid {first.pid}")
+        assert json.load(open(lock))["pid"] == first.pid     # still the first run's
+        assert sorted(os.listdir(output_dir)) == before
+        # A kill -9 leaves the lock behind: the next run takes it over, with a warning.
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert os.path.exists(lock)
+    third = run_launcher(flags(ws, output_dir, num_train_epochs=1)).check()
+    assert "is no longer running: taking the lock over" in third.stderr
+    assert not os.path.exists(lock)  # released at the end
+
+
+def test_relabelled_data_is_refused_before_anything_is_written(ws, tmp_path):
+    output_dir = str(tmp_path / "out")
+    run_launcher(flags(ws, output_dir)).check()
+    assert open(os.path.join(output_dir, "labels.txt")).read() == "0\n1\n"
+    before = tree_digest(output_dir)
+    swapped = run_launcher(flags(ws, output_dir, labels="1,0", num_train_epochs=2))
+    assert_one_error_line(swapped, "labels.txt lists the labels 0, 1", "are 1, 0")
+    data = tmp_path / "three"
+    shutil.copytree(SAMPLE_SENTIMENT, data)
+    with open(data / "train.tsv", "a", encoding="utf-8") as f:
+        f.write("2\ta third kind of review\n")
+    three = run_launcher(flags(ws, output_dir, data_dir=str(data), num_train_epochs=2))
+    assert_one_error_line(three, "labels.txt lists the labels 0, 1", "are 0, 1, 2")
+    assert tree_digest(output_dir) == before
+
+
+def test_resume_skips_a_cut_short_checkpoint(ws, tmp_path):
+    output_dir = str(tmp_path / "out")
+    # 40 rows / 4 = 10 steps an epoch.
+    run_launcher(flags(ws, output_dir, save_checkpoints_steps=5)).check()
+    data = os.path.join(output_dir, "model.ckpt-10.data-00000-of-00001")
+    raw = open(data, "rb").read()
+    open(data, "wb").write(raw[:len(raw) // 3])
+    resumed = run_launcher(flags(ws, output_dir, save_checkpoints_steps=5,
+                                 num_train_epochs=2)).check()
+    assert "model.ckpt-10 cannot be read" in resumed.stderr
+    assert re.search(r"resuming from .*model\.ckpt-5\n", resumed.stderr)
+    names = os.listdir(output_dir)
+    # Kept aside, byte for byte, not deleted; the run went on to its end.
+    kept = [n for n in names if n.startswith("model.ckpt-10.broken-1.data")]
+    assert kept and open(os.path.join(output_dir, kept[0]), "rb").read() == raw[:len(raw) // 3]
+    assert "model.ckpt-20.index" in names
+
+
+@pytest.mark.parametrize("first, second", [(signal.SIGTERM, signal.SIGINT)])
+def test_sigterm_saves_and_the_same_command_resumes(ws, tmp_path, first, second):
+    output_dir = str(tmp_path / "out")
+    command = [sys.executable] + flags(ws, output_dir, num_train_epochs=500,
+                                       save_checkpoints_steps=100000)
+    with Processes() as processes:
+        run = processes.start(command, str(tmp_path / "first.log"))
+        wait_for(lambda: "step 3/" in read_text(run.log_path))
+        run.send_signal(first)
+        assert wait(run) == 128 + first
+        log = logged_run(run).stderr
+        errors = [line for line in log.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and log.splitlines()[-1] == errors[0], log
+        assert "Traceback" not in log
+        match = re.fullmatch(r"error: stopped by SIGTERM at step (\d+): saved (\S+); the "
+                             r"same command resumes from there", errors[0])
+        assert match, log
+        step = int(match.group(1))
+        assert match.group(2) == os.path.join(output_dir, f"model.ckpt-{step}")
+        assert os.path.exists(match.group(2) + ".index")
+        # The same command resumes there; Ctrl-C stops it the same way.
+        again = processes.start(command, str(tmp_path / "second.log"))
+        wait_for(lambda: f"step {step + 2}/" in read_text(again.log_path))
+        again.send_signal(second)
+        assert wait(again) == 128 + second
+        text = read_text(again.log_path)
+        assert f"resuming from {match.group(2)}" in text
+        assert re.search(r"error: stopped by Ctrl-C \(SIGINT\) at step (\d+): saved ", text)
+        assert "Traceback" not in text
+
+
+def test_disk_full_during_a_checkpoint_save_is_one_line(ws, tmp_path):
+    """A file-size limit makes the checkpoint's data file fail to write (EFBIG)."""
+    output_dir = str(tmp_path / "out")
+    limited = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, "
+               "signal.SIG_IGN); resource.setrlimit(resource.RLIMIT_FSIZE, (60000, 60000)); "
+               "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
+    run = run_command([sys.executable, "-c", limited] + flags(ws, output_dir))
+    line = assert_one_error_line(run, "cannot write", "model.ckpt-10")
+    assert "Traceback" not in run.stderr, line
+    left = os.listdir(output_dir)
+    assert not [n for n in left if "tempstate" in n or n.endswith(".tmp")], left
+    assert not [n for n in left if n.startswith("model.ckpt-10")], left
+
+
+def test_blank_lines_of_a_predict_file_keep_predict_txt_aligned(ws, tmp_path):
+    output_dir = str(tmp_path / "out")
+    run_launcher(flags(ws, output_dir)).check()
+    rows = open(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), encoding="utf-8").read()
+    lines = rows.splitlines()[:9]
+    lines[3:3] = [""]          # a blank line in the middle
+    lines += ["\t", ""]        # a line of empty columns, a blank line at the end
+    predict_file = tmp_path / "predict.tsv"
+    predict_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_launcher(flags(ws, output_dir, do_train=None, do_predict=True,
+                       predict_file=str(predict_file))).check()
+    predicted = open(os.path.join(output_dir, "predict.txt")).read().splitlines()
+    probabilities = open(os.path.join(output_dir, "test_results.tsv")).read().splitlines()
+    assert len(predicted) == len(probabilities) == len(lines) == 12
+
+
+def test_a_rerun_with_nothing_to_train_keeps_train_results(ws, tmp_path):
+    output_dir = str(tmp_path / "out")
+    run_launcher(flags(ws, output_dir)).check()
+    path = os.path.join(output_dir, "train_results.txt")
+    finished = open(path).read()
+    assert "steps_run = 10" in finished
+    rerun = run_launcher(flags(ws, output_dir)).check()
+    assert "kept the finished run's train_results.txt" in rerun.stderr
+    assert open(path).read() == finished
+    assert not os.path.exists(path + ".~1~")
+
+
+def test_launch_local_workers_ends_when_a_worker_freezes(tmp_path):
+    """Worker 0 (the chief) exits; worker 1 would wait forever."""
+    script = os.path.join(REPO, "scripts", "launch_local_workers.sh")
+    worker = ("import json, os, sys, time; index = json.loads(os.environ['TF_CONFIG'])"
+              "['task']['index']; time.sleep(0 if index == 0 else 3600)")
+    started = time.time()
+    run = run_command(["bash", script, "2", sys.executable, "-c", worker], timeout=60,
+                      GRACE_S="2")
+    assert not run.timed_out and time.time() - started < 30
+    assert run.returncode == 124
+    assert "worker 1 still running 2s after the chief exited: stopping it" in run.stderr
