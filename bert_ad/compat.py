@@ -18,7 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """File descriptor 2 muted for a block (unless the user asked for TF's logs).
 
     TensorFlow's C++ writes absl/oneDNN notices at import and a "failed call
@@ -46,7 +46,7 @@ def _quiet_stderr():
 
 
 def _import_tensorflow_quietly():
-    with _quiet_stderr():
+    with quiet_stderr():
         import tensorflow
     return tensorflow
 
@@ -96,7 +96,7 @@ def session_config(num_cpu_devices: int = 1, allow_soft_placement: bool = False,
 
 def list_gpu_count() -> int:
     """GPUs this TensorFlow build can use (0 on a CPU-only build or machine)."""
-    with _quiet_stderr():
+    with quiet_stderr():
         if IS_TF1:
             from tensorflow.python.client import device_lib
             return sum(d.device_type == "GPU" for d in device_lib.list_local_devices())

@@ -259,25 +259,6 @@ def answers(address: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Mute file descriptor 2 (gRPC prints multi-line C++ errors on a failed bind)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (AttributeError, OSError, ValueError):
-        yield
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 # --- deadlines ------------------------------------------------------------------------
 
 class Watchdog:
@@ -429,7 +410,7 @@ class ClusterRuntime:
                  "machine (an earlier run still alive?); stop that process or give this "
                  "worker another port")
         try:
-            with _quiet_stderr():
+            with compat.quiet_stderr():
                 self.server = compat.start_server(self.spec.hosts, self.task_index,
                                                   self.session_config)
         except tf.errors.OpError as e:
