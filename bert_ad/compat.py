@@ -112,7 +112,13 @@ def import_tensorflow():
         raise _broken_install(e) from None
     except Exception as e:  # e.g. TF 1.15 under protobuf >= 3.21: a TypeError
         raise _broken_install(e) from None
-    version = str(getattr(module, "__version__", "unknown"))
+    version = getattr(module, "__version__", None)
+    if version is None:  # e.g. the folder one distribution's uninstall left behind
+        where = ", ".join(getattr(module, "__path__", None) or ["?"])
+        raise TensorFlowUnavailable(
+            f"the tensorflow module at {where} is not a complete TensorFlow (no __version__: "
+            f"files left by an uninstall?); remove it and install one: {INSTALL_COMMANDS}")
+    version = str(version)
     if _version_numbers(version) < MINIMUM_VERSION:
         raise TensorFlowUnavailable(
             f"TensorFlow {version} is too old: bert_ad needs 1.15 or 2.x; replace it: "

@@ -297,6 +297,10 @@ FAKE_TENSORFLOWS = {
         "Failed to load the native TensorFlow runtime.')\n",
         "TensorFlow is installed but does not import (ImportError: libcudart.so.10.0: "
         "cannot open shared object file: No such file or directory); repair or replace "),
+    # What `pip uninstall` of one of two TensorFlow distributions can leave.
+    "leftover_folder": ("", "the tensorflow module at {root}/leftover_folder/tensorflow is "
+                            "not a complete TensorFlow (no __version__: files left by an "
+                            "uninstall?); remove it and install one: "),
     # TF 1.15 under protobuf >= 3.21.
     "new_protobuf": (
         "raise TypeError('Descriptors cannot not be created directly.\\nIf this call came "
@@ -308,6 +312,7 @@ FAKE_TENSORFLOWS = {
 
 @pytest.fixture(scope="module")
 def fake_tensorflow_runs(tmp_path_factory) -> dict:
+    """{"root": folder of the fakes, "runs": {(case, command): result}}."""
     root = tmp_path_factory.mktemp("fake_tf")
     commands = {}
     for case, (source, _) in FAKE_TENSORFLOWS.items():
@@ -324,15 +329,17 @@ def fake_tensorflow_runs(tmp_path_factory) -> dict:
     with ThreadPoolExecutor(4) as pool:
         futures = {key: pool.submit(_run, command, REPO, env, 300)
                    for key, (command, env) in commands.items()}
-        return {key: future.result() for key, future in futures.items()}
+        runs = {key: future.result() for key, future in futures.items()}
+    return {"root": str(root), "runs": runs}
 
 
 @pytest.mark.parametrize("case", sorted(FAKE_TENSORFLOWS))
 def test_unusable_tensorflow_is_refused_in_one_line(fake_tensorflow_runs, case):
-    runs = {key: run for key, run in fake_tensorflow_runs.items() if key[0] == case}
+    runs = {key: run for key, run in fake_tensorflow_runs["runs"].items() if key[0] == case}
     assert len(runs) == 3
+    expected = FAKE_TENSORFLOWS[case][1].replace("{root}", fake_tensorflow_runs["root"])
     for run in runs.values():
-        assert_missing_tensorflow_line(run, FAKE_TENSORFLOWS[case][1])
+        assert_missing_tensorflow_line(run, expected)
 
 
 # ---------------------------------------------------------------------------
