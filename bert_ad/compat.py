@@ -78,8 +78,9 @@ def _version_numbers(version: str) -> tuple:
 def _root_cause(error: BaseException) -> str:
     """`Type: first line` of the innermost exception behind `error`.
 
-    TF 1.15 wraps a missing CUDA library in a long ImportError whose first
-    line is "Traceback ..."; the exception it wraps names the library.
+    TensorFlow wraps a native library that fails to load in a long
+    ImportError whose first line is "Traceback ..."; the exception it wraps
+    names the library.
     """
     seen = set()
     while id(error) not in seen:

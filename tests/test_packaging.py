@@ -286,9 +286,10 @@ FAKE_TENSORFLOWS = {
                 "TensorFlow 1.14.0 is too old: bert_ad needs 1.15 or 2.x; replace it: "),
     "no_graph_mode": ('__version__ = "3.0.0"\nclass compat:\n    v1 = None\n',
                       "TensorFlow 3.0.0 has no tf.compat.v1 graph mode, "),
-    # What TF 1.15's GPU build does without CUDA 10.0: a long ImportError whose
-    # first line is "Traceback", raised while handling the loader's one.
-    "gpu_build_without_cuda": (
+    # A native library that does not load (TF 1.14's GPU build without CUDA 10.0,
+    # a wheel for another glibc): TF wraps the loader's ImportError in a long one
+    # whose first line is "Traceback".
+    "native_library_missing": (
         "try:\n"
         "    raise ImportError('libcudart.so.10.0: cannot open shared object file: "
         "No such file or directory')\n"
