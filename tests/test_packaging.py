@@ -118,13 +118,18 @@ class Venv:
         return _run(command, cwd=self.home, env=self.env(**extra_env))
 
 
-def console_scripts(wheel_path: str) -> list:
-    """The console script names the wheel declares."""
+def console_script_targets(wheel_path: str) -> dict:
+    """{console script: "module:function"} as the wheel declares them."""
     with zipfile.ZipFile(wheel_path) as z:
         (name,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
         text = z.read(name).decode()
     section = text.split("[console_scripts]", 1)[1].split("\n[", 1)[0]
-    return sorted(line.split("=")[0].strip() for line in section.splitlines() if "=" in line)
+    pairs = [line.split("=", 1) for line in section.splitlines() if "=" in line]
+    return {script.strip(): target.strip() for script, target in pairs}
+
+
+def console_scripts(wheel_path: str) -> list:
+    return sorted(console_script_targets(wheel_path))
 
 
 def wheel_metadata(wheel_path: str) -> str:
@@ -200,10 +205,7 @@ def test_wheel_carries_configs_and_data_as_package_data(wheel):
 
 def test_console_scripts_go_through_the_lazy_entry_points(wheel):
     from bert_ad.cli import entry_points
-    with zipfile.ZipFile(wheel) as z:
-        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
-        lines = [line for line in z.read(name).decode().splitlines() if " = " in line]
-    targets = dict(line.split(" = ") for line in lines)
+    targets = console_script_targets(wheel)
     assert sorted(targets) == [
         "bert-ad-classifier", "bert-ad-convert", "bert-ad-create-pretraining-data",
         "bert-ad-pretrain", "bert-ad-rewrite", "bert-ad-vocab"]
