@@ -3,7 +3,7 @@
 The code lives in bert_ad/cli/create_pretraining_data.py.
 """
 
-from bert_ad.cli.create_pretraining_data import cli
+from bert_ad.cli.entry_points import create_pretraining_data
 
 if __name__ == "__main__":
-    cli()
+    create_pretraining_data()

@@ -3,7 +3,7 @@
 The code lives in bert_ad/cli/rewrite.py.
 """
 
-from bert_ad.cli.rewrite import cli
+from bert_ad.cli.entry_points import rewrite
 
 if __name__ == "__main__":
-    cli()
+    rewrite()

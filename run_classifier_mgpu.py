@@ -3,7 +3,7 @@
 The code lives in bert_ad/cli/classifier.py.
 """
 
-from bert_ad.cli.classifier import cli
+from bert_ad.cli.entry_points import classifier
 
 if __name__ == "__main__":
-    cli()
+    classifier()

@@ -3,7 +3,7 @@
 The code lives in bert_ad/cli/pretrain.py.
 """
 
-from bert_ad.cli.pretrain import cli
+from bert_ad.cli.entry_points import pretrain
 
 if __name__ == "__main__":
-    cli()
+    pretrain()

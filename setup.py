@@ -1,41 +1,72 @@
-"""Install with `pip install -e .` (add `[test]` for the test tools)."""
+"""Install with `pip install -e ".[tf]"` (add `test` for the test tools).
+
+TensorFlow is an extra, never a hard requirement: a GPU or vendor build the
+user installed first (tensorflow-gpu, tensorflow-cpu, tensorflow[and-cuda],
+an NVIDIA container's build) is another distribution name to pip, and a hard
+`tensorflow` requirement would install the plain package over its files. Plain
+`pip install bert_ad` uses whichever TensorFlow is importable; bert_ad.compat
+says in one line how to get one when none is.
+
+The checkout's configs/ and data/ ship inside the wheel as bert_ad/configs and
+bert_ad/samples (bert_ad/tools/samples.py finds them in either place).
+"""
+
+import os
+import re
 
 from setuptools import find_packages, setup
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, "bert_ad", "__init__.py"), encoding="utf-8") as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+
+# TensorFlow 1.15 reads protobuf's generated code the old way: protobuf 3.21+
+# fails at `import tensorflow`.
+TF1_PROTOBUF = "protobuf<3.21"
+
 setup(
     name="bert_ad",
-    version="0.1.0",
+    version=VERSION,
     description="Multi-GPU BERT fine-tuning and pretraining in TensorFlow graph mode",
-    packages=find_packages(include=["bert_ad", "bert_ad.*"]),
+    packages=find_packages(include=["bert_ad", "bert_ad.*"])
+    + ["bert_ad.configs", "bert_ad.samples"],
+    package_dir={"bert_ad.configs": "configs", "bert_ad.samples": "data"},
+    package_data={"bert_ad.configs": ["*.json"],
+                  "bert_ad.samples": ["*/*.txt", "*/*.tsv"]},
     python_requires=">=3.7",
     install_requires=[
         "numpy",
         "absl-py",
         "sentencepiece",
-        # One code base, two TensorFlow lanes: 2.x on current Python, and the
-        # product card's TF 1.15 on Python 3.7 (which needs protobuf < 3.21).
-        "tensorflow>=2.12; python_version >= '3.8'",
-        "tensorflow==1.15.5; python_version < '3.8'",
-        "protobuf<3.21; python_version < '3.8'",
     ],
     extras_require={
+        # Pick one TensorFlow (README: which one for which machine), or none
+        # to keep the one already installed.
+        "tf": ["tensorflow>=2.12"],
+        "tf1": ["tensorflow==1.15.5", TF1_PROTOBUF],
+        "tf1-gpu": ["tensorflow-gpu==1.15.5", TF1_PROTOBUF],
         "test": ["pytest"],
         # Independent references for tests and benchmarks, never needed to run.
+        # seqeval 1.2.2 is an sdist whose setup_requires (setuptools_scm) only
+        # builds under PEP 517: install with `pip install --use-pep517`.
         "reference": [
             "torch==2.13.0; python_version >= '3.11'",
             "transformers; python_version >= '3.11'",
             "safetensors; python_version >= '3.8'",
+            "seqeval==1.2.2; python_version >= '3.8'",
         ],
         "plot": ["matplotlib"],
     },
     entry_points={
+        # Through cli/entry_points.py: the launcher (and TensorFlow) is imported
+        # under run_cli, so a missing TensorFlow is one `error:` line.
         "console_scripts": [
-            "bert-ad-classifier=bert_ad.cli.classifier:cli",
-            "bert-ad-pretrain=bert_ad.cli.pretrain:cli",
-            "bert-ad-rewrite=bert_ad.cli.rewrite:cli",
-            "bert-ad-create-pretraining-data=bert_ad.cli.create_pretraining_data:cli",
-            "bert-ad-convert=bert_ad.cli.convert:cli",
-            "bert-ad-vocab=bert_ad.vocab:cli",
+            "bert-ad-classifier=bert_ad.cli.entry_points:classifier",
+            "bert-ad-pretrain=bert_ad.cli.entry_points:pretrain",
+            "bert-ad-rewrite=bert_ad.cli.entry_points:rewrite",
+            "bert-ad-create-pretraining-data=bert_ad.cli.entry_points:create_pretraining_data",
+            "bert-ad-convert=bert_ad.cli.entry_points:convert",
+            "bert-ad-vocab=bert_ad.cli.entry_points:vocab",
         ],
     },
 )

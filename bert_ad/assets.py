@@ -1,6 +1,6 @@
 """`python -m bert_ad.assets` keeps working: the code is bert_ad/tools/assets.py."""
 
-from bert_ad.tools.assets import cli
+from bert_ad.cli.entry_points import assets
 
 if __name__ == "__main__":
-    cli()
+    assets()

