@@ -217,14 +217,14 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
 
 # --- scoring -------------------------------------------------------------------------
 
-def scoring_checkpoint(settings: RunSettings) -> str:
+def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> str:
     """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither."""
     found = latest_checkpoint(settings.output_dir)
     if found:
         return found
     if settings.init_checkpoint:
         return settings.init_checkpoint
-    fail(f"no checkpoint to score with: --output_dir={settings.output_dir} has no "
+    fail(f"no checkpoint to {purpose}: --output_dir={settings.output_dir} has no "
          "model.ckpt-N and --init_checkpoint is not set")
 
 
@@ -350,7 +350,7 @@ def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings
 
 def export(task: Task, settings: RunSettings, export_settings: ExportSettings) -> str:
     """Export output_dir's newest checkpoint (else --init_checkpoint) for serving."""
-    return export_model(task, scoring_checkpoint(settings), export_settings,
+    return export_model(task, scoring_checkpoint(settings, "export"), export_settings,
                         settings.output_dir)
 
 
@@ -391,7 +391,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         refuse_existing(export_settings.export_dir)
     if train_data is None:
         if do_eval or do_export or (do_predict and serving is None):
-            checkpoint = scoring_checkpoint(settings)
+            checkpoint = scoring_checkpoint(settings, "export" if do_export else "score with")
             if do_export:
                 refuse_existing(export_dir_for(export_settings, settings.output_dir,
                                                checkpoint))

@@ -51,6 +51,7 @@ def main(f: flags.FlagValues) -> int:
         fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict, "
              "--do_export")
     use_export_model_files(f)
+    export_settings = export_settings_from_flags(f)
     if not f.task_name:
         fail("--task_name is required")
     check_training_flags(f, "predict_batch_size")
@@ -64,7 +65,7 @@ def main(f: flags.FlagValues) -> int:
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict,
-                      export_settings_from_flags(f))
+                      export_settings)
 
 
 def cli(argv=None) -> None:

@@ -43,6 +43,7 @@ def main(f: flags.FlagValues) -> int:
         fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict, "
              "--do_export")
     use_export_model_files(f)
+    export_settings = export_settings_from_flags(f)
     if (f.do_train or f.do_eval) and not f.data_dir:
         fail("--data_dir is required for --do_train and --do_eval (the folder "
              "with train.tsv and dev.tsv of scripts/prepare_rewrite_data.py)")
@@ -57,7 +58,7 @@ def main(f: flags.FlagValues) -> int:
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict,
-                      export_settings_from_flags(f))
+                      export_settings)
 
 
 def cli(argv=None) -> None:
