@@ -2,7 +2,8 @@
 
     python tests/export_reader.py REQUEST.json RESULT.json
 
-REQUEST: {"rows": [{input name: [ids of one row]}], "exports": {key: folder}}.
+REQUEST: {"rows": [{input name: [ids of one row]}], "exports": {key: folder},
+          "limits": {key: read only the first N rows} (optional)}.
 Each row is fed on its own (a batch of one, no padding), so neither bert_ad's
 batching nor its padding is involved. A SavedModel is read with TF 2.x's
 `tf.saved_model.load` (eager, its `serving_default` function) on TF 2.x and
@@ -77,7 +78,8 @@ def main():
             score = score_saved_model_eager if TF2 else score_saved_model_v1
         else:
             score = score_frozen_graph
-        rows = score(path, request["rows"])
+        limit = request.get("limits", {}).get(key)
+        rows = score(path, request["rows"][:limit])
         result[key] = {name: [np.asarray(row[name]).tolist() for row in rows]
                        for name in rows[0]}
     with open(sys.argv[2], "w") as f:
