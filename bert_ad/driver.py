@@ -9,7 +9,9 @@ metrics and result files. Everything else is done here, once for every task:
   * the chief/worker split: in a cluster only the chief (worker 0) reads
     --init_checkpoint, scores and writes results; the others train their share,
   * scoring on all towers with every row exactly once, in input order,
-  * labels.txt, eval_results.txt and the task's prediction files, atomically.
+  * labels.txt, eval_results.txt and the task's prediction files, atomically,
+  * exports for serving (--do_export) and scoring with one
+    (--predict_from_export), through bert_ad/serving/.
 
 The path of one training step: cli flags -> RunSettings + Placement + a Task
 -> `run` -> `train` (schedule, build_train_graph with the task's tower loss)
@@ -39,6 +41,10 @@ from bert_ad.parallel.optimization import scale_learning_rate
 from bert_ad.parallel.scoring import Scorer
 from bert_ad.parallel.towers import DevicePlan
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from bert_ad.serving.export import (ExportSettings, export_dir_for, export_model,
+                                    refuse_existing)
+from bert_ad.serving.layout import ExportMetadata, read_metadata
+from bert_ad.serving.load import ExportScorer, check_compatible
 from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")
@@ -54,6 +60,8 @@ class RunSettings:
     Batch sizes are per tower. `num_train_steps` > 0 fixes the step count
     (pretraining); otherwise it follows from the data and num_train_epochs.
     `num_warmup_steps` None means warmup_proportion of the steps.
+    `predict_from_export` (a folder written by --do_export) makes --do_predict
+    score with that export instead of a checkpoint.
     """
     output_dir: str
     init_checkpoint: str = ""
@@ -76,6 +84,7 @@ class RunSettings:
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 5
     log_every_n_steps: int = 10
+    predict_from_export: str = ""
 
 
 @dataclasses.dataclass
@@ -223,41 +232,56 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
 
 # --- scoring -------------------------------------------------------------------------
 
-def scoring_checkpoint(settings: RunSettings) -> str:
+def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> str:
     """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither."""
     found = latest_checkpoint(settings.output_dir)
     if found:
         return found
     if settings.init_checkpoint:
         return settings.init_checkpoint
-    fail(f"no checkpoint to score with: --output_dir={settings.output_dir} has no "
+    fail(f"no checkpoint to {purpose}: --output_dir={settings.output_dir} has no "
          "model.ckpt-N and --init_checkpoint is not set")
 
 
 def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
-          placement: Placement) -> Dict[str, np.ndarray]:
+          placement: Placement, export: Optional[ExportMetadata] = None
+          ) -> Dict[str, np.ndarray]:
     """The task's per-row outputs for every feature row of `data`, in input order.
+
+    With `export` (settings.predict_from_export's metadata) the rows are
+    scored by that export, batch by batch, and the outputs are its
+    signature's; otherwise by the newest checkpoint on every tower.
 
     Rows whose outputs have different shapes from batch to batch (a sequence
     dimension under dynamic padding) come back as an object array of per-row
     arrays, each padded to its batch's length.
     """
-    checkpoint = scoring_checkpoint(settings)
     batches = task.batches(data)
-    partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
-    log.info("%s: scoring %s rows with %s on %d tower(s)", data.split,
-             batches.num_examples if batches.num_examples is not None else "the",
-             checkpoint, placement.plan.num_towers)
+    rows = batches.num_examples if batches.num_examples is not None else "the"
+    if export is not None:
+        checkpoint = export.checkpoint
+        log.info("%s: scoring %s rows with the export %s (%s %s, step %d)", data.split,
+                 rows, settings.predict_from_export, export.format, export.precision,
+                 export.global_step)
+        scorer = ExportScorer(settings.predict_from_export, export,
+                              placement.local_session_config())
+    else:
+        checkpoint = scoring_checkpoint(settings)
+        partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
+        log.info("%s: scoring %s rows with %s on %d tower(s)", data.split, rows,
+                 checkpoint, placement.plan.num_towers)
 
-    def tower(features, i):
-        outputs = dict(task.build_model(features, is_training=False))
-        outputs.pop("loss", None)
-        return outputs
+        def tower(features, i):
+            outputs = dict(task.build_model(features, is_training=False))
+            outputs.pop("loss", None)
+            return outputs
+
+        scorer = Scorer(placement.plan, task.feature_spec, tower, checkpoint,
+                        placement.local_session_config(), partial=partial,
+                        seed=settings.seed)
 
     per_row: Dict[int, Dict[str, np.ndarray]] = {}
-    with Scorer(placement.plan, task.feature_spec, tower, checkpoint,
-                placement.local_session_config(), partial=partial,
-                seed=settings.seed) as scorer:
+    with scorer:
         for tower_indices, tower_batches in batches.scoring(batch_size,
                                                             placement.plan.num_towers):
             for indices, values in zip(tower_indices, scorer.run(tower_batches)):
@@ -298,10 +322,11 @@ def evaluate(task: Task, data: SplitData, settings: RunSettings,
     return metrics
 
 
-def predict(task: Task, data: SplitData, settings: RunSettings,
-            placement: Placement) -> Dict[str, np.ndarray]:
-    """Score the predict rows and write the task's prediction files."""
-    outputs = score(task, data, settings.predict_batch_size, settings, placement)
+def predict(task: Task, data: SplitData, settings: RunSettings, placement: Placement,
+            export: Optional[ExportMetadata] = None) -> Dict[str, np.ndarray]:
+    """Score the predict rows (with `export`, if given) and write the task's
+    prediction files."""
+    outputs = score(task, data, settings.predict_batch_size, settings, placement, export)
     files = task.prediction_files(data, outputs)
     # One set: a failure leaves every earlier result file as it was.
     write_results(settings.output_dir, files)
@@ -312,34 +337,55 @@ def predict(task: Task, data: SplitData, settings: RunSettings,
 
 # --- the whole run -------------------------------------------------------------------
 
-def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings) -> None:
-    """Set task.labels: the training data's (or the task's), else labels.txt's.
+def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings,
+                   export: Optional[ExportMetadata] = None) -> None:
+    """Set task.labels: the training data's (or the task's), else labels.txt's,
+    else those of the export predictions are made with (`export`).
 
     The label list of an output_dir that holds a checkpoint is fixed: the
     head's rows follow it, so another list (other names, or the same names in
-    another order) is refused before anything is written.
+    another order) is refused before anything is written; so is a list other
+    than the export's.
     """
     path = os.path.join(settings.output_dir, LABELS_FILE)
     saved = load_label_list(path) if os.path.isfile(path) else None
-    labels = task.resolve_labels(train, saved)
+    labels = task.resolve_labels(train, saved if saved is not None or export is None
+                                 else export.labels)
     if labels is not None and saved is not None and labels != saved \
             and step_checkpoints(settings.output_dir):
         fail(f"{path} lists the labels {', '.join(saved)} but this run's are "
              f"{', '.join(labels)}: the checkpoints in --output_dir were trained with "
              "the saved list, in that order; use a new --output_dir for other labels")
+    if export is not None and labels != export.labels:
+        fail(f"--predict_from_export={settings.predict_from_export} predicts the labels "
+             f"{', '.join(export.labels or ['(none)'])} but this run's are "
+             f"{', '.join(labels or ['(none)'])}; score it from a fresh --output_dir")
     task.labels = labels
 
 
+def export(task: Task, settings: RunSettings, export_settings: ExportSettings) -> str:
+    """Export output_dir's newest checkpoint (else --init_checkpoint) for serving."""
+    return export_model(task, scoring_checkpoint(settings, "export"), export_settings,
+                        settings.output_dir)
+
+
 def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
-        do_eval: bool, do_predict: bool) -> int:
-    """Train -> predict -> eval, as Google's run_classifier.py and the predecessor.
+        do_eval: bool, do_predict: bool, export_settings: Optional[ExportSettings] = None
+        ) -> int:
+    """Train -> export -> predict -> eval, as Google's run_classifier.py and the
+    predecessor (plus the export, given `export_settings`: --do_export).
 
     Every input is read and checked before anything is written: a bad dev or
-    predict file fails in seconds, not after training, and leaves output_dir
-    as it was. In a cluster every worker trains; the chief alone scores.
+    predict file, or an export that cannot be written or read, fails in
+    seconds, not after training, and leaves output_dir as it was. In a
+    cluster every worker trains; the chief alone exports and scores.
     """
-    if not (do_train or do_eval or do_predict):
-        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
+    do_export = export_settings is not None
+    if not (do_train or do_eval or do_predict or do_export):
+        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict, "
+             "--do_export")
+    if settings.predict_from_export and not do_predict:
+        fail("--predict_from_export scores the --do_predict file: set --do_predict too")
     chief = placement.is_chief
     if not chief and not do_train:
         log.info("worker %d: nothing to train; predict and eval are the chief's "
@@ -348,9 +394,19 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     train_data = task.read("train") if do_train else None
     predict_data = task.read("predict") if do_predict and chief else None
     eval_data = task.read("dev") if do_eval and chief else None
+    serving = None  # the export --do_predict scores with
+    if predict_data is not None and settings.predict_from_export:
+        serving = read_metadata(settings.predict_from_export)
+        check_compatible(settings.predict_from_export, serving, task)
+    if do_export and chief and export_settings.export_dir:
+        refuse_existing(export_settings.export_dir)
     if train_data is None:
-        scoring_checkpoint(settings)
-    resolve_labels(task, train_data, settings)
+        if do_eval or do_export or (do_predict and serving is None):
+            checkpoint = scoring_checkpoint(settings, "export" if do_export else "score with")
+            if do_export:
+                refuse_existing(export_dir_for(export_settings, settings.output_dir,
+                                               checkpoint))
+    resolve_labels(task, train_data, settings, serving)
     for data in (train_data, eval_data):
         if data is not None:
             task.check_labels(data)
@@ -364,12 +420,14 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                                 task.labels)
             train(task, train_data, settings, placement)
         if not chief:
-            if do_eval or do_predict:
-                log.info("worker %d: predict and eval are the chief's (worker 0's) job",
-                         placement.worker_index)
+            if do_eval or do_predict or do_export:
+                log.info("worker %d: export, predict and eval are the chief's (worker 0's) "
+                         "job", placement.worker_index)
             return 0
+        if do_export:
+            export(task, settings, export_settings)
         if predict_data is not None:
-            predict(task, predict_data, settings, placement)
+            predict(task, predict_data, settings, placement, serving)
         if eval_data is not None:
             evaluate(task, eval_data, settings, placement)
     return 0

@@ -20,6 +20,8 @@ LAYERS = [
     {"bert_ad.model", "bert_ad.data", "bert_ad.metrics", "bert_ad.pretraining"},
     {"bert_ad.parallel", "bert_ad.distributed"},
     {"bert_ad.tasks"},
+    # Exports for serving: a task's graph written out, and scored back.
+    {"bert_ad.serving"},
     {"bert_ad.driver"},
     {"bert_ad.cli", "bert_ad.tools",
      # `python -m bert_ad.convert / .assets / .vocab`: shims over the tools.

@@ -19,6 +19,7 @@ from absl import flags
 
 from bert_ad import driver
 from bert_ad.cli.flags import (check_training_flags, define_finetuning_flags,
+                               export_settings_from_flags, use_export_model_files,
                                define_truncation_flags, placement_from_flags,
                                run_settings_from_flags, text_encoder_from_flags)
 from bert_ad.cli.runner import run_launcher
@@ -46,8 +47,11 @@ def define_flags(fv: flags.FlagValues) -> None:
 
 
 def main(f: flags.FlagValues) -> int:
-    if not (f.do_train or f.do_eval or f.do_predict):
-        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
+    if not (f.do_train or f.do_eval or f.do_predict or f.do_export):
+        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict, "
+             "--do_export")
+    use_export_model_files(f)
+    export_settings = export_settings_from_flags(f)
     if not f.task_name:
         fail("--task_name is required")
     check_training_flags(f, "predict_batch_size")
@@ -60,7 +64,8 @@ def main(f: flags.FlagValues) -> int:
                               f.max_train_examples, f.max_eval_examples)
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
-    return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict)
+    return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict,
+                      export_settings)
 
 
 def cli(argv=None) -> None:

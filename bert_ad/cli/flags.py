@@ -30,6 +30,10 @@ from bert_ad.model.precision import PRECISIONS, compute_dtype
 from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.parallel.optimization import LR_SCALING_MODES, OPTIMIZERS
 from bert_ad.parallel.towers import plan_from_environment
+from bert_ad.serving import layout
+from bert_ad.serving.export import ExportSettings
+from bert_ad.serving.layout import FORMATS
+from bert_ad.serving.layout import PRECISIONS as EXPORT_PRECISIONS
 from bert_ad.tasks.base import TextEncoder
 
 log = logging.getLogger("bert_ad")
@@ -127,6 +131,26 @@ def define_finetuning_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("spm_model_file", None,
                         "SentencePiece model instead of --vocab_file.", **d)
     flags.DEFINE_string("cache_dir", None, "Feature cache (default: output_dir/cache).", **d)
+    define_export_flags(fv)
+
+
+def define_export_flags(fv: flags.FlagValues) -> None:
+    """--do_export and --predict_from_export (docs/serving.md)."""
+    d = dict(flag_values=fv)
+    flags.DEFINE_bool("do_export", False,
+                      "Export the model for serving (after training, or alone: "
+                      "output_dir's newest checkpoint, else --init_checkpoint).", **d)
+    flags.DEFINE_string("export_dir", None, "Where the export goes (default: "
+                        "output_dir/export/<global step>); never written over.", **d)
+    flags.DEFINE_enum("export_format", "saved_model", list(FORMATS),
+                      "saved_model (TensorFlow Serving) or frozen_graph (one .pb, "
+                      "weights as constants).", **d)
+    flags.DEFINE_enum("export_precision", "fp32", list(EXPORT_PRECISIONS),
+                      "fp16: float16 encoder weights and compute (outputs float32).", **d)
+    flags.DEFINE_string("predict_from_export", None,
+                        "With --do_predict: score with this export (a folder written "
+                        "by --do_export) instead of a checkpoint; its vocab, config, "
+                        "casing and max_seq_length are used unless given.", **d)
 
 
 def define_truncation_flags(fv: flags.FlagValues) -> None:
@@ -218,6 +242,8 @@ def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSet
     own = {name: f[name].value for name in
            ("predict_batch_size", "num_train_epochs", "warmup_proportion",
             "num_train_steps", "num_warmup_steps") if name in f}
+    if "predict_from_export" in f:
+        own["predict_from_export"] = f.predict_from_export or ""
     return RunSettings(
         output_dir=f.output_dir, init_checkpoint=init,
         train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
@@ -252,3 +278,39 @@ def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
         bucket_by_length=f.bucket_by_length,
         cache_dir=cache_dir,
         compute_dtype=compute_dtype(f.precision))
+
+
+def export_settings_from_flags(f: flags.FlagValues):
+    """ExportSettings of --do_export, or None without it."""
+    if not f.do_export:
+        for name in ("export_dir", "export_format", "export_precision"):
+            if f[name].present:
+                fail(f"--{name} is for --do_export: set --do_export too")
+        return None
+    return ExportSettings(export_dir=f.export_dir or "", format=f.export_format,
+                          precision=f.export_precision)
+
+
+def use_export_model_files(f: flags.FlagValues) -> None:
+    """With --predict_from_export, the model flags not given come from the export.
+
+    --bert_config_file, --vocab_file (or --spm_model_file), --do_lower_case
+    and --max_seq_length default to what the export was made with, so
+    scoring with an export needs no other model file. Flags given anyway are
+    checked against the export when the run starts (bert_ad/serving/load.py).
+    """
+    if not f.predict_from_export:
+        return
+    export_dir = f.predict_from_export
+    metadata = layout.read_metadata(export_dir)
+    vocab_flag = "spm_model_file" if metadata.tokenizer == "sentencepiece" else "vocab_file"
+    defaults = {"bert_config_file": layout.bert_config_path(export_dir),
+                vocab_flag: layout.asset_path(export_dir, metadata.vocab_file),
+                "do_lower_case": metadata.do_lower_case,
+                "max_seq_length": metadata.max_seq_length}
+    given = [name for name in ("vocab_file", "spm_model_file") if f[name].present]
+    for name, value in defaults.items():
+        if name in ("vocab_file", "spm_model_file") and given:
+            continue
+        if not f[name].present:
+            f[name].value = value

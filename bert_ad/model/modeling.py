@@ -238,12 +238,14 @@ def dense(x, units: int, name: str, initializer_range: float = 0.02,
 def layer_norm(x, epsilon: float = 1e-12, name: str = "LayerNorm"):
     """Layer normalisation over the last axis (variables `LayerNorm/beta|gamma`).
 
-    Statistics are computed in float32 even under mixed precision.
+    Statistics are computed in float32 even under mixed precision (and with
+    float16 weights, as in an fp16 export: bert_ad/serving/export.py).
     """
     width = int(x.shape[-1])
     with tf.variable_scope(name):
         beta = tf.get_variable("beta", [width], tf.float32, tf.zeros_initializer())
         gamma = tf.get_variable("gamma", [width], tf.float32, tf.ones_initializer())
+        beta, gamma = tf.cast(beta, tf.float32), tf.cast(gamma, tf.float32)
         x32 = tf.cast(x, tf.float32)
         mean, variance = tf.nn.moments(x32, axes=[-1], keep_dims=True)
         out = (x32 - mean) * tf.rsqrt(variance + epsilon) * gamma + beta

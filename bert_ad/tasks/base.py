@@ -12,6 +12,7 @@ result files):
                           (build_model + build_losses)
   metrics(data, outputs)  scored rows -> eval_results.txt figures (build_metrics)
   prediction_files(...)   scored rows -> predict.txt and its companions
+  serving_outputs(feats)  what an export for serving answers (bert_ad/serving/)
 
 A new task is a subclass in bert_ad/tasks/ plus a launcher in bert_ad/cli/;
 it never touches the driver, the loop or the tower code.
@@ -25,8 +26,16 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from bert_ad.compat import tf
 from bert_ad.data.batching import Batches, ExampleBatches, TokenizedExamples
 from bert_ad.data.features import FeatureSettings, cache_key, cached_features
+
+# What an export's serving signature takes by default: int32 [batch, seq],
+# both dimensions dynamic (bert_ad/serving/export.py).
+SERVING_INPUTS = ("input_ids", "input_mask", "segment_ids")
+# build_model outputs that only make sense with labels: never served.
+TRAINING_ONLY_OUTPUTS = ("loss", "per_example_loss")
+
 
 @dataclasses.dataclass
 class SplitData:
@@ -56,12 +65,18 @@ class Task(abc.ABC):
         a label list (then no labels.txt is kept).
       scores_released_checkpoints: scoring may start from --init_checkpoint
         alone, its missing head initialised fresh (pretraining's "before").
+      encoder: the TextEncoder of a fine-tuning task (model config, tokenizer,
+        max_seq_length), or None; a task needs one to be exported.
+      serving_inputs: the names in feature_spec an export's signature takes
+        (the rest of feature_spec is filled with stand-ins when serving).
     """
 
     name: str = "task"
     feature_spec: Mapping[str, tuple] = {}
     labels: Optional[List[str]] = None
     scores_released_checkpoints: bool = False
+    encoder: Optional["TextEncoder"] = None
+    serving_inputs: Sequence[str] = SERVING_INPUTS
 
     # --- inputs ---------------------------------------------------------------
 
@@ -97,6 +112,38 @@ class Task(abc.ABC):
         tensors whose first dimension is the batch}.
         """
 
+    def serving_outputs(self, features: Dict[str, object]) -> Dict[str, object]:
+        """What an export of this task answers: {output name: tensor}, dropout off.
+
+        Called once by bert_ad/serving/export.py, in a fresh graph, with
+        `features` holding a placeholder per name in `serving_inputs` (int32
+        [batch, seq], both dimensions dynamic); the encoder's compute dtype is
+        the export's precision. Names become the signature's outputs and the
+        frozen graph's tensor names (`<name>:0`), so choose them for the
+        people calling the server: the classifier serves `probabilities`
+        [batch, num_labels] float32 and `label_ids` [batch] int32 (argmax), the
+        rewrite task `score` [batch]. A token task serves per-token `tag_ids`
+        [batch, seq] (Viterbi-decoded when it has a CRF) and `probabilities`
+        [batch, seq, num_tags].
+
+        Floating outputs should be float32 whatever the precision. Every output
+        that `prediction_files` reads must be among them, with the same name and
+        meaning as in `build_model`'s outputs: `--predict_from_export` hands
+        the export's outputs to `prediction_files` unchanged.
+
+        The default runs `build_model(is_training=False)` on the features
+        completed with `serving_features` and serves every per-row output
+        except the loss terms and the features themselves.
+
+        Returns:
+          {name: tensor whose first dimension is the batch}.
+        """
+        complete = serving_features(features, self.feature_spec)
+        outputs = self.build_model(complete, is_training=False)
+        inputs = {id(t) for t in complete.values()}
+        return {name: value for name, value in outputs.items()
+                if name not in TRAINING_ONLY_OUTPUTS and id(value) not in inputs}
+
     # --- results --------------------------------------------------------------
 
     def metrics(self, data: SplitData, outputs: Dict[str, np.ndarray]) -> Dict[str, object]:
@@ -112,6 +159,35 @@ class Task(abc.ABC):
         """The eval log line(s)."""
         return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in sorted(metrics.items()))
+
+
+def serving_features(features: Dict[str, object], feature_spec: Mapping[str, tuple]
+                     ) -> Dict[str, object]:
+    """`features` completed to every name of `feature_spec`, for serving.
+
+    A feature the serving signature does not take (labels, example weights,
+    a task's training targets) becomes a stand-in: ones for
+    `example_weights` (every row is real), zeros otherwise, [batch] or
+    [batch, seq] like input_ids, higher dimensions as in the spec (they must
+    be static). The stand-ins only feed loss terms, which are not served.
+
+    Args:
+      features: {name: tensor}, with `input_ids` [batch, seq].
+      feature_spec: the task's {name: (dtype, shape)}.
+    Returns:
+      {name: tensor} for every name in feature_spec.
+    """
+    complete = dict(features)
+    batch_and_seq = tf.shape(features["input_ids"])
+    for name, (dtype, shape) in feature_spec.items():
+        if name in complete:
+            continue
+        dims = [batch_and_seq[i] if i < 2 and dim is None else dim
+                for i, dim in enumerate(shape)]
+        fill = tf.ones if name == "example_weights" else tf.zeros
+        complete[name] = fill(tf.stack(dims) if dims else [], dtype,
+                              name=f"stand_in_{name}")
+    return complete
 
 
 @dataclasses.dataclass

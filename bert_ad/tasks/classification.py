@@ -16,12 +16,13 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from bert_ad.compat import tf
 from bert_ad.data import processors
 from bert_ad.data.features import convert_examples
 from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metrics
 from bert_ad.model.heads import FEATURE_SPEC, classifier
-from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder
+from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
 
 
 class ClassificationTask(Task):
@@ -98,6 +99,14 @@ class ClassificationTask(Task):
         return {"loss": out.loss, "probabilities": out.probabilities,
                 "per_example_loss": out.per_example_loss,
                 "label_ids": features["label_ids"]}
+
+    def serving_outputs(self, features):
+        """`probabilities` [batch, num_labels] float32 and `label_ids` [batch]
+        int32, the index in labels.txt of the most probable label."""
+        out = classifier(self.encoder.config, serving_features(features, self.feature_spec),
+                         len(self.labels), False, self.encoder.compute_dtype)
+        return {"probabilities": out.probabilities,
+                "label_ids": tf.argmax(out.probabilities, axis=-1, output_type=tf.int32)}
 
     # --- results ----------------------------------------------------------------
 

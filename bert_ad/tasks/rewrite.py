@@ -43,7 +43,7 @@ from bert_ad.data.rewrite_rows import LABELS, RewriteRow, encode_row, read_rows
 from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metrics
 from bert_ad.model.heads import FEATURE_SPEC, classifier
-from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder
+from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
 
 log = logging.getLogger("bert_ad")
 FEATURE_FORMAT = "rewrite-1"  # bump when encode_row changes
@@ -114,8 +114,14 @@ class RewriteTask(Task):
         out = classifier(self.encoder.config, features, len(LABELS), is_training,
                          self.encoder.compute_dtype)
         return {"loss": out.loss, "probabilities": out.probabilities,
+                "score": out.probabilities[:, 1],
                 "per_example_loss": out.per_example_loss,
                 "label_ids": features["label_ids"]}
+
+    def serving_outputs(self, features):
+        """`score` [batch] float32: the probability that the candidate fits (label 1)."""
+        return {"score": self.build_model(serving_features(features, self.feature_spec),
+                                          is_training=False)["score"]}
 
     # --- results ----------------------------------------------------------------
 
@@ -129,7 +135,7 @@ class RewriteTask(Task):
         return metrics
 
     def prediction_files(self, data: SplitData, outputs):
-        scores = outputs["probabilities"][:, 1]
+        scores = outputs["score"]
         files = {"predict.txt": [f"{p:.6f}\t" + "\t".join(row.columns)
                                  for p, row in zip(scores, data.rows)]}
         if self.rank:

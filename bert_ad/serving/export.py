@@ -1,0 +1,283 @@
+"""--do_export: a task's inference graph and weights, written for serving.
+
+Any task with a text encoder exports the same way (bert_ad/tasks/base.py):
+
+  build_serving_graph   a fresh graph: a placeholder per `task.serving_inputs`
+                        (int32 [batch, seq], both dimensions dynamic), the
+                        task's `serving_outputs` on BertModel with dropout off,
+                        each output as a float32/int32 tensor named after it
+  load_weights          the checkpoint's values into its variables (cast to
+                        float16 for an fp16 export)
+  export_model          -> a SavedModel (tf.compat.v1.saved_model.Builder, the
+                        `serving_default` signature) or a frozen graph (one
+                        .pb, variables folded into constants, pruned to the
+                        outputs), plus the shared assets and metadata
+                        (bert_ad/serving/layout.py), written into a hidden
+                        folder and renamed into place whole
+
+fp16: the encoder's weights (every float32 variable under `bert/`) are
+float16 variables and the encoder computes in float16, as `--precision=fp16`
+training does (layer norm and softmax statistics stay float32); the task's
+head keeps its float32 weights and outputs are float32. The inputs stay int32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Dict, Iterator
+
+from bert_ad.compat import TF_VERSION, make_saved_model_portable, portable_graph_def, tf
+from bert_ad.data.tokenization import SentencePieceTokenizer
+from bert_ad.errors import fail
+from bert_ad.files import cannot_write, staging_directory
+from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
+from bert_ad.serving import layout
+from bert_ad.tasks.base import Task
+
+log = logging.getLogger("bert_ad")
+
+ENCODER_SCOPE = "bert/"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings:
+    """What --do_export asks for.
+
+    Attributes:
+      export_dir: where the export goes; "" = OUTPUT_DIR/export/<global step>.
+      format: "saved_model" or "frozen_graph".
+      precision: "fp32" or "fp16".
+    """
+    export_dir: str = ""
+    format: str = "saved_model"
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        if self.format not in layout.FORMATS:
+            fail(f"--export_format={self.format} is not one of {', '.join(layout.FORMATS)}")
+        if self.precision not in layout.PRECISIONS:
+            fail(f"--export_precision={self.precision} is not one of "
+                 f"{', '.join(layout.PRECISIONS)}")
+
+
+@dataclasses.dataclass
+class ServingGraph:
+    """The inference graph of a task: placeholders in, named outputs out."""
+    graph: "tf.Graph"
+    inputs: Dict[str, "tf.Tensor"]    # {name: int32 placeholder [batch, seq]}
+    outputs: Dict[str, "tf.Tensor"]   # {name: tensor named `name`, batch first}
+    variables: list
+
+
+def export_dir_for(settings: ExportSettings, output_dir: str, checkpoint: str) -> str:
+    """--export_dir, or OUTPUT_DIR/export/<global step of `checkpoint`>."""
+    if settings.export_dir:
+        return settings.export_dir
+    return os.path.join(output_dir, "export", str(checkpoint_step(checkpoint)))
+
+
+def refuse_existing(export_dir: str) -> None:
+    """UserError if `export_dir` exists: an export is never written over."""
+    if os.path.lexists(export_dir):
+        fail(f"--export_dir={export_dir} already exists; an export is never written "
+             "over: remove it or give another --export_dir")
+
+
+def check_exportable(task: Task) -> None:
+    if task.encoder is None:
+        fail(f"the {task.name} task cannot be exported: it has no text encoder "
+             "(--do_export is for fine-tuned tasks)")
+
+
+# --- the graph -----------------------------------------------------------------------
+
+def _half_encoder_weights(getter, name, *args, **kwargs):
+    """Variable getter: the encoder's float32 variables become float16 ones."""
+    if name.startswith(ENCODER_SCOPE) and kwargs.get("dtype") in (tf.float32, None):
+        kwargs["dtype"] = tf.float16
+    return getter(name, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _compute_dtype(task: Task, dtype) -> Iterator[None]:
+    """The task's encoder computes in `dtype` inside the block (restored after)."""
+    encoder = task.encoder
+    task.encoder = dataclasses.replace(encoder, compute_dtype=dtype)
+    try:
+        yield
+    finally:
+        task.encoder = encoder
+
+
+def build_serving_graph(task: Task, precision: str = "fp32") -> ServingGraph:
+    """The task's `serving_outputs` in a fresh graph, dropout off.
+
+    Args:
+      task: a task with an encoder (labels resolved).
+      precision: "fp32", or "fp16" (float16 encoder weights and compute).
+    Returns:
+      A ServingGraph: placeholders named as `task.serving_inputs` (their dtype
+      and shape from `task.feature_spec`), outputs named after the task's
+      (floating ones cast to float32), the graph's variables.
+    """
+    check_exportable(task)
+    half = precision == "fp16"
+    graph = tf.Graph()
+    with graph.as_default():
+        inputs = {}
+        for name in task.serving_inputs:
+            dtype, shape = task.feature_spec[name]
+            inputs[name] = tf.placeholder(dtype, shape, name=name)
+        if half:
+            tf.get_variable_scope().set_custom_getter(_half_encoder_weights)
+        # Model ops under model/, so the root names stay free for the outputs.
+        with _compute_dtype(task, tf.float16 if half else tf.float32), \
+                tf.name_scope("model"):
+            served = task.serving_outputs(dict(inputs))
+        outputs = {}
+        for name in sorted(served):
+            tensor = tf.convert_to_tensor(served[name])
+            if tensor.dtype.is_floating and tensor.dtype != tf.float32:
+                tensor = tf.cast(tensor, tf.float32)
+            outputs[name] = tf.identity(tensor, name=name)
+            if outputs[name].op.name != name:
+                raise ValueError(f"the {task.name} task's output {name!r} clashes with "
+                                 "an op of the same name; rename the output")
+        return ServingGraph(graph, inputs, outputs, tf.global_variables())
+
+
+def load_weights(session, checkpoint: str, variables: list) -> None:
+    """Set `variables` to `checkpoint`'s values, cast to each variable's dtype.
+
+    UserError (one line) if the checkpoint lacks a variable or has another shape.
+    """
+    require_variables(checkpoint, variables,
+                      advice="export a checkpoint of this task (train first, or "
+                             "point --init_checkpoint at a fine-tuned model.ckpt-N)")
+    reader = tf.train.NewCheckpointReader(checkpoint)
+    feed = {}
+    for variable in variables:
+        value = reader.get_tensor(variable_name(variable))
+        feed[variable.initial_value] = value.astype(variable.dtype.base_dtype.as_numpy_dtype)
+    session.run([v.initializer for v in variables], feed)
+
+
+# --- writing -------------------------------------------------------------------------
+
+def _tensor_info(tensor) -> layout.TensorInfo:
+    shape = [-1 if d is None else int(d) for d in tensor.shape.as_list()]
+    return layout.TensorInfo(tensor.name, tensor.dtype.base_dtype.name, shape)
+
+
+def _write_text(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def _write_saved_model(target: str, serving: ServingGraph, session, assets: list) -> None:
+    """A SavedModel in `target` (empty): tag `serve`, signature `serving_default`."""
+    signature = tf.saved_model.signature_def_utils.predict_signature_def(
+        serving.inputs, serving.outputs)
+    with serving.graph.as_default():
+        for path in assets:  # copied into assets/ by the builder
+            tf.add_to_collection(tf.GraphKeys.ASSET_FILEPATHS,
+                                 tf.constant(path, name="asset_" + os.path.basename(path)))
+        builder = tf.saved_model.Builder(target)
+        # Attributes at their default value are left out (and debugging
+        # ones below), so TF 1.15 can read what TF 2.x wrote.
+        builder.add_meta_graph_and_variables(
+            session, [layout.SERVE_TAG], signature_def_map={layout.SIGNATURE_KEY: signature},
+            assets_collection=tf.get_collection(tf.GraphKeys.ASSET_FILEPATHS),
+            clear_devices=True, strip_default_attrs=True)
+        builder.save()
+    make_saved_model_portable(target)
+
+
+def _write_frozen_graph(target: str, serving: ServingGraph, session, assets: list) -> None:
+    """frozen_graph.pb (constants, pruned to the outputs) and frozen_graph.json."""
+    names = [t.op.name for t in serving.outputs.values()]
+    frozen = portable_graph_def(tf.graph_util.convert_variables_to_constants(
+        session, serving.graph.as_graph_def(), names))
+    for node in frozen.node:
+        node.device = ""
+    with open(os.path.join(target, layout.FROZEN_GRAPH_FILE), "wb") as f:
+        f.write(frozen.SerializeToString())
+    os.makedirs(os.path.join(target, layout.ASSETS_DIR))
+    for path in assets:
+        shutil.copyfile(path, layout.asset_path(target, os.path.basename(path)))
+
+
+def _signature_json(metadata: layout.ExportMetadata) -> str:
+    values = {"inputs": {k: dataclasses.asdict(v) for k, v in metadata.inputs.items()},
+              "outputs": {k: dataclasses.asdict(v) for k, v in metadata.outputs.items()}}
+    return json.dumps(values, indent=2, sort_keys=True) + "\n"
+
+
+def export_model(task: Task, checkpoint: str, settings: ExportSettings,
+                 output_dir: str) -> str:
+    """Write `task` with `checkpoint`'s weights as an export for serving.
+
+    Args:
+      task: a task with an encoder and resolved labels.
+      checkpoint: a checkpoint prefix holding every variable of the task's graph.
+      settings: where, which format, which precision.
+      output_dir: the run's output_dir (for the default export_dir).
+    Returns:
+      The export's folder, complete (it appears only when fully written).
+    Raises:
+      UserError: the folder exists, the checkpoint is not of this model, or a
+        write failed (nothing is left behind).
+    """
+    target = export_dir_for(settings, output_dir, checkpoint)
+    refuse_existing(target)
+    serving = build_serving_graph(task, settings.precision)
+    encoder = task.encoder
+    metadata = layout.ExportMetadata(
+        format=settings.format, precision=settings.precision, task=task.name,
+        labels=list(task.labels) if task.labels is not None else None,
+        max_seq_length=encoder.max_seq_length, do_lower_case=bool(encoder.do_lower_case),
+        vocab_file=os.path.basename(encoder.vocab_file),
+        tokenizer=("sentencepiece" if isinstance(encoder.tokenizer, SentencePieceTokenizer)
+                   else "wordpiece"),
+        vocab_sha256=layout.file_sha256(encoder.vocab_file), tensorflow_version=TF_VERSION,
+        checkpoint=os.path.abspath(checkpoint), global_step=checkpoint_step(checkpoint),
+        inputs={k: _tensor_info(v) for k, v in serving.inputs.items()},
+        outputs={k: _tensor_info(v) for k, v in serving.outputs.items()})
+    log.info("export: %s %s of %s (%s) -> %s", settings.format, settings.precision,
+             checkpoint, ", ".join(f"{k} {v.dtype}{v.shape}"
+                                   for k, v in metadata.outputs.items()), target)
+    staging = staging_directory(target)
+    try:
+        with tempfile.TemporaryDirectory() as scratch, \
+                tf.Session(graph=serving.graph) as session:
+            load_weights(session, checkpoint, serving.variables)
+            assets = [encoder.vocab_file]
+            if task.labels is not None:
+                labels_file = os.path.join(scratch, layout.LABELS_FILE)
+                _write_text(labels_file, "".join(label + "\n" for label in task.labels))
+                assets.append(labels_file)
+            writer = (_write_saved_model if settings.format == "saved_model"
+                      else _write_frozen_graph)
+            writer(staging, serving, session, assets)
+        if settings.format == "frozen_graph":
+            _write_text(os.path.join(staging, layout.TENSOR_NAMES_FILE),
+                        _signature_json(metadata))
+        _write_text(layout.bert_config_path(staging), encoder.config.to_json_string())
+        _write_text(layout.metadata_path(staging), metadata.to_json())
+        refuse_existing(target)  # another process may have exported meanwhile
+        os.rename(staging, target)
+    except BaseException as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, (OSError, tf.errors.OpError)):
+            raise cannot_write(target, e) from e
+        raise
+    log.info("export: wrote %s", target)
+    return target
+

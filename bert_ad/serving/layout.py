@@ -1,0 +1,150 @@
+"""An export's folder: where every file lives, and the metadata that describes it.
+
+Both formats share one layout, so a server or `--predict_from_export` finds
+the tokenizer, the labels and the model's settings in the same places:
+
+  saved_model.pb + variables/     --export_format=saved_model (the default)
+  frozen_graph.pb                 --export_format=frozen_graph: variables folded
+  frozen_graph.json                 into constants; the input/output tensor names
+  assets/<vocab>                  the vocab.txt (or SentencePiece model) as trained
+  assets/labels.txt               the label list, one a line, in the head's order
+  assets.extra/bert_config.json   the model's config
+  assets.extra/export.json        ExportMetadata: task, labels, max_seq_length,
+                                  do_lower_case, precision, TensorFlow version,
+                                  the signature's tensors
+
+TensorFlow Serving copies `assets/` with a SavedModel and ignores
+`assets.extra/`, which is the place TensorFlow reserves for files like ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Dict, List, Optional
+
+from bert_ad.errors import fail
+
+SIGNATURE_KEY = "serving_default"   # what TF Serving calls when none is named
+SERVE_TAG = "serve"                 # tf.saved_model.SERVING
+SAVED_MODEL_FILE = "saved_model.pb"
+FROZEN_GRAPH_FILE = "frozen_graph.pb"
+TENSOR_NAMES_FILE = "frozen_graph.json"
+ASSETS_DIR = "assets"
+EXTRA_DIR = "assets.extra"
+METADATA_FILE = "export.json"
+BERT_CONFIG_FILE = "bert_config.json"
+LABELS_FILE = "labels.txt"
+
+FORMATS = {"saved_model": SAVED_MODEL_FILE, "frozen_graph": FROZEN_GRAPH_FILE}
+PRECISIONS = ("fp32", "fp16")
+LAYOUT_VERSION = 1
+
+
+@dataclasses.dataclass
+class TensorInfo:
+    """One input or output of the signature: `tensor` is its graph name ("name:0")."""
+    tensor: str
+    dtype: str          # "int32", "float32", ...
+    shape: List[int]    # -1 for a dynamic dimension
+
+
+@dataclasses.dataclass
+class ExportMetadata:
+    """assets.extra/export.json: everything a server needs besides the graph.
+
+    Attributes:
+      format: "saved_model" or "frozen_graph".
+      precision: "fp32" or "fp16" (weights and compute; outputs are float32).
+      task: the task's name ("classifier", "rewrite", ...).
+      labels: the label list (labels.txt), or None for a task without one.
+      max_seq_length, do_lower_case: the tokenizer settings it was trained with.
+      vocab_file: the vocab's file name in assets/.
+      tokenizer: "wordpiece" or "sentencepiece".
+      vocab_sha256: the vocab file's digest (a different vocab is refused).
+      tensorflow_version: the TensorFlow that wrote the export.
+      checkpoint, global_step: where the weights came from.
+      inputs, outputs: {name: TensorInfo} of the `serving_default` signature.
+    """
+    format: str
+    precision: str
+    task: str
+    labels: Optional[List[str]]
+    max_seq_length: int
+    do_lower_case: bool
+    vocab_file: str
+    tokenizer: str
+    vocab_sha256: str
+    tensorflow_version: str
+    checkpoint: str
+    global_step: int
+    inputs: Dict[str, TensorInfo]
+    outputs: Dict[str, TensorInfo]
+    layout_version: int = LAYOUT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ExportMetadata":
+        values = dict(values)
+        for key in ("inputs", "outputs"):
+            values[key] = {name: TensorInfo(**info) for name, info in values[key].items()}
+        return cls(**values)
+
+
+def file_sha256(path: str) -> str:
+    """A file's SHA-256, hex (how an export records its vocab)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def metadata_path(export_dir: str) -> str:
+    return os.path.join(export_dir, EXTRA_DIR, METADATA_FILE)
+
+
+def asset_path(export_dir: str, name: str) -> str:
+    return os.path.join(export_dir, ASSETS_DIR, name)
+
+
+def bert_config_path(export_dir: str) -> str:
+    return os.path.join(export_dir, EXTRA_DIR, BERT_CONFIG_FILE)
+
+
+def read_metadata(export_dir: str, flag: str = "--predict_from_export") -> ExportMetadata:
+    """The metadata of the export in `export_dir`; UserError (one line) if it is none.
+
+    Args:
+      export_dir: a folder written by --do_export.
+      flag: the flag that named it, for the message.
+    Returns:
+      The ExportMetadata, its model file checked to exist.
+    """
+    where = f"{flag}={export_dir}"
+    if not os.path.isdir(export_dir):
+        fail(f"{where} is not a directory; give a folder written by --do_export "
+             "(e.g. OUTPUT_DIR/export/STEP)")
+    path = metadata_path(export_dir)
+    if not os.path.isfile(path):
+        fail(f"{where} is not an export of bert_ad: it has no {EXTRA_DIR}/{METADATA_FILE}; "
+             "give a folder written by --do_export (e.g. OUTPUT_DIR/export/STEP)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            metadata = ExportMetadata.from_dict(json.load(f))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+        fail(f"{where}: {path} cannot be read as an export's metadata "
+             f"({type(e).__name__}: {e}); export again with --do_export")
+    model_file = FORMATS.get(metadata.format)
+    if model_file is None:
+        fail(f"{where}: {path} names the format {metadata.format!r}, not one of "
+             f"{', '.join(FORMATS)}")
+    for name in (model_file, os.path.join(ASSETS_DIR, metadata.vocab_file)):
+        if not os.path.isfile(os.path.join(export_dir, name)):
+            fail(f"{where} is an incomplete export: {name} is missing; export again "
+                 "with --do_export")
+    return metadata
