@@ -31,6 +31,7 @@ setup(
     entry_points={
         "console_scripts": [
             "bert-ad-classifier=bert_ad.cli.classifier:cli",
+            "bert-ad-ner=bert_ad.cli.ner:cli",
             "bert-ad-pretrain=bert_ad.cli.pretrain:cli",
             "bert-ad-rewrite=bert_ad.cli.rewrite:cli",
             "bert-ad-create-pretraining-data=bert_ad.cli.create_pretraining_data:cli",

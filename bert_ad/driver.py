@@ -334,7 +334,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     predict_data = task.read("predict") if do_predict and chief else None
     eval_data = task.read("dev") if do_eval and chief else None
     resolve_labels(task, train_data, settings)
-    for data in (train_data, eval_data):
+    for data in (train_data, eval_data, predict_data):
         if data is not None:
             task.check_labels(data)
     if train_data is None:

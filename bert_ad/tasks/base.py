@@ -80,7 +80,11 @@ class Task(abc.ABC):
         return None
 
     def check_labels(self, data: SplitData) -> None:  # noqa: B027 (optional hook)
-        """Refuse rows whose labels are outside self.labels (file and line)."""
+        """Refuse rows whose labels are outside self.labels (file and line).
+
+        Called for every split read (train, dev, predict) before any work; a
+        task whose predictions ignore the predict file's labels skips it.
+        """
 
     @abc.abstractmethod
     def batches(self, data: SplitData) -> Batches:
