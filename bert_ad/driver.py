@@ -159,7 +159,8 @@ def train(task: Task, data: SplitData, settings: RunSettings,
         # agree: every worker gets the chief's at start.
         seed=settings.seed + placement.worker_index, precision=settings.precision,
         batch_size_per_tower=settings.train_batch_size,
-        num_workers=placement.num_workers)
+        num_workers=placement.num_workers,
+        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()))
     cluster = placement.cluster
 
     def micro_batches(start_example: int):

@@ -101,6 +101,11 @@ class Task(abc.ABC):
         tensors whose first dimension is the batch}.
         """
 
+    def learning_rate_multipliers(self) -> Dict[str, float]:
+        """{regular expression: factor}: variables whose names match learn at
+        factor x the learning rate (default: none)."""
+        return {}
+
     # --- results --------------------------------------------------------------
 
     def metrics(self, data: SplitData, outputs: Dict[str, np.ndarray]) -> Dict[str, object]:

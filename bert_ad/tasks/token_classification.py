@@ -93,6 +93,9 @@ class TokenClassificationTask(Task):
       labels: the tag list (--labels), None for the training file's tags.
       doc_stride: pieces between the starts of a long sentence's windows.
       use_crf: a linear-chain CRF (Viterbi decoding) instead of a softmax.
+      crf_learning_rate_multiplier: the CRF's transitions learn this many
+        times faster than the rest (they start near 0 and fine-tuning's few
+        small steps would hardly move them: bert4keras's crf_lr_multiplier).
       max_train_examples, max_eval_examples: only the first N sentences.
     """
 
@@ -102,6 +105,7 @@ class TokenClassificationTask(Task):
     def __init__(self, encoder: TextEncoder, files: ConllFormat,
                  tag_scheme: Optional[str] = None, labels: Optional[Sequence[str]] = None,
                  doc_stride: int = 64, use_crf: bool = False,
+                 crf_learning_rate_multiplier: float = 1.0,
                  max_train_examples: Optional[int] = None,
                  max_eval_examples: Optional[int] = None):
         self.encoder = encoder
@@ -112,6 +116,10 @@ class TokenClassificationTask(Task):
             fail(f"--labels lists a tag twice: {','.join(self.label_flag)}")
         self.doc_stride = doc_stride
         self.use_crf = use_crf
+        if not crf_learning_rate_multiplier > 0:
+            fail(f"--crf_learning_rate_multiplier={crf_learning_rate_multiplier} must be "
+                 "positive")
+        self.crf_learning_rate_multiplier = crf_learning_rate_multiplier
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
 
     # --- inputs -----------------------------------------------------------------
@@ -195,6 +203,11 @@ class TokenClassificationTask(Task):
                                self.use_crf, self.encoder.compute_dtype)
         return {"loss": out.loss, "predicted": out.predicted,
                 "per_example_loss": out.per_example_loss}
+
+    def learning_rate_multipliers(self) -> Dict[str, float]:
+        if self.use_crf and self.crf_learning_rate_multiplier != 1.0:
+            return {"^crf/": self.crf_learning_rate_multiplier}
+        return {}
 
     # --- results ----------------------------------------------------------------
 
