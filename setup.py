@@ -62,6 +62,7 @@ setup(
         # under run_cli, so a missing TensorFlow is one `error:` line.
         "console_scripts": [
             "bert-ad-classifier=bert_ad.cli.entry_points:classifier",
+            "bert-ad-ner=bert_ad.cli.entry_points:ner",
             "bert-ad-pretrain=bert_ad.cli.entry_points:pretrain",
             "bert-ad-rewrite=bert_ad.cli.entry_points:rewrite",
             "bert-ad-create-pretraining-data=bert_ad.cli.entry_points:create_pretraining_data",

@@ -178,7 +178,8 @@ def train(task: Task, data: SplitData, settings: RunSettings,
         # agree: every worker gets the chief's at start.
         seed=settings.seed + placement.worker_index, precision=settings.precision,
         batch_size_per_tower=settings.train_batch_size,
-        num_workers=placement.num_workers)
+        num_workers=placement.num_workers,
+        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()))
     cluster = placement.cluster
 
     def micro_batches(start_example: int):
@@ -407,7 +408,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                 refuse_existing(export_dir_for(export_settings, settings.output_dir,
                                                checkpoint))
     resolve_labels(task, train_data, settings, serving)
-    for data in (train_data, eval_data):
+    for data in (train_data, eval_data, predict_data):
         if data is not None:
             task.check_labels(data)
     # In a cluster only the chief writes, so only it owns output_dir.

@@ -35,6 +35,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads to build the wheel.
 SOURCES = ("setup.py", "bert_ad", "configs", "data")
 ROOT_LAUNCHERS = ("run_classifier_mgpu.py", "run_pretraining_mgpu.py", "rewrite_finetune.py",
+                  "run_ner_mgpu.py",
                   "create_pretraining_data.py")
 # `python -m bert_ad.X` commands that need TensorFlow (assets does not).
 MODULE_COMMANDS = ("bert_ad.convert", "bert_ad.vocab")
@@ -208,7 +209,7 @@ def test_console_scripts_go_through_the_lazy_entry_points(wheel):
     targets = console_script_targets(wheel)
     assert sorted(targets) == [
         "bert-ad-classifier", "bert-ad-convert", "bert-ad-create-pretraining-data",
-        "bert-ad-pretrain", "bert-ad-rewrite", "bert-ad-vocab"]
+        "bert-ad-ner", "bert-ad-pretrain", "bert-ad-rewrite", "bert-ad-vocab"]
     for script, target in targets.items():
         module, function = target.split(":")
         assert module == "bert_ad.cli.entry_points", script

@@ -15,6 +15,8 @@ from bert_ad.compat import session_config, tf
 from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from helpers import (assert_same_weights, assert_weights_moved, save_initial_weights,
+                     slice_rows, train_one_step)
 
 CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
               intermediate_size=32, max_position_embeddings=32,
@@ -37,10 +39,6 @@ def make_data(rows: int, seed: int = 0) -> dict:
     }
 
 
-def slice_rows(data: dict, start: int, stop: int) -> dict:
-    return {k: v[start:stop] for k, v in data.items()}
-
-
 def build(n_towers: int, accumulation: int = 1, optimizer: str = "adamw"):
     config = BertConfig(**CONFIG)
     plan = plan_devices(n_towers, cuda_visible_devices="")
@@ -56,60 +54,23 @@ def build(n_towers: int, accumulation: int = 1, optimizer: str = "adamw"):
 @pytest.fixture(scope="module")
 def initial_checkpoint(tmp_path_factory) -> str:
     """One set of starting weights shared by every graph in this module."""
-    path = str(tmp_path_factory.mktemp("init") / "model.ckpt")
-    with tf.Graph().as_default():
-        build(1)
-        with tf.Session() as session:
-            session.run(tf.global_variables_initializer())
-            tf.train.Saver().save(session, path)
-    return path
+    return save_initial_weights(lambda: build(1),
+                                str(tmp_path_factory.mktemp("init") / "model.ckpt"))
 
 
 def one_step(initial_checkpoint: str, n_towers: int, micro_batches: list,
              optimizer: str = "adamw") -> tuple:
-    """Run one applied step; return (loss of the last run, {var: value}, global_step)."""
-    accumulation = len(micro_batches)
-    with tf.Graph().as_default():
-        plan, graph = build(n_towers, accumulation, optimizer)
-        with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
-            session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-            tf.train.Saver(var_list=graph.variables).restore(session, initial_checkpoint)
+    """Run one applied step, each micro-batch's rows split evenly over the towers;
+    return (loss of the last run, {var: value}, global_step)."""
+    def per_tower(batch):
+        rows = len(batch["label_ids"]) // n_towers
+        return [slice_rows(batch, t * rows, (t + 1) * rows) for t in range(n_towers)]
 
-            def feed(batch):
-                rows = len(batch["label_ids"]) // n_towers
-                out = {}
-                for t, placeholders in enumerate(graph.placeholders):
-                    part = slice_rows(batch, t * rows, (t + 1) * rows)
-                    out.update({placeholders[k]: part[k] for k in placeholders})
-                return out
-
-            for batch in micro_batches[:-1]:
-                session.run(graph.micro_step, feed(batch))
-            loss, norm, applied, step = session.run(
-                [graph.loss, graph.grad_norm, graph.train_step, graph.step_after],
-                feed(micro_batches[-1]))
-            assert applied
-            # Adam is blind to the gradient's scale, so check the scale itself.
-            one_step.grad_norm = norm
-            weights = {v.name: session.run(v) for v in graph.variables}
-    return loss, weights, step
-
-
-def assert_same_weights(a: dict, b: dict, rtol: float = 1e-5) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        # Zero-initialised biases have no scale of their own after one step:
-        # measure them against the initializer range (0.02) instead.
-        scale = max(np.max(np.abs(b[name])), 0.02)
-        difference = np.max(np.abs(a[name] - b[name])) / scale
-        assert difference <= rtol, f"{name}: relative difference {difference:.2e}"
-
-
-def assert_weights_moved(initial_checkpoint: str, weights: dict) -> None:
-    """Guard against a vacuous comparison: the step must change the weights."""
-    kernel = "bert/encoder/layer_1/output/dense/kernel:0"
-    before = tf.train.load_variable(initial_checkpoint, kernel.split(":")[0])
-    assert np.max(np.abs(weights[kernel] - before)) > 1e-5
+    result = train_one_step(lambda: build(n_towers, len(micro_batches), optimizer),
+                            initial_checkpoint, [per_tower(b) for b in micro_batches])
+    # Adam is blind to the gradient's scale, so check the scale itself.
+    one_step.grad_norm = result.grad_norm
+    return result.loss, result.weights, result.global_step
 
 
 @pytest.mark.parametrize("n_towers", [2, 3])

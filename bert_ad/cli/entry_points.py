@@ -62,6 +62,14 @@ def classifier() -> None:
     launch(load)
 
 
+def ner() -> None:
+    """bert-ad-ner, run_ner_mgpu.py."""
+    def load():
+        from bert_ad.cli.ner import cli
+        return cli
+    launch(load)
+
+
 def pretrain() -> None:
     """bert-ad-pretrain, run_pretraining_mgpu.py."""
     def load():

@@ -45,7 +45,9 @@ CLUSTER_AGREED_FLAGS = (
     "seed", "precision", "collective_implementation", "collective_pack_mb",
     "collective_fp16", "max_seq_length", "num_train_epochs", "warmup_proportion",
     "num_train_steps", "num_warmup_steps", "max_train_examples", "bucket_by_length",
-    "padding", "do_lower_case", "task_name", "max_predictions_per_seq", "nsp")
+    "padding", "do_lower_case", "task_name", "max_predictions_per_seq", "nsp",
+    "doc_stride", "use_crf", "crf_learning_rate_multiplier", "tag_scheme", "labels",
+    "token_column", "label_column")
 
 
 def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5e-5) -> None:

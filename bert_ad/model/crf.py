@@ -36,6 +36,17 @@ def crf_transitions(num_tags: int, initializer=None) -> "tf.Variable":
                                initializer)
 
 
+def _read(transitions):
+    """The transitions' value, read here, outside the loops.
+
+    A while loop that captures the variable (or a plain read of it, which TF 2
+    captures as the variable's handle) has a gradient that cannot be placed
+    when the loop runs on another device than the variable (tower 1 on
+    /gpu:1, variables on the CPU). An Identity of the value is a tensor.
+    """
+    return tf.identity(tf.convert_to_tensor(transitions))
+
+
 def _prepare(emissions, lengths):
     emissions = tf.cast(emissions, tf.float32)
     lengths = tf.cast(lengths, tf.int32)
@@ -92,12 +103,17 @@ def crf_log_norm(emissions, lengths, transitions) -> "tf.Tensor":
       [batch] float32 (0 for rows of length 0).
     """
     emissions, lengths, mask = _prepare(emissions, lengths)
+    transitions = _read(transitions)
     time_major, time_mask = _time_major(emissions, mask)
 
     def step(alpha, inputs):
         emission, keep = inputs
-        # alpha'[j] = logsumexp_i(alpha[i] + transitions[i, j]) + emission[j]
-        updated = tf.reduce_logsumexp(alpha[:, :, None] + transitions[None], 1) + emission
+        # alpha'[j] = logsumexp_i(alpha[i] + transitions[i, j]) + emission[j].
+        # keepdims=True: the gradient of a rank-dropping reduction pins one op
+        # by name (colocate_with), and in TF 2's while loops that name is the
+        # same in every tower, which then cannot be placed on two devices.
+        scores = tf.reduce_logsumexp(alpha[:, :, None] + transitions[None], 1, keepdims=True)
+        updated = scores[:, 0, :] + emission
         return tf.where(keep > 0, updated, alpha)
 
     final = tf.foldl(step, (time_major[1:], time_mask[1:]), initializer=time_major[0])
@@ -127,6 +143,7 @@ def crf_decode(emissions, lengths, transitions):
        best_score [batch] float32, the path's score, 0 for length 0).
     """
     emissions, lengths, mask = _prepare(emissions, lengths)
+    transitions = _read(transitions)
     num_tags = tf.shape(transitions)[0]
     max_length = tf.shape(emissions)[1]
     time_major, time_mask = _time_major(emissions, mask)

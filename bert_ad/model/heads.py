@@ -7,11 +7,14 @@
 * `masked_lm_head` (`cls/predictions/...`, output embedding tied to the
   input one) and `next_sentence_head` (`cls/seq_relationship/...`): Google's
   pretraining heads, so continued-pretraining checkpoints stay Google's.
+* `token_classifier`: one tag per word from its first piece, softmax or a
+  linear-chain CRF (token classification, run_ner_mgpu.py).
 """
 
 from __future__ import annotations
 
 from bert_ad.compat import tf
+from bert_ad.model.crf import crf_decode, crf_log_likelihood, crf_transitions
 from bert_ad.model.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                                     dense, dropout, layer_norm)
 
@@ -99,3 +102,89 @@ def next_sentence_head(config: BertConfig, pooled_output):
         bias = tf.get_variable("output_bias", [2], tf.float32, tf.zeros_initializer())
         logits = tf.nn.bias_add(tf.matmul(pooled_output, weights, transpose_b=True), bias)
         return tf.nn.log_softmax(logits, axis=-1)
+
+
+# --- token classification ------------------------------------------------------------
+
+# Per-tower inputs of token classification (bert_ad/data/token_features.py's
+# columns): [batch, seq] pieces; [batch, words] per word (words <= seq after
+# padding): the position of its first piece, its tag id, 1 for a real word.
+TOKEN_FEATURE_SPEC = {
+    "input_ids": (tf.int32, [None, None]),
+    "input_mask": (tf.int32, [None, None]),
+    "segment_ids": (tf.int32, [None, None]),
+    "word_positions": (tf.int32, [None, None]),
+    "word_tag_ids": (tf.int32, [None, None]),
+    "word_mask": (tf.int32, [None, None]),
+    "example_weights": (tf.float32, [None]),
+}
+
+
+class TokenClassifierOutputs:
+    """One tower's token classification.
+
+    Attributes:
+      logits: [batch, words, num_tags] float32 (the CRF's emissions).
+      predicted: [batch, words] int32 tag ids (Viterbi path with a CRF,
+        argmax otherwise); positions past a row's words hold anything.
+      per_example_loss: [batch] the window's negative log-likelihood: the sum
+        of its words' cross-entropies, or the CRF's sequence NLL.
+      loss: mean of per_example_loss over the real rows (example_weights > 0).
+    """
+
+    def __init__(self, logits, predicted, per_example_loss, loss):
+        self.logits = logits
+        self.predicted = predicted
+        self.per_example_loss = per_example_loss
+        self.loss = loss
+
+
+def token_classifier(config: BertConfig, features: dict, num_tags: int, is_training: bool,
+                     use_crf: bool = False, compute_dtype=tf.float32
+                     ) -> TokenClassifierOutputs:
+    """BERT sequence output at each word's first piece -> dropout -> dense -> tags.
+
+    Variables: `output_weights` [num_tags, hidden] and `output_bias` at the top
+    level (as the classifier's), and `crf/transitions` [num_tags, num_tags]
+    with `use_crf` (bert_ad/model/crf.py).
+
+    The loss of a window is its negative log-likelihood (summed over its
+    words; a CRF scores the whole tag path), and a tower's loss the mean over
+    its windows. A mean over rows, like the classifier's, is what makes N
+    towers x B rows train exactly like 1 tower x N*B: the towers' gradients
+    are averaged with equal weights, which a per-tower mean over words (towers
+    hold different word counts) would break.
+    """
+    model = BertModel(config, is_training, features["input_ids"],
+                      features["input_mask"], features["segment_ids"],
+                      compute_dtype=compute_dtype)
+    sequence = tf.cast(model.get_sequence_output(), tf.float32)  # [batch, seq, hidden]
+    positions = features["word_positions"]                        # [batch, words]
+    batch, words = tf.shape(positions)[0], tf.shape(positions)[1]
+    hidden = config.hidden_size
+    word_vectors = tf.reshape(gather_positions(sequence, positions), [batch, words, hidden])
+    if is_training:
+        word_vectors = dropout(word_vectors, config.hidden_dropout_prob)
+    output_weights = tf.get_variable("output_weights", [num_tags, hidden], tf.float32,
+                                     create_initializer(0.02))
+    output_bias = tf.get_variable("output_bias", [num_tags], tf.float32,
+                                  tf.zeros_initializer())
+    logits = tf.nn.bias_add(tf.matmul(tf.reshape(word_vectors, [-1, hidden]), output_weights,
+                                      transpose_b=True), output_bias)
+    logits = tf.reshape(logits, [batch, words, num_tags])         # [batch, words, tags]
+    word_mask = tf.cast(features["word_mask"], tf.float32)
+    tag_ids = features["word_tag_ids"]
+    if use_crf:
+        lengths = tf.cast(tf.reduce_sum(word_mask, 1), tf.int32)
+        transitions = crf_transitions(num_tags)
+        per_example_loss = -crf_log_likelihood(logits, tag_ids, lengths, transitions)
+        predicted, _ = crf_decode(logits, lengths, transitions)
+    else:
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+        one_hot = tf.one_hot(tag_ids, depth=num_tags, dtype=tf.float32)
+        per_word = -tf.reduce_sum(one_hot * log_probs, axis=-1)  # [batch, words]
+        per_example_loss = tf.reduce_sum(per_word * word_mask, 1)
+        predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    weights = features["example_weights"]
+    loss = tf.reduce_sum(per_example_loss * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+    return TokenClassifierOutputs(logits, predicted, per_example_loss, loss)

@@ -63,6 +63,10 @@ class Optimizer:
 
     # Whether the update needs t, the 1-based number of this update.
     uses_step = False
+    # ((regular expression, factor), ...): a variable whose name matches one
+    # learns at factor x the learning rate (the first match counts), e.g. a
+    # CRF's transitions, which start near 0 and have few, large entries.
+    learning_rate_multipliers: tuple = ()
 
     def __init__(self, learning_rate, beta_1: float = 0.9, beta_2: float = 0.999,
                  epsilon: float = 1e-6, weight_decay_rate: float = 0.0,
@@ -167,10 +171,16 @@ class Optimizer:
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
         next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
         update = self._direction(param, param_name, next_m, next_v, t)
-        next_param = param - lr * update
+        next_param = param - self._learning_rate_of(param_name, lr) * update
         return [param.assign(next_param, read_value=False),
                 m.assign(next_m, read_value=False),
                 v.assign(next_v, read_value=False)]
+
+    def _learning_rate_of(self, param_name: str, lr):
+        for pattern, factor in self.learning_rate_multipliers:
+            if re.search(pattern, param_name):
+                return lr * float(factor)
+        return lr
 
     def _direction(self, param, param_name: str, next_m, next_v, t):
         """What is multiplied by the learning rate and subtracted from param."""
@@ -326,7 +336,7 @@ _CLASSES = {"adamw": AdamWeightDecay, "adam": Adam, "radam": RAdam, "lamb": Lamb
 
 
 def make_optimizer(name: str, learning_rate, weight_decay_rate: float = 0.01,
-                   **kwargs) -> Optimizer:
+                   learning_rate_multipliers: Sequence = (), **kwargs) -> Optimizer:
     """The optimizer named by --optimizer.
 
     Args:
@@ -335,6 +345,8 @@ def make_optimizer(name: str, learning_rate, weight_decay_rate: float = 0.01,
       learning_rate: float or scalar tensor.
       weight_decay_rate: for adamw, radam and lamb; plain Adam has no weight
         decay and ignores it.
+      learning_rate_multipliers: ((regular expression, factor), ...), see
+        Optimizer.learning_rate_multipliers.
       **kwargs: passed to the class (beta_1, beta_2, epsilon,
         exclude_from_weight_decay, ...).
 
@@ -347,7 +359,9 @@ def make_optimizer(name: str, learning_rate, weight_decay_rate: float = 0.01,
     cls = _CLASSES[key]
     if cls is not Adam:
         kwargs["weight_decay_rate"] = weight_decay_rate
-    return cls(learning_rate, **kwargs)
+    optimizer = cls(learning_rate, **kwargs)
+    optimizer.learning_rate_multipliers = tuple(learning_rate_multipliers)
+    return optimizer
 
 
 def learning_rate_schedule(global_step, base_learning_rate: float, num_train_steps: int,

@@ -40,6 +40,9 @@ class TrainSettings:
     precision: str = "fp32"
     batch_size_per_tower: int = 1
     num_workers: int = 1
+    # ((regular expression, factor), ...): variables that learn at factor x
+    # learning_rate (the task's, e.g. a CRF's transitions).
+    learning_rate_multipliers: tuple = ()
 
 
 @dataclasses.dataclass
@@ -127,7 +130,8 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
                                                settings.num_train_steps,
                                                settings.num_warmup_steps)
         optimizer = make_optimizer(settings.optimizer, learning_rate,
-                                   weight_decay_rate=settings.weight_decay_rate)
+                                   weight_decay_rate=settings.weight_decay_rate,
+                                   learning_rate_multipliers=settings.learning_rate_multipliers)
 
         micro_step, accumulators = None, []
         if k > 1:

@@ -95,7 +95,11 @@ class Task(abc.ABC):
         return None
 
     def check_labels(self, data: SplitData) -> None:  # noqa: B027 (optional hook)
-        """Refuse rows whose labels are outside self.labels (file and line)."""
+        """Refuse rows whose labels are outside self.labels (file and line).
+
+        Called for every split read (train, dev, predict) before any work; a
+        task whose predictions ignore the predict file's labels skips it.
+        """
 
     @abc.abstractmethod
     def batches(self, data: SplitData) -> Batches:
@@ -143,6 +147,11 @@ class Task(abc.ABC):
         inputs = {id(t) for t in complete.values()}
         return {name: value for name, value in outputs.items()
                 if name not in TRAINING_ONLY_OUTPUTS and id(value) not in inputs}
+
+    def learning_rate_multipliers(self) -> Dict[str, float]:
+        """{regular expression: factor}: variables whose names match learn at
+        factor x the learning rate (default: none)."""
+        return {}
 
     # --- results --------------------------------------------------------------
 

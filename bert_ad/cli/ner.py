@@ -1,0 +1,86 @@
+"""run_ner_mgpu.py: token classification (NER, word segmentation, tagging) on N towers.
+
+CoNLL files in --data_dir (train.txt, dev.txt, test.txt; one token a line
+with its tag, a blank line between sentences; --train_file etc. rename them),
+tags in BIO, BIOES, BMES or IO (read from the tags unless --tag_scheme).
+Every word is tagged from its first WordPiece; a sentence longer than
+--max_seq_length is split into overlapping windows (--doc_stride) and each
+word takes its tag from the window where it has the most context. The head is
+a softmax over the tags, or with --use_crf a linear-chain CRF (Viterbi).
+
+The classifier's model and training flags (--n_gpus, accumulation,
+precision, resume, multi-worker, ...). Order: train -> predict -> eval.
+Outputs in --output_dir: model.ckpt-N, labels.txt, predict.txt (the input
+file line for line, each token with its predicted tag),
+predict_entities.jsonl (one JSON object per sentence: its entities),
+eval_results.txt (entity precision/recall/F1 micro, macro and per type,
+token accuracy, loss), train_results.txt.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from absl import flags
+
+from bert_ad import driver
+from bert_ad.cli.flags import (check_training_flags, define_finetuning_flags,
+                               placement_from_flags, run_settings_from_flags,
+                               text_encoder_from_flags)
+from bert_ad.cli.runner import run_launcher
+from bert_ad.data.tag_schemes import SCHEMES
+from bert_ad.errors import fail
+from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
+
+log = logging.getLogger("bert_ad")
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("data_dir", None, "Folder of the CoNLL train/dev/test files.", **d)
+    define_finetuning_flags(fv)
+    flags.DEFINE_string("train_file", "train.txt", "Training file (in --data_dir).", **d)
+    flags.DEFINE_string("dev_file", "dev.txt", "File --do_eval scores (in --data_dir).", **d)
+    flags.DEFINE_string("test_file", "test.txt",
+                        "File --do_predict scores unless --predict_file (in --data_dir).", **d)
+    flags.DEFINE_integer("token_column", 0, "Column of the token (0 first, -1 last).", **d)
+    flags.DEFINE_integer("label_column", -1, "Column of the tag (0 first, -1 last).", **d)
+    flags.DEFINE_string("tag_scheme", None,
+                        f"Tagging scheme: {', '.join(SCHEMES)} (default: read from the "
+                        "tags).", **d)
+    flags.DEFINE_list("labels", None,
+                      "The tags, comma-separated (default: the training file's).", **d)
+    flags.DEFINE_integer("doc_stride", 0,
+                         "Pieces between the starts of a long sentence's windows "
+                         "(0: half of --max_seq_length - 2).", **d)
+    flags.DEFINE_bool("use_crf", False,
+                      "A linear-chain CRF over each window's words instead of a softmax.",
+                      **d)
+    flags.DEFINE_float("crf_learning_rate_multiplier", 100.0,
+                       "With --use_crf: the transitions learn at this many times "
+                       "--learning_rate (they start near 0).", **d)
+
+
+def main(f: flags.FlagValues) -> int:
+    if not (f.do_train or f.do_eval or f.do_predict):
+        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
+    check_training_flags(f, "predict_batch_size")
+    if f.doc_stride < 0:
+        fail(f"--doc_stride={f.doc_stride} must be positive (or 0 for half a window)")
+    placement = placement_from_flags(f)
+    files = ConllFormat(data_dir=f.data_dir or "", train_file=f.train_file,
+                        dev_file=f.dev_file, test_file=f.test_file,
+                        predict_file=f.predict_file, token_column=f.token_column,
+                        label_column=f.label_column)
+    doc_stride = f.doc_stride or max(1, (f.max_seq_length - 2) // 2)
+    task = TokenClassificationTask(text_encoder_from_flags(f), files, f.tag_scheme, f.labels,
+                                   doc_stride, f.use_crf, f.crf_learning_rate_multiplier,
+                                   f.max_train_examples, f.max_eval_examples)
+    settings = run_settings_from_flags(f, placement)
+    log.info("%s", placement.plan.describe())
+    return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict)
+
+
+def cli(argv=None) -> None:
+    """Console entry point (run_ner_mgpu.py, bert-ad-ner)."""
+    run_launcher(define_flags, main, __doc__, argv=argv)

@@ -1,0 +1,263 @@
+"""Token classification (NER, word segmentation, tagging) on CoNLL files, on the driver.
+
+Rows are the sentences of a CoNLL file (bert_ad/data/conll.py: one token a
+line with its tag, a blank line between sentences). Each word becomes
+WordPiece pieces and long sentences overlapping windows
+(bert_ad/data/token_features.py); the head tags each word from its first
+piece, by a softmax or a linear-chain CRF (bert_ad/model/heads.py
+`token_classifier`); each word's tag comes from the window where it has the
+most context. Results in output_dir:
+
+  predict.txt              the input file line for line: `token<TAB>tag` on
+                           token lines, blank and -DOCSTART- lines as they are
+  predict_entities.jsonl   one JSON object per sentence: its entities (type,
+                           start and end token, end exclusive, text)
+  eval_results.txt         entity precision/recall/F1 micro, macro and per
+                           type, token accuracy (bert_ad/metrics/entities.py),
+                           eval_loss (per window), eval_sentences,
+                           eval_windows, global_step
+
+Features are rebuilt on every run, not cached: tokenising is fast here (one
+lookup per distinct word) and the windows' bookkeeping would not fit the
+classifier's feature cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import os
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from bert_ad.data.conll import ConllFile, read_conll, prediction_lines, token_separator
+from bert_ad.data.tag_schemes import (TagScheme, detect_scheme, get_scheme, label_list,
+                                      span_records, span_types, validate_label_list,
+                                      validate_tags)
+from bert_ad.data.token_features import TokenFeatures, convert_sentences, words_from_windows
+from bert_ad.errors import fail
+from bert_ad.metrics.entities import entity_metrics
+from bert_ad.model.heads import TOKEN_FEATURE_SPEC, token_classifier
+from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder
+
+log = logging.getLogger("bert_ad")
+
+
+@dataclasses.dataclass
+class ConllSplit(SplitData):
+    """A split read from one CoNLL file.
+
+    Attributes:
+      conll: the parsed file (all its lines: predict.txt follows them).
+      features: its windows, built once by `batches` and reused to turn the
+        scored windows back into one tag per word.
+    """
+    conll: Optional[ConllFile] = None
+    features: Optional[TokenFeatures] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConllFormat:
+    """Where a split's file is and how its columns are read.
+
+    Attributes:
+      data_dir: --data_dir; file names are relative to it (absolute ones kept).
+      train_file, dev_file, test_file: the splits' files.
+      predict_file: what --do_predict scores (default: test_file).
+      token_column, label_column: column indexes (0 first, -1 last).
+    """
+    data_dir: str = ""
+    train_file: str = "train.txt"
+    dev_file: str = "dev.txt"
+    test_file: str = "test.txt"
+    predict_file: Optional[str] = None
+    token_column: int = 0
+    label_column: int = -1
+
+    def path(self, split: str) -> str:
+        name = {"train": self.train_file, "dev": self.dev_file,
+                "predict": self.predict_file or self.test_file}[split]
+        return os.path.join(self.data_dir, name) if self.data_dir else name
+
+
+class TokenClassificationTask(Task):
+    """One tag per input token, from a softmax or a CRF over each window's words.
+
+    Args:
+      encoder: the model and tokenizer.
+      files: where the CoNLL files are and which columns to read.
+      tag_scheme: BIO, BIOES, BMES or IO; None reads it from the tags.
+      labels: the tag list (--labels), None for the training file's tags.
+      doc_stride: pieces between the starts of a long sentence's windows.
+      use_crf: a linear-chain CRF (Viterbi decoding) instead of a softmax.
+      crf_learning_rate_multiplier: the CRF's transitions learn this many
+        times faster than the rest (they start near 0 and fine-tuning's few
+        small steps would hardly move them: bert4keras's crf_lr_multiplier).
+      max_train_examples, max_eval_examples: only the first N sentences.
+    """
+
+    name = "token_classification"
+    feature_spec = TOKEN_FEATURE_SPEC
+
+    def __init__(self, encoder: TextEncoder, files: ConllFormat,
+                 tag_scheme: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+                 doc_stride: int = 64, use_crf: bool = False,
+                 crf_learning_rate_multiplier: float = 1.0,
+                 max_train_examples: Optional[int] = None,
+                 max_eval_examples: Optional[int] = None):
+        self.encoder = encoder
+        self.files = files
+        self.scheme: Optional[TagScheme] = get_scheme(tag_scheme) if tag_scheme else None
+        self.label_flag = list(labels) if labels else None
+        if self.label_flag and len(set(self.label_flag)) != len(self.label_flag):
+            fail(f"--labels lists a tag twice: {','.join(self.label_flag)}")
+        self.doc_stride = doc_stride
+        self.use_crf = use_crf
+        if not crf_learning_rate_multiplier > 0:
+            fail(f"--crf_learning_rate_multiplier={crf_learning_rate_multiplier} must be "
+                 "positive")
+        self.crf_learning_rate_multiplier = crf_learning_rate_multiplier
+        self.limits = {"train": max_train_examples, "dev": max_eval_examples}
+
+    # --- inputs -----------------------------------------------------------------
+
+    def read(self, split: str) -> ConllSplit:
+        """The sentences of a split's file; train and dev need tags, predict not."""
+        path = self.files.path(split)
+        conll = read_conll(path, self.files.token_column, self.files.label_column,
+                           require_tags=split != "predict")
+        sentences = conll.sentences
+        limit = self.limits.get(split)
+        if limit is not None:
+            sentences = sentences[:limit]
+        return ConllSplit(split, sentences, path, conll=conll)
+
+    def resolve_labels(self, train: Optional[ConllSplit],
+                       saved: Optional[List[str]]) -> List[str]:
+        """--labels, else the training file's tags, else output_dir's labels.txt.
+
+        Also fixes the tag scheme (--tag_scheme, else read from those tags).
+        """
+        if self.label_flag is not None:
+            labels, source = self.label_flag, "--labels"
+        elif train is not None:
+            tags = [tag for sentence in train.rows for tag in sentence.tags]
+            if self.scheme is None:
+                self.scheme = detect_scheme(tags, train.source)
+            validate_tags(_limited(train), self.scheme)  # outside the scheme: file, line
+            labels, source = label_list(tags), train.source
+        elif saved is not None:
+            labels, source = saved, "labels.txt"
+        else:
+            fail("no tag list: train into this --output_dir first (it keeps labels.txt) "
+                 "or set --labels")
+        if self.scheme is None:
+            self.scheme = detect_scheme(labels, source)
+        validate_label_list(labels, self.scheme)
+        if len(labels) < 2:
+            fail(f"{source} has only the tag {labels[0]!r}; token classification needs "
+                 "at least 2 tags")
+        return list(labels)
+
+    def check_labels(self, data: ConllSplit) -> None:
+        """Every tag of a tagged file fits the scheme and is in the tag list (file, line)."""
+        if not data.conll.has_tags:
+            return
+        conll = _limited(data)
+        if data.split == "train" and self.label_flag is not None:
+            validate_tags(conll, self.scheme)
+            known = set(self.labels)
+            for sentence in data.rows:
+                for tag, number in zip(sentence.tags, sentence.line_numbers):
+                    if tag not in known:
+                        fail(f"{data.source} line {number}: tag {tag!r} is not in --labels "
+                             f"({','.join(self.labels)}); add it or fix the file")
+            return
+        validate_tags(conll, self.scheme, self.labels)
+
+    def batches(self, data: ConllSplit) -> Batches:
+        return self.encoder.batches(self.features(data).examples)
+
+    def features(self, data: ConllSplit) -> TokenFeatures:
+        """The windows of `data` (built on first use)."""
+        if data.features is None:
+            # Prediction needs no tags (and the file may have none).
+            tags = [s.tags for s in data.rows] if data.split != "predict" else None
+            data.features = convert_sentences(
+                [s.tokens for s in data.rows], tags, self.encoder.tokenizer, self.labels,
+                self.encoder.max_seq_length, self.doc_stride)
+            windows = len(data.features.windows)
+            log.info("%s: %d sentences -> %d windows of at most %d pieces (%d sentences "
+                     "split, doc_stride %d)", data.split, len(data), windows,
+                     self.encoder.max_seq_length, _split_sentences(data.features),
+                     self.doc_stride)
+        return data.features
+
+    # --- model ------------------------------------------------------------------
+
+    def build_model(self, features, is_training):
+        out = token_classifier(self.encoder.config, features, len(self.labels), is_training,
+                               self.use_crf, self.encoder.compute_dtype)
+        return {"loss": out.loss, "predicted": out.predicted,
+                "per_example_loss": out.per_example_loss}
+
+    def learning_rate_multipliers(self) -> Dict[str, float]:
+        if self.use_crf and self.crf_learning_rate_multiplier != 1.0:
+            return {"^crf/": self.crf_learning_rate_multiplier}
+        return {}
+
+    # --- results ----------------------------------------------------------------
+
+    def predicted_tags(self, data: ConllSplit, outputs: Dict[str, np.ndarray]
+                       ) -> List[List[str]]:
+        """One predicted tag per token of each sentence, from the scored windows.
+
+        outputs["predicted"] holds each window's tag ids padded to its batch's
+        length: a 2-D array, or an object array of rows when batches differ.
+        """
+        per_sentence = words_from_windows(self.features(data), list(outputs["predicted"]))
+        return [[self.labels[int(i)] for i in ids] for ids in per_sentence]
+
+    def metrics(self, data: ConllSplit, outputs: Dict[str, np.ndarray]) -> dict:
+        predicted = self.predicted_tags(data, outputs)
+        metrics = entity_metrics([s.tags for s in data.rows], predicted,
+                                 types=span_types(self.labels))
+        metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"]))
+        metrics["eval_sentences"] = len(data)
+        metrics["eval_windows"] = len(self.features(data).windows)
+        return metrics
+
+    def prediction_files(self, data: ConllSplit, outputs: Dict[str, np.ndarray]):
+        predicted = self.predicted_tags(data, outputs)
+        separator = token_separator(data.conll)
+        entities = [json.dumps({"sentence": index, "line": sentence.line_numbers[0],
+                                "entities": span_records(sentence.tokens, tags, separator)},
+                               ensure_ascii=False)
+                    for index, (sentence, tags) in enumerate(zip(data.rows, predicted))]
+        return {"predict.txt": prediction_lines(data.conll, predicted),
+                "predict_entities.jsonl": entities}
+
+    def describe_metrics(self, metrics) -> str:
+        types = span_types(self.labels)
+        per_type = "  ".join(f"{kind} {metrics[f'eval_{kind}_f1']:.4f}" for kind in types)
+        return (f"entity F1 {metrics['eval_f1']:.4f} (precision "
+                f"{metrics['eval_precision']:.4f}, recall {metrics['eval_recall']:.4f})"
+                f"{'  ' + per_type if per_type else ''}  token accuracy "
+                f"{metrics['eval_accuracy']:.4f}  loss {metrics['eval_loss']:.4f}  "
+                f"({metrics['eval_sentences']} sentences, step {metrics['global_step']})")
+
+
+def _limited(data: ConllSplit) -> ConllFile:
+    """data.conll restricted to the sentences in use (--max_*_examples)."""
+    if len(data.rows) == len(data.conll.sentences):
+        return data.conll
+    return dataclasses.replace(data.conll, sentences=list(data.rows))
+
+
+def _split_sentences(features: TokenFeatures) -> int:
+    """Sentences cut into more than one window."""
+    windows = collections.Counter(w.sentence for w in features.windows)
+    return sum(count > 1 for count in windows.values())
