@@ -7,6 +7,8 @@ the graph: the loop feeds as many micro-batches as the graph accumulates.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -89,3 +91,37 @@ def test_the_loop_feeds_what_the_graph_accumulates(tmp_path):
     assert len(fed) == 4 * 3                 # micro-batches: steps x accumulation
     assert result.examples_seen == 4 * 6
     assert result.summary()["steps_run"] == 4
+
+
+def test_no_checkpoint_with_non_finite_weights_is_ever_written(tmp_path):
+    """A rate that is finite in Python but not in float32 makes the last update
+    itself non-finite (the step's own guard saw a finite loss): the save refuses."""
+    with tf.Graph().as_default():
+        graph = build_train_graph(
+            plan_devices(1, cuda_visible_devices=""), SPEC,
+            lambda f, i: tf.reduce_mean(tf.square(
+                tf.get_variable("w", [], initializer=tf.constant_initializer(2.0))
+                * f["x"] - 1.0)),
+            TrainSettings(learning_rate=1e39, num_train_steps=5, seed=1))
+        with pytest.raises(UserError, match=r"training stopped at step 1: the weights are "
+                                            r"no longer finite, so no checkpoint was written"):
+            train_loop(graph, batches_of([0.5, 1.0]),
+                       LoopSettings(str(tmp_path), num_train_steps=5, save_checkpoints_steps=1))
+    assert not [n for n in os.listdir(str(tmp_path)) if n.startswith("model.ckpt")]
+
+
+def test_a_data_error_mid_run_saves_the_work_first(tmp_path):
+    def breaking(start_example):
+        for _ in range(2):
+            yield [{"x": np.ones(3, np.float32)}]
+        raise UserError("shard-7.tfrecord: record 12 is cut short")
+
+    with tf.Graph().as_default():
+        with pytest.raises(UserError) as error:
+            train_loop(build(), breaking, LoopSettings(str(tmp_path), num_train_steps=10,
+                                                       save_checkpoints_steps=100))
+    message = str(error.value)
+    assert message.startswith("shard-7.tfrecord: record 12 is cut short (training stopped "
+                              "at step 3; saved ")
+    assert message.endswith("model.ckpt-2; the same command resumes from there)")
+    assert os.path.exists(os.path.join(str(tmp_path), "model.ckpt-2.index"))
