@@ -1,0 +1,1 @@
+"""Serving: exports (SavedModel, frozen graph) of any task, and scoring with them."""
