@@ -22,6 +22,7 @@ import contextlib
 import importlib
 import io
 import json
+import logging
 import os
 import shutil
 import sys
@@ -299,6 +300,10 @@ def _run(argv) -> Run:
     program = argv[0] if argv[0].endswith(".py") else f"python -m {argv[0]}"
     out, err = io.StringIO(), io.StringIO()
     saved_argv = sys.argv
+    # The launcher sets the "bert_ad" logger up for a terminal; later tests
+    # (caplog) need it as it was.
+    log = logging.getLogger("bert_ad")
+    saved_log = (log.handlers[:], log.propagate, log.level)
     sys.argv = [program] + list(argv[1:])
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -309,6 +314,7 @@ def _run(argv) -> Run:
                 code = e.code if isinstance(e.code, int) else 1
     finally:
         sys.argv = saved_argv
+        log.handlers[:], log.propagate, log.level = saved_log
     return Run([program] + list(argv[1:]), code, out.getvalue(), err.getvalue())
 
 
