@@ -37,6 +37,7 @@ from bert_ad.data.tokenization import SentencePieceTokenizer
 from bert_ad.errors import fail
 from bert_ad.files import cannot_write, staging_directory
 from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
+from bert_ad.data.features import file_digest
 from bert_ad.serving import layout
 from bert_ad.tasks.base import Task
 
@@ -246,7 +247,7 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
         vocab_file=os.path.basename(encoder.vocab_file),
         tokenizer=("sentencepiece" if isinstance(encoder.tokenizer, SentencePieceTokenizer)
                    else "wordpiece"),
-        vocab_sha256=layout.file_sha256(encoder.vocab_file), tensorflow_version=TF_VERSION,
+        vocab_sha256=file_digest(encoder.vocab_file), tensorflow_version=TF_VERSION,
         checkpoint=os.path.abspath(checkpoint), global_step=checkpoint_step(checkpoint),
         inputs={k: _tensor_info(v) for k, v in serving.inputs.items()},
         outputs={k: _tensor_info(v) for k, v in serving.outputs.items()})

@@ -20,7 +20,6 @@ TensorFlow Serving copies `assets/` with a SavedModel and ignores
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from typing import Dict, List, Optional
@@ -93,15 +92,6 @@ class ExportMetadata:
         for key in ("inputs", "outputs"):
             values[key] = {name: TensorInfo(**info) for name, info in values[key].items()}
         return cls(**values)
-
-
-def file_sha256(path: str) -> str:
-    """A file's SHA-256, hex (how an export records its vocab)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def metadata_path(export_dir: str) -> str:

@@ -21,6 +21,7 @@ from typing import Dict, List
 
 from bert_ad.compat import TF_VERSION, tf
 from bert_ad.errors import fail
+from bert_ad.data.features import file_digest
 from bert_ad.serving import layout
 from bert_ad.tasks.base import Task
 
@@ -118,7 +119,7 @@ def check_compatible(export_dir: str, metadata: layout.ExportMetadata, task: Tas
     encoder = task.encoder
     if encoder is None:
         return
-    if layout.file_sha256(encoder.vocab_file) != metadata.vocab_sha256:
+    if file_digest(encoder.vocab_file) != metadata.vocab_sha256:
         fail(f"{where} was trained with another vocab than {encoder.vocab_file}; leave "
              "--vocab_file/--spm_model_file out to use the export's own")
     for key, value in (("do_lower_case", bool(encoder.do_lower_case)),
