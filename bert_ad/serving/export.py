@@ -32,6 +32,8 @@ import shutil
 import tempfile
 from typing import Dict, Iterator
 
+import numpy as np
+
 from bert_ad.compat import TF_VERSION, make_saved_model_portable, portable_graph_def, tf
 from bert_ad.data.tokenization import SentencePieceTokenizer
 from bert_ad.errors import fail
@@ -208,11 +210,27 @@ def _write_frozen_graph(target: str, serving: ServingGraph, session, assets: lis
         session, serving.graph.as_graph_def(), names))
     for node in frozen.node:
         node.device = ""
+    pack_half_constants(frozen)
     with open(os.path.join(target, layout.FROZEN_GRAPH_FILE), "wb") as f:
         f.write(frozen.SerializeToString())
     os.makedirs(os.path.join(target, layout.ASSETS_DIR))
     for path in assets:
         shutil.copyfile(path, layout.asset_path(target, os.path.basename(path)))
+
+
+def pack_half_constants(graph_def) -> None:
+    """Store float16 constants as raw bytes (`tensor_content`), in place.
+
+    TF 1.15 writes them as `half_val`, one varint per value, which makes an
+    fp16 frozen graph as large as the fp32 one; both lanes read either form.
+    """
+    for node in graph_def.node:
+        tensor = node.attr["value"].tensor if node.op == "Const" else None
+        if tensor is not None and tensor.dtype == tf.float16.as_datatype_enum \
+                and len(tensor.half_val) and not tensor.tensor_content:
+            values = tf.make_ndarray(tensor).astype(np.float16)
+            tensor.ClearField("half_val")
+            tensor.tensor_content = values.tobytes()
 
 
 def _signature_json(metadata: layout.ExportMetadata) -> str:

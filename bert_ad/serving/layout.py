@@ -133,7 +133,10 @@ def read_metadata(export_dir: str, flag: str = "--predict_from_export") -> Expor
     if model_file is None:
         fail(f"{where}: {path} names the format {metadata.format!r}, not one of "
              f"{', '.join(FORMATS)}")
-    for name in (model_file, os.path.join(ASSETS_DIR, metadata.vocab_file)):
+    required = [model_file, os.path.join(ASSETS_DIR, metadata.vocab_file)]
+    if metadata.format == "frozen_graph":
+        required.append(TENSOR_NAMES_FILE)
+    for name in required:
         if not os.path.isfile(os.path.join(export_dir, name)):
             fail(f"{where} is an incomplete export: {name} is missing; export again "
                  "with --do_export")
