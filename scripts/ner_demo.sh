@@ -49,7 +49,7 @@ run() {  # run NAME MODEL_DIR CHECKPOINT [flags]
     --vocab_file="$model/vocab.txt" --bert_config_file="$model/bert_config.json" \
     --init_checkpoint="$checkpoint" --do_lower_case=true \
     --max_seq_length=128 --max_train_examples="$TRAIN_SENTENCES" \
-    --num_train_epochs="$EPOCHS" --learning_rate=1e-4 --warmup_proportion=0.1 \
+    --num_train_epochs="$EPOCHS" --learning_rate=5e-5 --warmup_proportion=0.1 \
     --bucket_by_length=true --eval_batch_size=32 \
     --save_checkpoints_steps=100000 --log_every_n_steps=25 \
     --do_train=true --do_eval=true --output_dir="$out" "$@"

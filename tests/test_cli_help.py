@@ -14,7 +14,7 @@ LAUNCHERS = {
                                "--do_predict", "--bucket_by_length"],
     "run_pretraining_mgpu.py": ["--n_gpus", "--input_file", "--num_train_steps"],
     "run_ner_mgpu.py": ["--n_gpus", "--use_crf", "--doc_stride", "--tag_scheme",
-                        "--label_column", "--crf_learning_rate_multiplier"],
+                        "--label_column", "--head_learning_rate_multiplier"],
     "rewrite_finetune.py": ["--n_gpus", "--do_train"],
     "create_pretraining_data.py": ["--input_file", "--vocab_file", "--mode"],
 }

@@ -201,12 +201,12 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, use_cr
     assert one.loss == pytest.approx(words / len(rows) * np.log(len(task.labels)), rel=0.1)
 
 
-def test_crf_transitions_learn_at_the_multiplied_rate(setup, tmp_path):
-    """--crf_learning_rate_multiplier: the task asks the optimizer for factor x the
-    learning rate on crf/*; every other variable takes the same step."""
+def test_the_head_learns_at_the_multiplied_rate(setup, tmp_path):
+    """--head_learning_rate_multiplier: the task asks the optimizer for factor x the
+    learning rate on the head (output layer, CRF transitions); every encoder
+    variable takes the same step as without it."""
     task, train = _task(setup, use_crf=True)
-    task.crf_learning_rate_multiplier = 10.0
-    assert task.learning_rate_multipliers() == {"^crf/": 10.0}
+    task.head_learning_rate_multiplier = 10.0
     batch = [[make_batch(task.features(train).examples, [0, 1, 2, 3], "dynamic")]]
 
     def build(multipliers=()):
@@ -220,75 +220,14 @@ def test_crf_transitions_learn_at_the_multiplied_rate(setup, tmp_path):
     plain = train_one_step(build, checkpoint, batch)
     faster = train_one_step(
         lambda: build(tuple(task.learning_rate_multipliers().items())), checkpoint, batch)
-    name = "crf/transitions:0"
-    start = tf.train.load_variable(checkpoint, "crf/transitions")
-    step_plain, step_faster = plain.weights[name] - start, faster.weights[name] - start
-    assert np.abs(step_plain).min() > 1e-4
-    np.testing.assert_allclose(step_faster, 10.0 * step_plain, rtol=1e-4)
-    assert_same_weights({k: v for k, v in faster.weights.items() if k != name},
-                        {k: v for k, v in plain.weights.items() if k != name})
-
-
-def test_scored_windows_become_one_tag_per_character_bmes_segmentation(tmp_path):
-    """Word segmentation (bare BMES tags, one Chinese character per token): the
-    scheme is read from the tags, windows scored as the driver returns them
-    (an object array of rows padded to their batch's length) come back as one
-    tag per character from each one's max-context window, and the results
-    are typeless."""
-    words = [["中国", "人民", "银行", "。"], ["我", "爱", "北京", "天安门"],
-             ["人民", "中国", "北京", "中国", "人民", "银行", "。"]]
-
-    def bmes(word):
-        return ["S"] if len(word) == 1 else ["B"] + ["M"] * (len(word) - 2) + ["E"]
-
-    text = "".join("".join(f"{c}\t{t}\n" for w in s for c, t in zip(w, bmes(w))) + "\n"
-                   for s in words)
-    (tmp_path / "train.txt").write_text(text, encoding="utf-8")
-    chars = sorted({c for s in words for w in s for c in w})
-    vocab = write(str(tmp_path / "vocab.txt"),
-                  "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + chars) + "\n")
-    encoder = TextEncoder(None, FullTokenizer(vocab, do_lower_case=True), vocab, True, 8)
-    task = TokenClassificationTask(encoder, ConllFormat(str(tmp_path), predict_file="train.txt"),
-                                   doc_stride=3)
-    train = task.read("train")
-    task.labels = task.resolve_labels(train, None)
-    assert task.scheme.name == "BMES" and task.labels == ["B", "M", "E", "S"]
-    data = task.read("predict")
-    features = task.features(data)
-    assert len(features.windows) > len(words)   # the 14-character sentence: windows
-    gold = [[t for w in s for t in bmes(w)] for s in words]
-    gold_ids = [[task.labels.index(t) for t in tags] for tags in gold]
-
-    def scored(one_wrong: bool):
-        """Each window's tag ids, as an object array of rows padded with junk
-        (S) to 8 or 9; S also wherever the window is not the word's
-        max-context one. `one_wrong`: the last window's next-to-last word an S too."""
-        rows = []
-        for index, window in enumerate(features.windows):
-            ids = np.array(gold_ids[window.sentence][window.first_word:
-                                                     window.first_word + window.num_words])
-            ids[~window.max_context] = 3
-            if one_wrong and index == len(features.windows) - 1:
-                ids[-2] = 3     # 银行 -> 银 | 行
-            rows.append(np.concatenate([ids, [3] * (8 - len(ids) + index % 2)]))
-        column = np.empty(len(rows), dtype=object)
-        column[:] = rows
-        return {"predicted": column, "per_example_loss": np.ones(len(rows))}
-
-    assert any(not w.max_context.all() for w in features.windows)
-    assert task.predicted_tags(data, scored(False)) == gold
-    files = task.prediction_files(data, scored(False))
-    assert files["predict.txt"] == read_lines(str(tmp_path / "train.txt"))
-    first = json.loads(files["predict_entities.jsonl"][0])
-    assert [e["text"] for e in first["entities"]] == ["中国", "人民", "银行", "。"]
-    assert first["entities"][0] == {"type": "", "start": 0, "end": 2, "text": "中国"}
-    wrong = task.predicted_tags(data, scored(True))
-    assert wrong == gold[:2] + [gold[2][:-2] + ["S", "S"]]
-    metrics = task.metrics(data, scored(True))
-    expected = entity_metrics(gold, wrong)
-    assert {k: metrics[k] for k in expected} == expected
-    assert not [k for k in metrics if k.endswith("_support")]   # no types
-    assert metrics["eval_f1"] < 1.0 and metrics["eval_windows"] == len(features.windows)
+    head = ["output_weights:0", "output_bias:0", "crf/transitions:0"]
+    for name in head:
+        start = tf.train.load_variable(checkpoint, name[:-2])
+        step_plain, step_faster = plain.weights[name] - start, faster.weights[name] - start
+        assert np.abs(step_plain).min() > 1e-4, name
+        np.testing.assert_allclose(step_faster, 10.0 * step_plain, rtol=1e-4, err_msg=name)
+    assert_same_weights({k: v for k, v in faster.weights.items() if k not in head},
+                        {k: v for k, v in plain.weights.items() if k not in head})
 
 
 # ---------------------------------------------------------------------------
@@ -441,7 +380,7 @@ def test_crf_learns_transitions(trained):
     transitions = tf.train.load_variable(checkpoint, "crf/transitions")
     labels = read_lines(os.path.join(output_dir, "labels.txt"))
     assert transitions.shape == (len(labels), len(labels))
-    # Initialised with stddev 0.02; --crf_learning_rate_multiplier (default 100)
+    # Initialised with stddev 0.02; --head_learning_rate_multiplier (default 100)
     # lets them move in a fine-tuning run's few steps.
     assert np.abs(transitions).max() > 0.5
     outside = labels.index("O")

@@ -46,7 +46,7 @@ CLUSTER_AGREED_FLAGS = (
     "collective_fp16", "max_seq_length", "num_train_epochs", "warmup_proportion",
     "num_train_steps", "num_warmup_steps", "max_train_examples", "bucket_by_length",
     "padding", "do_lower_case", "task_name", "max_predictions_per_seq", "nsp",
-    "doc_stride", "use_crf", "crf_learning_rate_multiplier", "tag_scheme", "labels",
+    "doc_stride", "use_crf", "head_learning_rate_multiplier", "tag_scheme", "labels",
     "token_column", "label_column")
 
 

@@ -56,9 +56,10 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("use_crf", False,
                       "A linear-chain CRF over each window's words instead of a softmax.",
                       **d)
-    flags.DEFINE_float("crf_learning_rate_multiplier", 100.0,
-                       "With --use_crf: the transitions learn at this many times "
-                       "--learning_rate (they start near 0).", **d)
+    flags.DEFINE_float("head_learning_rate_multiplier", 100.0,
+                       "The freshly initialised head (output layer, CRF transitions) "
+                       "learns at this many times --learning_rate (see docs/ner.md).",
+                       **d)
 
 
 def main(f: flags.FlagValues) -> int:
@@ -74,7 +75,7 @@ def main(f: flags.FlagValues) -> int:
                         label_column=f.label_column)
     doc_stride = f.doc_stride or max(1, (f.max_seq_length - 2) // 2)
     task = TokenClassificationTask(text_encoder_from_flags(f), files, f.tag_scheme, f.labels,
-                                   doc_stride, f.use_crf, f.crf_learning_rate_multiplier,
+                                   doc_stride, f.use_crf, f.head_learning_rate_multiplier,
                                    f.max_train_examples, f.max_eval_examples)
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())

@@ -45,6 +45,9 @@ from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder
 
 log = logging.getLogger("bert_ad")
 
+# The head's variables (bert_ad/model/heads.py token_classifier), as a regular expression.
+HEAD_VARIABLES = "^(output_weights|output_bias|crf/transitions)$"
+
 
 @dataclasses.dataclass
 class ConllSplit(SplitData):
@@ -93,9 +96,12 @@ class TokenClassificationTask(Task):
       labels: the tag list (--labels), None for the training file's tags.
       doc_stride: pieces between the starts of a long sentence's windows.
       use_crf: a linear-chain CRF (Viterbi decoding) instead of a softmax.
-      crf_learning_rate_multiplier: the CRF's transitions learn this many
-        times faster than the rest (they start near 0 and fine-tuning's few
-        small steps would hardly move them: bert4keras's crf_lr_multiplier).
+      head_learning_rate_multiplier: the head (output_weights, output_bias,
+        crf/transitions) learns this many times faster than the encoder. It
+        starts from random weights near 0: at the encoder's fine-tuning rate
+        it learns so slowly that the encoder drifts first (a model whose
+        token vectors collapse to one, docs/ner.md), and a CRF's transitions
+        would hardly move (bert4keras's crf_lr_multiplier).
       max_train_examples, max_eval_examples: only the first N sentences.
     """
 
@@ -105,7 +111,7 @@ class TokenClassificationTask(Task):
     def __init__(self, encoder: TextEncoder, files: ConllFormat,
                  tag_scheme: Optional[str] = None, labels: Optional[Sequence[str]] = None,
                  doc_stride: int = 64, use_crf: bool = False,
-                 crf_learning_rate_multiplier: float = 1.0,
+                 head_learning_rate_multiplier: float = 1.0,
                  max_train_examples: Optional[int] = None,
                  max_eval_examples: Optional[int] = None):
         self.encoder = encoder
@@ -116,10 +122,10 @@ class TokenClassificationTask(Task):
             fail(f"--labels lists a tag twice: {','.join(self.label_flag)}")
         self.doc_stride = doc_stride
         self.use_crf = use_crf
-        if not crf_learning_rate_multiplier > 0:
-            fail(f"--crf_learning_rate_multiplier={crf_learning_rate_multiplier} must be "
-                 "positive")
-        self.crf_learning_rate_multiplier = crf_learning_rate_multiplier
+        if not head_learning_rate_multiplier > 0:
+            fail(f"--head_learning_rate_multiplier={head_learning_rate_multiplier} must "
+                 "be positive")
+        self.head_learning_rate_multiplier = head_learning_rate_multiplier
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
 
     # --- inputs -----------------------------------------------------------------
@@ -205,9 +211,9 @@ class TokenClassificationTask(Task):
                 "per_example_loss": out.per_example_loss}
 
     def learning_rate_multipliers(self) -> Dict[str, float]:
-        if self.use_crf and self.crf_learning_rate_multiplier != 1.0:
-            return {"^crf/": self.crf_learning_rate_multiplier}
-        return {}
+        if self.head_learning_rate_multiplier == 1.0:
+            return {}
+        return {HEAD_VARIABLES: self.head_learning_rate_multiplier}
 
     # --- results ----------------------------------------------------------------
 
