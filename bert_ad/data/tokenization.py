@@ -150,7 +150,7 @@ def _is_punctuation(char: str) -> bool:
     return unicodedata.category(char).startswith("P")
 
 
-def _is_chinese_char(cp: int) -> bool:
+def is_chinese_char(cp: int) -> bool:
     """CJK Unified Ideographs (and extensions, compatibility ideographs).
 
     Hangul, Hiragana and Katakana are not in these blocks: those scripts
@@ -314,7 +314,7 @@ def _clean_text(text: str) -> str:
 def _space_out_chinese_chars(text: str) -> str:
     out = []
     for char in text:
-        if _is_chinese_char(ord(char)):
+        if is_chinese_char(ord(char)):
             out.extend((" ", char, " "))
         else:
             out.append(char)
