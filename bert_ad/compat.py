@@ -202,7 +202,7 @@ def onednn_state() -> str:
 
     Returns:
       e.g. "on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)",
-      "off (TF_ENABLE_ONEDNN_OPTS=0, set by the user)" or, in TF 1.15,
+      "off (TF_ENABLE_ONEDNN_OPTS=0, from the environment)" or, in TF 1.15,
       "off (TensorFlow 1.15.5 is not a oneDNN build; TF_ENABLE_ONEDNN_OPTS has
       no effect)".
     """
@@ -213,7 +213,7 @@ def onednn_state() -> str:
     value = os.environ.get(ONEDNN_VARIABLE)
     if value is None:
         return f"{state} ({ONEDNN_VARIABLE} unset: TensorFlow's default for this CPU)"
-    who = "set by the user" if ONEDNN_SET_BY_USER else "bert_ad's default on x86"
+    who = "from the environment" if ONEDNN_SET_BY_USER else "bert_ad's default on x86"
     return f"{state} ({ONEDNN_VARIABLE}={value}, {who})"
 
 
