@@ -896,7 +896,7 @@ def run_compare(args) -> int:
         useful = ([r["useful_flops_per_cpu_sec"] / _peak_cpu(r) for r in runs
                    if _peak_cpu(r)] if impl == "ours" else [])
         rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
-                     runs[0].get("onednn", "-").split(" ")[0] if impl == "ours" else "-",
+                     runs[0].get("onednn", "-").split(" ")[0] if impl != "hf" else "-",
                      bench.fmt(bench.median([r["examples_per_sec"] for r in runs])),
                      bench.fmt(bench.median(per_cpu)) if all(per_cpu) else "-",
                      paired_ratio(runs, results.get(hf, [])),
