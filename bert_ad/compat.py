@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import re
 import sys
 
@@ -17,6 +18,18 @@ from bert_ad.errors import UserError
 # raise it with TF_CPP_MIN_LOG_LEVEL=0 (and then see everything, see below).
 TF_LOGS_ASKED_FOR = "TF_CPP_MIN_LOG_LEVEL" in os.environ
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# oneDNN kernels (matmul, softmax, layer norm, ...) on every x86 CPU: TensorFlow
+# 2.x turns them on by itself only on CPUs with AVX-512 VNNI, BF16 or AMX and
+# leaves AVX2-only CPUs on its slower Eigen kernels (docs/benchmarks.md). The
+# variable is read when TensorFlow is imported, so it is set here, before the
+# import below; a user's own TF_ENABLE_ONEDNN_OPTS (0 or 1) is left alone.
+# TensorFlow 1.15's pip wheels contain no oneDNN and ignore the variable.
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+ONEDNN_SET_BY_USER = ONEDNN_VARIABLE in os.environ
+X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
+if not ONEDNN_SET_BY_USER and platform.machine().lower() in X86_MACHINES:
+    os.environ[ONEDNN_VARIABLE] = "1"
 
 # bert_ad installs no TensorFlow of its own unless asked (a GPU or vendor build
 # the user installed first must not be replaced): these are the ways to get one.
@@ -173,6 +186,35 @@ else:
 
 erf = _tf.math.erf
 gfile = _tf.io.gfile
+
+
+def onednn_enabled() -> bool:
+    """Whether this process's TensorFlow runs its oneDNN CPU kernels."""
+    if IS_TF1:
+        from tensorflow.python import pywrap_tensorflow as port
+    else:
+        from tensorflow.python.util import _pywrap_util_port as port
+    return bool(port.IsMklEnabled())
+
+
+def onednn_state() -> str:
+    """oneDNN on or off, and why: for the start-up log and benchmark tables.
+
+    Returns:
+      e.g. "on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)",
+      "off (TF_ENABLE_ONEDNN_OPTS=0, from the environment)" or, in TF 1.15,
+      "off (TensorFlow 1.15.5 is not a oneDNN build; TF_ENABLE_ONEDNN_OPTS has
+      no effect)".
+    """
+    state = "on" if onednn_enabled() else "off"
+    if IS_TF1 and state == "off":
+        return (f"off (TensorFlow {TF_VERSION} is not a oneDNN build; "
+                f"{ONEDNN_VARIABLE} has no effect)")
+    value = os.environ.get(ONEDNN_VARIABLE)
+    if value is None:
+        return f"{state} ({ONEDNN_VARIABLE} unset: TensorFlow's default for this CPU)"
+    who = "from the environment" if ONEDNN_SET_BY_USER else "bert_ad's default on x86"
+    return f"{state} ({ONEDNN_VARIABLE}={value}, {who})"
 
 
 def session_config(num_cpu_devices: int = 1, allow_soft_placement: bool = False,

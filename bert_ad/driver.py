@@ -77,6 +77,7 @@ class RunSettings:
     lr_scaling: str = "none"
     lr_reference_batch: int = 0
     optimizer: str = "adamw"
+    sparse_embedding_updates: bool = False
     weight_decay_rate: float = 0.01
     clip_norm: float = 1.0
     seed: int = 12345
@@ -179,7 +180,8 @@ def train(task: Task, data: SplitData, settings: RunSettings,
         seed=settings.seed + placement.worker_index, precision=settings.precision,
         batch_size_per_tower=settings.train_batch_size,
         num_workers=placement.num_workers,
-        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()))
+        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()),
+        sparse_embedding_updates=settings.sparse_embedding_updates)
     cluster = placement.cluster
 
     def micro_batches(start_example: int):

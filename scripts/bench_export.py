@@ -41,28 +41,6 @@ EXPORTS = {"saved_model": ("saved_model", "fp32"), "frozen_graph": ("frozen_grap
            "saved_model_fp16": ("saved_model", "fp16")}
 
 
-def onednn_state() -> str:
-    """Whether this process's TensorFlow runs oneDNN kernels (import TF first)."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port as port  # TF 2.x
-    except ImportError:
-        from tensorflow.python import pywrap_tensorflow as port  # TF 1.15
-    flag = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset")
-    return f"{'on' if port.IsMklEnabled() else 'off'} (TF_ENABLE_ONEDNN_OPTS={flag})"
-
-
-def cpu_isa() -> str:
-    """The SIMD extensions of this CPU that matter for TensorFlow's kernels."""
-    wanted = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni",
-              "avx512_bf16", "amx_tile")
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line for line in f if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    return " ".join(name for name in wanted if name in flags) or "none of " + ", ".join(wanted)
-
-
 def worker(args) -> dict:
     from bert_ad.compat import TF_VERSION, session_config
     from bert_ad.data import processors
@@ -119,7 +97,7 @@ def worker(args) -> dict:
             "rows_per_sec": len(features) / steady,
             "rows_per_cpu_sec": len(features) / steady_cpu, "load_sec": load_seconds,
             "probabilities": probabilities, "tensorflow": TF_VERSION,
-            "onednn": onednn_state(), "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "onednn": bench.onednn_state(), "loadavg": f"{os.getloadavg()[0]:.1f}"}
 
 
 def export_all(args, exports_dir: str) -> None:
@@ -184,9 +162,10 @@ def main(argv=None) -> int:
     reference = np.array(results["checkpoint"][0]["probabilities"]) \
         if "checkpoint" in results else None
     first = next(iter(results.values()))[0]
-    info.update(isa=cpu_isa(), tensorflow=first["tensorflow"], onednn=first["onednn"])
+    info.update(tensorflow=first["tensorflow"], onednn=first["onednn"])
     print("### Machine\n")
     print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
+    print("\n" + bench.cpu_line(first["onednn"]))
     print(f"\n### Scoring {first['rows']} rows of {args.data_dir}/test.tsv, batch "
           f"{args.batch}, max_seq_length {args.seq} (median of {args.rounds} rounds)\n")
     rows = []

@@ -2,6 +2,7 @@
 
     python scripts/bench_predict.py            # full: 4,000 rows, 3 rounds
     python scripts/bench_predict.py --quick    # 1,000 rows, 1 round, batch 32 only
+    python scripts/bench_predict.py --compare  # ours (oneDNN on / off) vs HF inference
 
 Scores the real movie-review sentences (train + dev + test, 4,000 rows) with
 the real MiniLM-L6 plus a classifier head, at max_seq_length 64, on 1 and 2
@@ -15,6 +16,13 @@ Two figures per configuration, both through bert_ad.parallel.scoring (the code
   steady state  a `Scorer` already built and restored, timed over one pass of
                 `inference_batches` + `make_batch` + `Scorer.run` (after 3
                 warm-up batches), i.e. what a long predict file approaches.
+
+--compare scores the same rows, 1 tower x --batch, dynamic padding, with our
+default (oneDNN on on x86), with TF_ENABLE_ONEDNN_OPTS=0, and with Hugging
+Face transformers on PyTorch CPU (BertForSequenceClassification in eval mode
+under torch.inference_mode, its tokenizer, DataCollatorWithPadding per batch
+in input order: what Trainer.predict does), and prints the ratios. Every
+table names the CPU, its vector ISA and whether oneDNN was on.
 """
 
 from __future__ import annotations
@@ -111,7 +119,104 @@ def worker(args) -> dict:
             "rows_per_sec": rows / steady, "rows_per_cpu_sec": rows / steady_cpu,
             "end_to_end_rows_per_sec": rows / end_to_end, "setup_sec": setup,
             "scored_rows": int(results["probabilities"].shape[0]),
+            "onednn": bench.onednn_state(), "loadavg": f"{os.getloadavg()[0]:.1f}"}
+
+
+def worker_hf(args) -> dict:
+    """Hugging Face inference on the same rows (steady state, after 3 warm-up batches)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    import transformers
+    from transformers import (AutoTokenizer, BertForSequenceClassification,
+                              DataCollatorWithPadding)
+    from bert_ad.tools import assets
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(os.cpu_count() or 1)
+    hf_dir = args.hf_dir or assets.path("minilm", assets.MINILM_MODEL_DIR)
+    examples, labels = read_rows(args.data_dir, args.rows)
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    encoded = tokenizer([e.text_a for e in examples], truncation=True,
+                        max_length=args.seq)
+    rows = [{key: encoded[key][i] for key in encoded} for i in range(len(examples))]
+    collator = DataCollatorWithPadding(tokenizer, padding="longest")
+    model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=len(labels))
+    model.eval()
+    batches = [rows[i:i + args.batch] for i in range(0, len(rows), args.batch)]
+    scored = 0
+    with torch.inference_mode():
+        for batch in batches[:WARMUP_BATCHES]:
+            model(**collator(batch))
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for batch in batches:
+            scored += int(model(**collator(batch)).logits.shape[0])
+        steady = time.perf_counter() - start
+        steady_cpu = time.process_time() - cpu_start
+    if "tensorflow" in sys.modules:  # its thread pools would share the cores
+        raise RuntimeError("TensorFlow was imported into the PyTorch worker")
+    return {"towers": 1, "batch": args.batch, "padding": "dynamic", "seq": args.seq,
+            "rows": len(rows), "rows_per_sec": len(rows) / steady,
+            "rows_per_cpu_sec": len(rows) / steady_cpu, "scored_rows": scored,
+            "torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
             "loadavg": f"{os.getloadavg()[0]:.1f}"}
+
+
+# --compare: (label, worker, environment)
+COMPARISONS = (("ours, default (oneDNN on)", "ours", {}),
+               ("ours, oneDNN off", "ours", {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+               ("ours, oneDNN on, ISA capped at AVX2", "ours",
+                {"TF_ENABLE_ONEDNN_OPTS": "1", "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+               ("HF transformers, PyTorch CPU", "hf", {}))
+
+
+def worker_command(args, impl: str, towers: int, batch: int, padding: str) -> list:
+    command = [sys.executable, os.path.abspath(__file__), "--worker", impl,
+               "--towers", str(towers), "--batch", str(batch), "--padding", padding,
+               "--rows", str(args.rows), "--seq", str(args.seq),
+               "--model_dir", args.model_dir, "--data_dir", args.data_dir]
+    return command + (["--hf_dir", args.hf_dir] if args.hf_dir else [])
+
+
+def run_compare(args) -> int:
+    """Ours (oneDNN on / off / capped) and HF, side by side, with ratios."""
+    results = {}
+    for round_index in range(args.repeats):
+        for label, impl, env in (COMPARISONS if round_index % 2 == 0
+                                 else COMPARISONS[::-1]):
+            result = bench.run_worker(worker_command(args, impl, 1, args.batch, "dynamic"),
+                                      env=dict(env, PYTHONPATH=REPO))
+            if result["scored_rows"] != args.rows:
+                raise RuntimeError(f"{label} scored {result['scored_rows']} rows of "
+                                   f"{args.rows}")
+            results.setdefault(label, []).append(result)
+            print(f"  {label}: {result['rows_per_sec']:7.1f} rows/sec (load "
+                  f"{result['loadavg']})", file=sys.stderr, flush=True)
+    default, hf = COMPARISONS[0][0], COMPARISONS[-1][0]
+    print(f"\n### Batch scoring side by side: {args.rows} rows, max_seq_length {args.seq}, "
+          f"1 x {args.batch}, dynamic padding ({args.repeats} round(s))\n")
+    print(bench.cpu_line(results[default][0]["onednn"]) + "\n")
+    rows = []
+    for label, impl, env in COMPARISONS:
+        runs = results[label]
+        rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
+                     runs[0]["onednn"].split(" ")[0] if impl == "ours" else "-",
+                     bench.fmt(bench.median([r["rows_per_sec"] for r in runs])),
+                     bench.fmt(bench.median([r["rows_per_cpu_sec"] for r in runs])),
+                     paired(runs, results[hf]), paired(runs, results[default])])
+    print(bench.markdown_table(["scorer", "environment", "oneDNN", "rows/sec (steady)",
+                                "rows/CPU-sec", "/ HF", "/ our default"], rows, "lllrrrr"))
+    print("\nRatios: median (range) over rounds of runs made back to back. Target: "
+          "ours / HF >= 1.5. Ours groups rows by length (and restores their order), "
+          "HF scores them in input order as Trainer.predict does.")
+    return 0
+
+
+def paired(runs_a: list, runs_b: list, field: str = "rows_per_sec") -> str:
+    ratios = [a[field] / b[field] for a, b in zip(runs_a, runs_b)]
+    if len(ratios) == 1:
+        return bench.fmt(ratios[0], 2)
+    return (f"{bench.fmt(bench.median(ratios), 2)} ({bench.fmt(min(ratios), 2)}-"
+            f"{bench.fmt(max(ratios), 2)})")
 
 
 def configurations(args) -> list:
@@ -131,15 +236,21 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=None,
                         help="rows to score (default 4000, quick 1000)")
     parser.add_argument("--seq", type=int, default=64, help="max_seq_length")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compare", action="store_true",
+                        help="ours (oneDNN on / off / capped at AVX2) vs HF inference, "
+                             "1 tower x --batch")
+    parser.add_argument("--hf_dir", default=None,
+                        help="Hugging Face MiniLM folder (default: the minilm asset)")
+    parser.add_argument("--worker", choices=["ours", "hf"], default=None,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--towers", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=32, help="batch per tower (--compare)")
     parser.add_argument("--padding", default="dynamic", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.rows = args.rows or (1000 if args.quick else 4000)
     args.repeats = args.repeats or (1 if args.quick else 3)
     if args.worker:
-        bench.emit_result(worker(args))
+        bench.emit_result((worker if args.worker == "ours" else worker_hf)(args))
         return 0
     for path in (os.path.join(args.model_dir, "bert_model.ckpt.index"),
                  os.path.join(args.data_dir, "test.tsv")):
@@ -151,15 +262,14 @@ def main(argv=None) -> int:
     info = bench.machine_description()
     print("### Machine\n")
     print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
+    if args.compare:
+        return run_compare(args)
     results = {}
     plan = configurations(args)
     for round_index in range(args.repeats):
         for towers, batch, padding in (plan if round_index % 2 == 0 else plan[::-1]):
-            command = [sys.executable, os.path.abspath(__file__), "--worker",
-                       "--towers", str(towers), "--batch", str(batch), "--padding",
-                       padding, "--rows", str(args.rows), "--seq", str(args.seq),
-                       "--model_dir", args.model_dir, "--data_dir", args.data_dir]
-            result = bench.run_worker(command, env={"PYTHONPATH": REPO})
+            result = bench.run_worker(worker_command(args, "ours", towers, batch, padding),
+                                      env={"PYTHONPATH": REPO})
             if result["scored_rows"] != args.rows:
                 raise RuntimeError(f"scored {result['scored_rows']} rows of {args.rows}")
             results.setdefault((towers, batch, padding), []).append(result)
@@ -171,6 +281,7 @@ def main(argv=None) -> int:
 
     print(f"\n### Batch scoring, max_seq_length {args.seq}, {args.rows} rows "
           f"(median of {args.repeats} rounds)\n")
+    print(bench.cpu_line(next(iter(results.values()))[0]["onednn"]) + "\n")
     rows = []
     for key in plan:
         towers, batch, padding = key

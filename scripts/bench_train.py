@@ -67,8 +67,25 @@ CLIP_NORM = 1.0
 # max_length: --padding=max_length; dynamic: --padding=dynamic (the default);
 # bucketed: --padding=dynamic --bucket_by_length.
 PADDINGS = ("max_length", "dynamic", "bucketed")
-# library: bert_ad as run_classifier_mgpu.py runs it; the others are experiments.
-VARIANTS = ("library", "fused_adamw", "lazy_embedding_adam", "xla")
+# library: bert_ad as run_classifier_mgpu.py runs it (fused AdamW); unfused_adamw:
+# the element-wise AdamW ops instead of ResourceApplyAdam; sparse_embedding:
+# --sparse_embedding_updates; xla: session-level XLA.
+VARIANTS = ("library", "unfused_adamw", "sparse_embedding", "xla")
+# --compare: (label, worker, variant, environment), side by side in one run.
+# oneDNN's ISA cap emulates an AVX2-only CPU on a larger one (a no-op on an
+# AVX2 CPU); TF_ENABLE_ONEDNN_OPTS=0 is TensorFlow's own kernels (Eigen).
+COMPARISONS = (
+    ("ours, default (oneDNN on, fused AdamW)", "ours", "library", {}),
+    ("ours, oneDNN off", "ours", "library", {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    ("ours, oneDNN on, ISA capped at AVX2", "ours", "library",
+     {"TF_ENABLE_ONEDNN_OPTS": "1", "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    ("ours, unfused AdamW", "ours", "unfused_adamw", {}),
+    ("ours, oneDNN off + unfused AdamW (the old default)", "ours", "unfused_adamw",
+     {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    ("ours, --sparse_embedding_updates", "ours", "sparse_embedding", {}),
+    ("ours, run_classifier_mgpu.py (its log)", "cli", "library", {}),
+    ("HF transformers, PyTorch CPU", "hf", "library", {}),
+)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -130,15 +147,19 @@ def build_ours(args, config_path: str, vocab_path: str):
     return features, config, labels
 
 
-def build_ours_graph(plan, config, num_labels: int, num_train_steps: int, per_tower: int):
-    """The graph bert_ad.driver.train builds for the classifier (flags at their defaults)."""
+def build_ours_graph(plan, config, num_labels: int, num_train_steps: int, per_tower: int,
+                     variant: str = "library"):
+    """The graph bert_ad.driver.train builds for the classifier (flags at their
+    defaults; `variant` unfused_adamw / sparse_embedding changes the optimizer)."""
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
     settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=num_train_steps,
                              num_warmup_steps=int(num_train_steps * 0.1),
                              optimizer="adamw", weight_decay_rate=WEIGHT_DECAY,
                              clip_norm=CLIP_NORM, gradient_accumulation_steps=1, seed=SEED,
-                             batch_size_per_tower=per_tower)
+                             batch_size_per_tower=per_tower,
+                             fused_optimizer=variant != "unfused_adamw",
+                             sparse_embedding_updates=variant == "sparse_embedding")
     return build_train_graph(
         plan, FEATURE_SPEC,
         lambda f, i: classifier(config, f, num_labels, True).loss, settings)
@@ -185,98 +206,6 @@ def measure_peaks(peaks: dict, args, config, config_proto) -> None:
             peaks[name + suffix] = max(peaks.get(name + suffix, 0.0), rates[key])
 
 
-class FusedAdamWeightDecay:
-    """Experiment (suggestion backed by a measurement, not used by the CLI):
-    Google's AdamWeightDecay computed by TensorFlow's fused ResourceApplyAdam.
-
-    ResourceApplyAdam with beta1_power = beta2_power = 0 is exactly Google's
-    update without bias correction (lr_t = lr), m / (sqrt(v) + eps) included;
-    the decoupled weight decay, param -= lr * wd * param, runs first, which
-    gives param - lr * (m / (sqrt(v) + eps) + wd * param_old) as in
-    bert_ad.parallel.optimization.AdamWeightDecay. One kernel per variable instead of
-    about a dozen element-wise passes over it. Slots keep Google's names.
-
-    With `lazy_sparse`, a sparse gradient (the word embeddings) updates only
-    the rows the batch used, moments included (LazyAdam: a different
-    optimizer from Google's, measured to show what the dense update of the
-    30,522-row table costs per step).
-    """
-
-    def __init__(self, learning_rate, weight_decay_rate: float = 0.01,
-                 beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
-                 lazy_sparse: bool = False):
-        from bert_ad.parallel.optimization import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
-        self.lazy_sparse = lazy_sparse
-        self._learning_rate = learning_rate
-        self.weight_decay_rate = weight_decay_rate
-        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
-        self.exclude = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
-        self.name = "AdamWeightDecay"
-
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        from bert_ad.compat import tf
-        pairs = [(g, v) for g, v in grads_and_vars if g is not None and v is not None]
-        with tf.variable_scope(tf.VariableScope(reuse=False)), \
-                tf.name_scope(None, self.name):
-            lr = tf.convert_to_tensor(self._learning_rate, dtype=tf.float32)
-            zero = tf.constant(0.0)
-            updates = []
-            for grad, param in pairs:
-                param_name = param.name.split(":")[0]
-                m, v = (tf.get_variable(param_name + slot, param.shape.as_list(),
-                                        tf.float32, tf.zeros_initializer(),
-                                        trainable=False)
-                        for slot in ("/adam_m", "/adam_v"))
-                decayed = self.weight_decay_rate and not any(x in param_name
-                                                             for x in self.exclude)
-                if isinstance(grad, tf.IndexedSlices) and self.lazy_sparse:
-                    updates.extend(self._lazy_rows(grad, param, m, v, lr, decayed))
-                    continue
-                if isinstance(grad, tf.IndexedSlices):
-                    grad = tf.convert_to_tensor(grad)  # dense Adam, as Google's
-                decay = []  # after this gradient exists (it may read param)
-                if decayed:
-                    with tf.control_dependencies([grad]):
-                        decay.append(param.assign_sub(
-                            lr * self.weight_decay_rate * param.read_value(),
-                            read_value=False))
-                with tf.control_dependencies(decay):
-                    updates.append(tf.raw_ops.ResourceApplyAdam(
-                        var=param.handle, m=m.handle, v=v.handle, beta1_power=zero,
-                        beta2_power=zero, lr=lr, beta1=tf.constant(self.beta_1),
-                        beta2=tf.constant(self.beta_2), epsilon=tf.constant(self.epsilon),
-                        grad=grad))
-            finish = []
-            if global_step is not None:
-                with tf.control_dependencies(updates):
-                    finish.append(tf.assign_add(global_step, 1))
-            return tf.group(*(updates + finish), name=name)
-
-    def _lazy_rows(self, grad, param, m, v, lr, decayed: bool) -> list:
-        """Adam on the rows of an IndexedSlices gradient only (duplicates summed)."""
-        from bert_ad.compat import tf
-        rows, position = tf.unique(grad.indices)
-        g = tf.math.unsorted_segment_sum(grad.values, position, tf.shape(rows)[0])
-        next_m = self.beta_1 * tf.gather(m, rows) + (1.0 - self.beta_1) * g
-        next_v = self.beta_2 * tf.gather(v, rows) + (1.0 - self.beta_2) * tf.square(g)
-        update = next_m / (tf.sqrt(next_v) + self.epsilon)
-        if decayed:
-            update += self.weight_decay_rate * tf.gather(param, rows)
-        return [param.scatter_sub(tf.IndexedSlices(lr * update, rows)),
-                m.scatter_update(tf.IndexedSlices(next_m, rows)),
-                v.scatter_update(tf.IndexedSlices(next_v, rows))]
-
-
-def use_fused_adamw(lazy_sparse: bool = False) -> None:
-    """Make build_train_graph's "adamw" the fused prototype (this process only)."""
-    from bert_ad.parallel import train_graph
-
-    def make(name, learning_rate, weight_decay_rate=0.01, **kwargs):
-        return FusedAdamWeightDecay(learning_rate, weight_decay_rate,
-                                    lazy_sparse=lazy_sparse)
-    train_graph.make_optimizer = make
-
-
 def worker_ours(args) -> dict:
     from bert_ad.compat import TF_VERSION, session_config, tf
     from bert_ad.parallel.towers import plan_from_environment
@@ -287,8 +216,6 @@ def worker_ours(args) -> dict:
         os.path.join(args.model_dir, "vocab.txt"))
     plan = plan_from_environment(args.towers)
     config_proto = session_config(plan.num_cpu_devices, use_xla=args.variant == "xla")
-    if args.variant in ("fused_adamw", "lazy_embedding_adam"):
-        use_fused_adamw(lazy_sparse=args.variant == "lazy_embedding_adam")
     peaks = {}
     if not args.no_peak:
         measure_peaks(peaks, args, config, config_proto)
@@ -307,7 +234,8 @@ def worker_ours(args) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench_train_") as output_dir:
         with tf.Graph().as_default():
-            graph = build_ours_graph(plan, config, len(labels), total_steps, per_tower)
+            graph = build_ours_graph(plan, config, len(labels), total_steps, per_tower,
+                                     args.variant)
             loop = LoopSettings(output_dir, total_steps,
                                 save_checkpoints_steps=10 ** 9, keep_checkpoint_max=1,
                                 log_every_n_steps=10 ** 9,
@@ -340,7 +268,7 @@ def worker_ours(args) -> dict:
            "useful_flops_per_sec": useful / elapsed,
            "useful_flops_per_cpu_sec": useful / (cpu_stamps[last] - cpu_stamps[first]),
            "executed_flops_per_sec": executed / elapsed,
-           "variant": args.variant,
+           "variant": args.variant, "onednn": bench.onednn_state(),
            "real_tokens": real_tokens, "padded_tokens": padded_tokens,
            "step_sec": durations, "padded_lengths": padded_lengths,
            "final_loss": result.last_loss, "loadavg": _loadavg()}
@@ -378,6 +306,7 @@ def worker_cli(args) -> dict:
         proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=dict(os.environ, PYTHONPATH=REPO))
     rates = [float(m) for m in re.findall(r"([\d.]+) examples/sec", proc.stdout)]
+    onednn = re.search(r"CPU kernels: oneDNN (.*)", proc.stdout)
     if proc.returncode != 0 or len(rates) < 3:
         raise RuntimeError(f"run_classifier_mgpu.py exited {proc.returncode} with "
                            f"{len(rates)} rate lines:\n{proc.stdout[-2000:]}")
@@ -385,6 +314,7 @@ def worker_cli(args) -> dict:
     return {"impl": "cli", "seq": args.seq, "padding": args.padding,
             "towers": args.towers, "batch": args.batch, "steps": interval * len(kept),
             "examples_per_sec": bench.median(kept), "log_rates": rates,
+            "onednn": onednn.group(1).strip() if onednn else "not logged",
             "loadavg": _loadavg()}
 
 
@@ -510,7 +440,7 @@ def _category(name: str) -> str:
     if "clip_by_global_norm" in name:
         return "clip by global norm (incl. embedding-gradient dedup)"
     if "AdamWeightDecay" in name or "/adam_" in name or name.startswith("cond/"):
-        return "optimizer apply (adamw, dense, all 22.7M weights)"
+        return "optimizer apply"
     if name.startswith("average_gradients"):
         return "average gradients over towers"
     if "/gradients/" in name or name.startswith("gradients"):
@@ -537,10 +467,8 @@ def worker_profile(args) -> dict:
         os.path.join(args.model_dir, "vocab.txt"))
     plan = plan_from_environment(args.towers)
     padding = padding_value(args)
-    if args.variant in ("fused_adamw", "lazy_embedding_adam"):
-        use_fused_adamw(lazy_sparse=args.variant == "lazy_embedding_adam")
     with tf.Graph().as_default():
-        graph = build_ours_graph(plan, config, len(labels), 1000, args.batch)
+        graph = build_ours_graph(plan, config, len(labels), 1000, args.batch, args.variant)
         warm = WarmStart(os.path.join(args.model_dir, "bert_model.ckpt"),
                          tf.global_variables())
         fetches = {"loss": graph.loss, "applied": graph.train_step,
@@ -587,6 +515,7 @@ def worker_profile(args) -> dict:
             by_type[op_type] = by_type.get(op_type, 0) + micros
             by_node[name] = by_node.get(name, 0) + micros
     return {"impl": "profile", "seq": args.seq, "padding": args.padding,
+            "variant": args.variant, "onednn": bench.onednn_state(),
             "towers": args.towers, "batch": args.batch, "steps": args.steps,
             "python_batch_sec_per_step": batch_time / args.steps,
             "session_run_sec_per_step": run_time / args.steps,
@@ -597,7 +526,8 @@ def worker_profile(args) -> dict:
 
 def print_profile(result: dict) -> None:
     print(f"\n### Profile: seq {result['seq']}, {result['padding']} padding, "
-          f"{result['towers']} tower(s) x {result['batch']}\n")
+          f"{result['towers']} tower(s) x {result['batch']}, variant {result['variant']}\n")
+    print(bench.cpu_line(result["onednn"]) + "\n")
     batch, run = result["python_batch_sec_per_step"], result["session_run_sec_per_step"]
     print(bench.markdown_table(
         ["per step (mean of %d)" % result["steps"], "ms", "share"],
@@ -617,6 +547,46 @@ def print_profile(result: dict) -> None:
             [[k, bench.fmt(v / 1e3), bench.fmt(100 * v / total) + "%"] for k, v in rows]))
     print(f"\ntraced step wall time {result['traced_step_wall_sec'] * 1e3:.0f} ms "
           "(tracing itself adds overhead)")
+
+
+def print_profile_comparison(before: dict, after: dict) -> None:
+    """Op time of one traced step by category and by op type, before and after."""
+    print(f"\n### Profile before / after: seq {after['seq']}, {after['padding']} "
+          f"padding, {after['towers']} tower(s) x {after['batch']}\n")
+    print(f"before: {before['variant']}, {bench.cpu_line(before['onednn'])}")
+    print(f"after:  {after['variant']}, {bench.cpu_line(after['onednn'])}")
+    for title, key, top in (("category", "op_micros_by_category", None),
+                            ("op type", "op_micros_by_type", 20)):
+        names = sorted(set(before[key]) | set(after[key]),
+                       key=lambda n: -max(before[key].get(n, 0), after[key].get(n, 0)))
+        rows = [[n, bench.fmt(before[key].get(n, 0) / 1e3),
+                 bench.fmt(after[key].get(n, 0) / 1e3),
+                 bench.fmt(after[key].get(n, 0) / before[key][n], 2)
+                 if before[key].get(n) else "-"] for n in names[:top]]
+        rows.append(["total", bench.fmt(sum(before[key].values()) / 1e3),
+                     bench.fmt(sum(after[key].values()) / 1e3),
+                     bench.fmt(sum(after[key].values()) / sum(before[key].values()), 2)])
+        print()
+        print(bench.markdown_table([f"traced step: op time by {title}", "before ms",
+                                    "after ms", "after / before"], rows))
+    print(f"\nsession.run per step (untraced mean): before "
+          f"{before['session_run_sec_per_step'] * 1e3:.0f} ms, after "
+          f"{after['session_run_sec_per_step'] * 1e3:.0f} ms. Op times are summed over "
+          "threads (MatMul and _FusedMatMul are Eigen's kernels; _MklMatMul, "
+          "_MklFusedMatMul and friends oneDNN's).")
+
+
+def run_profile_comparison(args) -> int:
+    """--profile_compare: the old default (oneDNN off, unfused AdamW) vs ours now."""
+    before = bench.run_worker(
+        worker_command(args, "profile", args.seq, args.padding, args.towers, args.batch,
+                       variant="unfused_adamw"),
+        env={"PYTHONPATH": REPO, "TF_ENABLE_ONEDNN_OPTS": "0"})
+    after = bench.run_worker(
+        worker_command(args, "profile", args.seq, args.padding, args.towers, args.batch),
+        env={"PYTHONPATH": REPO})
+    print_profile_comparison(before, after)
+    return 0
 
 
 # ----------------------------------------------------------------------------
@@ -737,8 +707,11 @@ PADDING_NAMES = {"max_length": "max_length", "dynamic": "dynamic",
 def print_tables(suite: Suite, args) -> None:
     seqs = sorted({k[1] for k in suite.results})
     shapes = ((1, 16), (2, 16), (1, 32))
+    ours = [r for key, runs in suite.results.items() if key[0] == "ours" for r in runs]
+    cpu = bench.cpu_line(ours[0].get("onednn", "not recorded") if ours else None)
     print("\n### Training examples/sec (median of %d rounds, %d timed steps each)\n"
           % (args.repeats, args.steps))
+    print(cpu + "\n")
     rows = []
     for seq in seqs:
         for padding in PADDINGS:
@@ -767,6 +740,7 @@ def print_tables(suite: Suite, args) -> None:
     if not args.skip_hf:
         print("\n### Ours / Hugging Face, 1 tower x 16: median (range) over rounds of "
               "the ratio of the two runs made back to back\n")
+        print(cpu + "\n")
         rows = []
         pairs = [("max_length", "max_length", ">= 2.0"), ("dynamic", "dynamic", ">= 1.5"),
                  ("bucketed", "bucketed", ""), ("dynamic", "max_length", ""),
@@ -786,6 +760,7 @@ def print_tables(suite: Suite, args) -> None:
               "of TrainingArguments(group_by_length=True)), padded to the longest row.")
 
     print("\n### Useful-token FLOP/s vs this machine's matmul FLOP/s\n")
+    print(cpu + "\n")
     rows = []
     for seq in seqs:
         for padding in PADDINGS:
@@ -832,6 +807,7 @@ def print_tables(suite: Suite, args) -> None:
           "useful / peak >= 40%.")
 
     print("\n### Multi-tower overhead: 2 towers x 16 vs 1 tower x 32 (same cores)\n")
+    print(cpu + "\n")
     rows = []
     for seq in seqs:
         for padding in PADDINGS:
@@ -883,38 +859,60 @@ def run_suite(args) -> int:
     return 0
 
 
-def run_experiments(args) -> int:
-    """The library vs the suggested speed-ups, seq 64, 1 tower x 16, paired."""
+def run_compare(args) -> int:
+    """--compare: COMPARISONS side by side, --repeats rounds in alternating order;
+    ratios to HF and to our default, paired round by round."""
     print_machine()
-    variants = [v for v in VARIANTS if v != "xla" or args.padding == "max_length"]
+    chosen = [c for c in COMPARISONS
+              if not (c[1] == "hf" and args.skip_hf)
+              and not (c[1] == "cli" and args.padding == "bucketed")]
     results = {}
     for round_index in range(args.repeats):
-        order = variants if round_index % 2 == 0 else variants[::-1]
-        for variant in order:
-            command = worker_command(args, "ours", args.seq, args.padding, args.towers,
-                                     args.batch, variant=variant)
-            result = bench.run_worker(command, env={"PYTHONPATH": REPO})
-            results.setdefault(variant, []).append(result)
-            print(f"  {variant:12s}: {result['examples_per_sec']:6.1f} examples/sec "
-                  f"({result['examples_per_cpu_sec']:.1f} per CPU-sec, load "
-                  f"{result['loadavg']})", file=sys.stderr, flush=True)
-    print(f"\n### Experiments: seq {args.seq}, {PADDING_NAMES[args.padding]}, "
-          f"{args.towers} x {args.batch}, {args.repeats} rounds\n")
-    base = results["library"]
+        for label, impl, variant, env in (chosen if round_index % 2 == 0
+                                          else chosen[::-1]):
+            command = worker_command(args, impl, args.seq, args.padding,
+                                     1 if impl == "hf" else args.towers, args.batch,
+                                     variant=variant)
+            try:
+                result = bench.run_worker(command, env=dict(env, PYTHONPATH=REPO))
+            except RuntimeError as e:
+                print(f"  FAILED {label}: {e}", file=sys.stderr)
+                continue
+            results.setdefault(label, []).append(result)
+            print(f"  {label}: {result['examples_per_sec']:6.1f} examples/sec "
+                  f"(oneDNN {result.get('onednn', '-')}, load {result['loadavg']})",
+                  file=sys.stderr, flush=True)
+    default, hf = chosen[0][0], "HF transformers, PyTorch CPU"
+    onednn = results[default][0]["onednn"] if results.get(default) else None
+    print(f"\n### Side by side: max_seq_length {args.seq}, {PADDING_NAMES[args.padding]}, "
+          f"{args.towers} x {args.batch}, {args.repeats} round(s), {args.steps} timed steps\n")
+    print(bench.cpu_line(onednn) + "\n")
     rows = []
-    for variant in variants:
-        runs = results[variant]
-        peaks = [_peak_cpu(r) for r in runs]
-        rows.append([variant, bench.fmt(bench.median([r["examples_per_sec"] for r in runs])),
-                     bench.fmt(bench.median([r["examples_per_cpu_sec"] for r in runs])),
-                     paired_ratio(runs, base),
-                     paired_ratio(runs, base, "examples_per_cpu_sec"),
-                     bench.fmt(100 * bench.median(
-                         [r["useful_flops_per_cpu_sec"] / p for r, p in zip(runs, peaks)]))
-                     + "%"])
-    print(bench.markdown_table(["variant", "examples/sec", "examples/CPU-sec",
-                                "vs library", "vs library per CPU-sec",
-                                "useful / peak per CPU-sec"], rows, "lrrrrr"))
+    for label, impl, _, env in chosen:
+        runs = results.get(label, [])
+        if not runs:
+            continue
+        per_cpu = [r.get("examples_per_cpu_sec") for r in runs]
+        useful = ([r["useful_flops_per_cpu_sec"] / _peak_cpu(r) for r in runs
+                   if _peak_cpu(r)] if impl == "ours" else [])
+        rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
+                     runs[0].get("onednn", "-").split(" ")[0] if impl != "hf" else "-",
+                     bench.fmt(bench.median([r["examples_per_sec"] for r in runs])),
+                     bench.fmt(bench.median(per_cpu)) if all(per_cpu) else "-",
+                     paired_ratio(runs, results.get(hf, [])),
+                     paired_ratio(runs, results.get(default, [])),
+                     bench.fmt(100 * bench.median(useful)) + "%" if useful else "-"])
+    print(bench.markdown_table(
+        ["configuration", "environment", "oneDNN", "examples/sec", "examples/CPU-sec",
+         "/ HF", "/ our default", "useful FLOP/s / matmul peak (per CPU-sec)"],
+        rows, "lllrrrrr"))
+    print("\nRatios: median (range) over rounds of the two runs made back to back. "
+          "Target: our default (and run_classifier_mgpu.py) / HF >= 1.5; useful / "
+          "peak >= 40%.")
+    if args.json:
+        with atomic_open(args.json) as f:
+            json.dump({"machine": bench.machine_description(), "compare": results}, f,
+                      indent=1)
     return 0
 
 
@@ -965,11 +963,14 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=16, help="batch size per tower")
     parser.add_argument("--no_peak", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=list(VARIANTS), default="library",
-                        help=argparse.SUPPRESS)
-    parser.add_argument("--experiments", action="store_true",
-                        help="measure the suggested speed-ups (fused AdamW, lazy "
-                             "embedding Adam, XLA) "
-                             "against the library, paired, --repeats rounds")
+                        help="with --profile: the variant to profile")
+    parser.add_argument("--compare", "--experiments", action="store_true",
+                        help="side by side in one run: our default, oneDNN off, oneDNN "
+                             "capped at AVX2, unfused AdamW, --sparse_embedding_updates, "
+                             "the CLI and HF (one --seq/--padding), with ratios")
+    parser.add_argument("--profile_compare", action="store_true",
+                        help="profile one step of the old default (oneDNN off, unfused "
+                             "AdamW) and of ours now, side by side")
     parser.add_argument("--omp_wait_policy", choices=["PASSIVE", "ACTIVE", "default"],
                         default="PASSIVE",
                         help="OMP_WAIT_POLICY of the PyTorch runs (see worker_hf)")
@@ -1007,8 +1008,10 @@ def main(argv=None) -> int:
         return 0
     if args.towers_scaling:
         return run_scaling(args)
-    if args.experiments:
-        return run_experiments(args)
+    if args.compare:
+        return run_compare(args)
+    if args.profile_compare:
+        return run_profile_comparison(args)
     return run_suite(args)
 
 

@@ -11,7 +11,8 @@ import pytest
 from helpers import REPO, launcher_env, run_many
 LAUNCHERS = {
     "run_classifier_mgpu.py": ["--n_gpus", "--train_batch_size", "--lr_scaling",
-                               "--do_predict", "--bucket_by_length"],
+                               "--do_predict", "--bucket_by_length",
+                               "--sparse_embedding_updates"],
     "run_pretraining_mgpu.py": ["--n_gpus", "--input_file", "--num_train_steps"],
     "run_ner_mgpu.py": ["--n_gpus", "--use_crf", "--doc_stride", "--tag_scheme",
                         "--label_column", "--head_learning_rate_multiplier"],

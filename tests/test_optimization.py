@@ -32,6 +32,13 @@ IDS = [0, 2, 2, 5, 0]  # duplicates; rows 1, 3, 4 get no gradient
 # ---------------------------------------------------------------- references
 # Each takes float64 arrays (param, grad, m, v), the 1-based step t and the
 # learning rate, and returns the new (param, m, v).
+#
+# The fused kernel (ResourceApplyAdam) computes 1 - beta in float32 from the
+# float32 beta: with 0.999 that is 0.00099998713, 1.3e-5 off 0.001, which the
+# unfused ops compute from the Python float. Its exact reference therefore
+# uses the betas as float32 holds them (a change of 1.3e-8 in beta_2).
+KERNEL_B1 = float(np.float32(0.9))
+KERNEL_B2 = float(np.float32(0.999))
 
 def ref_adamw(name, p, g, m, v, t, lr, b1=0.9, b2=0.999, wd=WD):
     m = b1 * m + (1 - b1) * g
@@ -40,6 +47,11 @@ def ref_adamw(name, p, g, m, v, t, lr, b1=0.9, b2=0.999, wd=WD):
     if name not in EXCLUDED:
         update = update + wd * p
     return p - lr * update, m, v
+
+
+def ref_adamw_kernel(*args, **kwargs):
+    """ref_adamw with the betas the fused kernel uses (float32)."""
+    return ref_adamw(*args, b1=KERNEL_B1, b2=KERNEL_B2, **kwargs)
 
 
 def ref_adam(name, p, g, m, v, t, lr, b1=0.9, b2=0.99):
@@ -108,7 +120,8 @@ def step_data(steps):
 class Model:
     """A tiny graph whose loss touches every variable; the embedding by gather."""
 
-    def __init__(self, make_optimizer, device="/cpu:0", lr_schedule=None, in_cond=False):
+    def __init__(self, make_optimizer, device="/cpu:0", lr_schedule=None, in_cond=False,
+                 clip_norm=None):
         self.graph = tf.Graph()
         with self.graph.as_default(), tf.device(device):
             init = initial_values()
@@ -124,7 +137,10 @@ class Model:
             loss = (tf.reduce_sum(tf.square(out - self.y)) + 0.5 * tf.reduce_sum(tf.square(h))
                     + tf.reduce_sum(tf.tanh(e) * c))
             names = list(SHAPES)
-            self.grads = dict(zip(names, tf.gradients(loss, [self.vars[n] for n in names])))
+            grads = tf.gradients(loss, [self.vars[n] for n in names])
+            if clip_norm is not None:  # as the trainer does; the references see the result
+                grads, _ = opt.clip_by_global_norm(grads, clip_norm)
+            self.grads = dict(zip(names, grads))
             assert isinstance(self.grads["emb/word_embeddings"], tf.IndexedSlices)
             lr = LR if lr_schedule is None else lr_schedule(self.global_step)
             self.optimizer = make_optimizer(lr)
@@ -200,14 +216,14 @@ def check_against(reference, make_optimizer, steps=STEPS, **model_kwargs):
 # --------------------------------------------------------------- optimizers
 
 def test_adamw_matches_googles_update():
-    model = check_against(ref_adamw,
-                          lambda lr: opt.AdamWeightDecay(lr, weight_decay_rate=WD))
+    model = check_against(ref_adamw, lambda lr: opt.AdamWeightDecay(
+        lr, weight_decay_rate=WD, fused=False))
     assert model.optimizer.step_variable is None  # no bias correction, no counter
 
 
 def test_adam_is_bias_corrected_and_ignores_weight_decay():
     check_against(ref_adam, lambda lr: opt.make_optimizer("adam", lr, weight_decay_rate=WD,
-                                                          beta_2=0.99))
+                                                          beta_2=0.99, fused=False))
 
 
 @pytest.mark.parametrize("threshold, first_rectified", [(4.0, 5), (5.0, 6)])
@@ -265,13 +281,17 @@ def test_lamb_can_adapt_every_variable():
 def test_scheduled_learning_rate_is_read_before_global_step_moves():
     # Step s (0-based) must use lr(s): 0 at step 0, then warmup and decay.
     schedule = lambda step: opt.learning_rate_schedule(step, LR, 6, 2)  # noqa: E731
-    check_against(ref_adamw, lambda lr: opt.AdamWeightDecay(lr, weight_decay_rate=WD),
+    check_against(ref_adamw_kernel, lambda lr: opt.AdamWeightDecay(lr, weight_decay_rate=WD),
                   lr_schedule=schedule)
 
 
 def test_resumed_run_continues_the_step_count(tmp_path):
-    def make(lr):
+    def make(lr):  # fused: t enters the kernel's beta powers and epsilon
         return opt.Adam(lr, beta_2=0.99)
+
+    def ref_adam(*args, **kwargs):  # the betas as float32 holds them (KERNEL_B1)
+        return globals()["ref_adam"](*args, b1=KERNEL_B1, b2=float(np.float32(0.99)),
+                                     **kwargs)
 
     prefix = os.path.join(str(tmp_path), "model.ckpt")
     data = step_data(STEPS)
@@ -290,7 +310,8 @@ def test_resumed_run_continues_the_step_count(tmp_path):
         assert second.sess.run([second.global_step, second.optimizer.step_variable]) == [5, 5]
 
 
-@pytest.mark.parametrize("name, reference", [("adamw", ref_adamw), ("lamb", ref_lamb)])
+@pytest.mark.parametrize("name, reference", [("adamw", ref_adamw_kernel),
+                                             ("lamb", ref_lamb)])
 def test_apply_inside_a_cond_updates_or_skips_everything(name, reference):
     model = Model(lambda lr: opt.make_optimizer(name, lr, weight_decay_rate=WD), in_cond=True)
     with model.sess:

@@ -10,6 +10,21 @@ a Google checkpoint written by `AdamWeightDecayOptimizer` loads as is.
 
 * `AdamWeightDecay` is Google's `AdamWeightDecayOptimizer`, update for update:
   no bias correction, weight decay added to the update (decoupled, AdamW).
+* Fused kernels (`fused=True`, the default of AdamWeightDecay and Adam): the
+  moments and the weight move in one pass of TensorFlow's ResourceApplyAdam per
+  variable, plus one ResourceApplyGradientDescent pass for the weight decay,
+  instead of a dozen element-wise ops that each read and write the whole
+  variable. Same update to float round-off (tests/test_optimization.py checks
+  1e-6 over several steps), same slots, same checkpoints. RAdam's first
+  (momentum-only) steps and LAMB's trust ratio, which needs the norm of the
+  whole update before the weight moves, have no fused kernel: they stay
+  unfused.
+* Sparse ("lazy") updates (`sparse_updates=True`, --sparse_embedding_updates):
+  a gradient that arrives as tf.IndexedSlices (the word embeddings' gather)
+  updates only the rows it names: their moments, their weight decay and
+  their step. The other rows keep their weights and moments untouched,
+  while the default dense update (Google's) still decays their moments,
+  moves them by m / (sqrt(v) + eps) and applies weight decay to them.
 * `Adam`, `RAdam` and `Lamb` correct the moment bias, which needs the number
   of updates already made. They count it in their own non-trainable int64
   variable `<optimizer name>/step` (`Adam/step`, `RAdam/step`, `Lamb/step`),
@@ -59,6 +74,9 @@ class Optimizer:
       exclude_from_weight_decay: regular expressions; a variable whose name
         matches one gets no weight decay.
       name: names the ops and, for bias-corrected optimizers, the step counter.
+      fused: apply with ResourceApplyAdam where the subclass can (`_fused_inputs`).
+      sparse_updates: update only the rows of an IndexedSlices gradient (see
+        the module docstring); dense gradients are unaffected.
     """
 
     # Whether the update needs t, the 1-based number of this update.
@@ -71,7 +89,8 @@ class Optimizer:
     def __init__(self, learning_rate, beta_1: float = 0.9, beta_2: float = 0.999,
                  epsilon: float = 1e-6, weight_decay_rate: float = 0.0,
                  exclude_from_weight_decay: Sequence[str] | None = None,
-                 name: str = "Optimizer"):
+                 name: str = "Optimizer", fused: bool = False,
+                 sparse_updates: bool = False):
         if isinstance(learning_rate, (int, float)) and not learning_rate > 0:
             fail(f"learning rate must be positive, got {learning_rate} (--learning_rate)")
         for key, value in (("beta_1", beta_1), ("beta_2", beta_2)):
@@ -89,6 +108,8 @@ class Optimizer:
         self.weight_decay_rate = float(weight_decay_rate)
         self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
         self.name = name
+        self.fused = bool(fused)
+        self.sparse_updates = bool(sparse_updates)
         self._slots: list = []
         self._step = None
 
@@ -156,25 +177,97 @@ class Optimizer:
 
     def _apply_one(self, grad, param, lr, t) -> list:
         param_name = _variable_name(param.name)
-        if isinstance(grad, tf.IndexedSlices):
-            # Adam is not sparse: rows without a gradient this step still see
-            # their moments decay and still move by m/(sqrt(v)+eps). Updating
-            # only the touched rows would be LazyAdam, a different optimizer
-            # (and not Google's); densifying also sums duplicate indices.
-            grad = tf.convert_to_tensor(grad)
         shape = param.shape.as_list()
         m = tf.get_variable(name=param_name + "/adam_m", shape=shape, dtype=tf.float32,
                             trainable=False, initializer=tf.zeros_initializer())
         v = tf.get_variable(name=param_name + "/adam_v", shape=shape, dtype=tf.float32,
                             trainable=False, initializer=tf.zeros_initializer())
         self._slots.extend([m, v])
+        lr = self._learning_rate_of(param_name, lr)
+        if isinstance(grad, tf.IndexedSlices):
+            if self.sparse_updates:
+                return self._apply_rows(grad, param, param_name, m, v, lr, t)
+            # Adam is not sparse: rows without a gradient this step still see
+            # their moments decay and still move by m/(sqrt(v)+eps). Updating
+            # only the touched rows is LazyAdam (sparse_updates), a different
+            # optimizer (and not Google's); densifying also sums duplicate indices.
+            grad = tf.convert_to_tensor(grad)
+        if self.fused and self._fused_inputs(t) is not None:
+            return self._apply_fused(grad, param, param_name, m, v, lr, t)
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
         next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
         update = self._direction(param, param_name, next_m, next_v, t)
-        next_param = param - self._learning_rate_of(param_name, lr) * update
+        next_param = param - lr * update
         return [param.assign(next_param, read_value=False),
                 m.assign(next_m, read_value=False),
                 v.assign(next_v, read_value=False)]
+
+    def _fused_inputs(self, t):
+        """(lr factor, beta1_power, beta2_power, epsilon) that make
+        ResourceApplyAdam compute this optimizer's step, or None (no fused form).
+
+        ResourceApplyAdam computes, with the new moments m and v,
+            param -= lr * f * sqrt(1 - beta2_power) / (1 - beta1_power)
+                     * m / (sqrt(v) + epsilon)
+        (f is this factor; the weight decay is a separate pass).
+        """
+        return None
+
+    def _apply_fused(self, grad, param, param_name: str, m, v, lr, t) -> list:
+        """One ResourceApplyAdam pass (moments and weight), after the weight decay.
+
+        Google's step is param - lr * (adam + wd * param) with the param of
+        before the step, so the decay pass, param -= lr * wd * param, runs
+        first, once the gradient exists (it may have been computed from
+        param), and the Adam pass after it.
+        """
+        factor, beta1_power, beta2_power, epsilon = self._fused_inputs(t)
+        raw = tf.raw_ops
+        # Every input is made before the control blocks: an op created inside
+        # one does not get the control edge itself when one of its inputs was
+        # also made there (TensorFlow leaves it to the input), and in a cond
+        # branch (TF 2.x) that edge on a constant input is lost, which let
+        # the decay and the Adam pass race on the same buffer.
+        adam_inputs = dict(beta1_power=beta1_power, beta2_power=beta2_power,
+                           lr=lr * factor, beta1=tf.constant(self.beta_1),
+                           beta2=tf.constant(self.beta_2), epsilon=epsilon)
+        decay = []
+        if self.use_weight_decay(param_name):
+            alpha = lr * self.weight_decay_rate
+            # The decay reads no gradient, so it waits for this one explicitly:
+            # until the gradient exists, the towers may still be reading param.
+            # (An identity made here, not the tensor itself: inside a cond
+            # branch, TF 2.x drops a control edge to a tensor from outside.)
+            with tf.control_dependencies([tf.identity(grad)]):
+                before = param.read_value()
+            decay.append(raw.ResourceApplyGradientDescent(var=param.handle, alpha=alpha,
+                                                          delta=before))
+        with tf.control_dependencies(decay):
+            step = raw.ResourceApplyAdam(var=param.handle, m=m.handle, v=v.handle,
+                                         grad=grad, **adam_inputs)
+        return decay + [step]
+
+    def _apply_rows(self, grad, param, param_name: str, m, v, lr, t) -> list:
+        """The update of the rows an IndexedSlices gradient names, only.
+
+        Duplicate indices are summed first (the row's real gradient); each
+        named row then moves exactly as the dense update moves it when its
+        moments hold the same values (rows seen at every step).
+        """
+        slices = _deduplicate(grad)
+        rows = slices.indices
+        next_m = (self.beta_1 * tf.gather(m, rows)
+                  + (1.0 - self.beta_1) * slices.values)
+        next_v = (self.beta_2 * tf.gather(v, rows)
+                  + (1.0 - self.beta_2) * tf.square(slices.values))
+        update = self._direction(tf.gather(param, rows), param_name, next_m, next_v, t)
+        raw = tf.raw_ops
+        # Each scatter's input was gathered from the same variable, so every
+        # row is read before it is written.
+        return [raw.ResourceScatterSub(resource=param.handle, indices=rows,
+                                       updates=lr * update),
+                raw.ResourceScatterUpdate(resource=m.handle, indices=rows, updates=next_m),
+                raw.ResourceScatterUpdate(resource=v.handle, indices=rows, updates=next_v)]
 
     def _learning_rate_of(self, param_name: str, lr):
         for pattern, factor in self.learning_rate_multipliers:
@@ -211,13 +304,19 @@ class AdamWeightDecay(Optimizer):
                  beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-6,
                  exclude_from_weight_decay: Sequence[str] | None = (
                      DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY),
-                 name: str = "AdamWeightDecay"):
+                 name: str = "AdamWeightDecay", fused: bool = True,
+                 sparse_updates: bool = False):
         super().__init__(learning_rate, beta_1, beta_2, epsilon, weight_decay_rate,
-                         exclude_from_weight_decay, name)
+                         exclude_from_weight_decay, name, fused, sparse_updates)
 
     def _direction(self, param, param_name, next_m, next_v, t):
         update = next_m / (tf.sqrt(next_v) + self.epsilon)
         return self._decayed(update, param, param_name)
+
+    def _fused_inputs(self, t):
+        # No bias correction: beta powers 0 make ResourceApplyAdam's lr_t = lr.
+        zero = tf.constant(0.0)
+        return 1.0, zero, zero, tf.constant(self.epsilon)
 
 
 class Adam(Optimizer):
@@ -231,12 +330,22 @@ class Adam(Optimizer):
     uses_step = True
 
     def __init__(self, learning_rate, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-6, name: str = "Adam"):
-        super().__init__(learning_rate, beta_1, beta_2, epsilon, 0.0, None, name)
+                 epsilon: float = 1e-6, name: str = "Adam", fused: bool = True,
+                 sparse_updates: bool = False):
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, 0.0, None, name, fused,
+                         sparse_updates)
 
     def _direction(self, param, param_name, next_m, next_v, t):
         m_hat, v_hat = self._corrected(next_m, next_v, t)
         return m_hat / (tf.sqrt(v_hat) + self.epsilon)
+
+    def _fused_inputs(self, t):
+        # m_hat / (sqrt(v_hat) + eps) = sqrt(1 - b2^t) / (1 - b1^t)
+        #   * m / (sqrt(v) + eps * sqrt(1 - b2^t)): ResourceApplyAdam's lr_t
+        # with eps moved inside the root (tf.train.AdamOptimizer's form).
+        beta2_power = tf.pow(self.beta_2, t)
+        return (1.0, tf.pow(self.beta_1, t), beta2_power,
+                self.epsilon * tf.sqrt(1.0 - beta2_power))
 
 
 class RAdam(Optimizer):
@@ -260,9 +369,10 @@ class RAdam(Optimizer):
                  epsilon: float = 1e-6, weight_decay_rate: float = 0.01,
                  exclude_from_weight_decay: Sequence[str] | None = (
                      DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY),
-                 rho_threshold: float = 4.0, name: str = "RAdam"):
+                 rho_threshold: float = 4.0, name: str = "RAdam",
+                 sparse_updates: bool = False):
         super().__init__(learning_rate, beta_1, beta_2, epsilon, weight_decay_rate,
-                         exclude_from_weight_decay, name)
+                         exclude_from_weight_decay, name, sparse_updates=sparse_updates)
         if not rho_threshold >= 4.0:
             fail(f"RAdam: rho_threshold must be >= 4 (r_t is undefined below), "
                  f"got {rho_threshold}")
@@ -336,7 +446,8 @@ _CLASSES = {"adamw": AdamWeightDecay, "adam": Adam, "radam": RAdam, "lamb": Lamb
 
 
 def make_optimizer(name: str, learning_rate, weight_decay_rate: float = 0.01,
-                   learning_rate_multipliers: Sequence = (), **kwargs) -> Optimizer:
+                   learning_rate_multipliers: Sequence = (), fused: bool = True,
+                   sparse_updates: bool = False, **kwargs) -> Optimizer:
     """The optimizer named by --optimizer.
 
     Args:
@@ -347,6 +458,10 @@ def make_optimizer(name: str, learning_rate, weight_decay_rate: float = 0.01,
         decay and ignores it.
       learning_rate_multipliers: ((regular expression, factor), ...), see
         Optimizer.learning_rate_multipliers.
+      fused: ResourceApplyAdam kernels for adamw and adam (radam and lamb
+        have no fused form and ignore it).
+      sparse_updates: row-sparse update of IndexedSlices gradients
+        (--sparse_embedding_updates); not with lamb.
       **kwargs: passed to the class (beta_1, beta_2, epsilon,
         exclude_from_weight_decay, ...).
 
@@ -359,9 +474,27 @@ def make_optimizer(name: str, learning_rate, weight_decay_rate: float = 0.01,
     cls = _CLASSES[key]
     if cls is not Adam:
         kwargs["weight_decay_rate"] = weight_decay_rate
+    if cls in (AdamWeightDecay, Adam):
+        kwargs["fused"] = fused
+    if sparse_updates:
+        check_sparse_updates(key)
+        kwargs["sparse_updates"] = True
     optimizer = cls(learning_rate, **kwargs)
     optimizer.learning_rate_multipliers = tuple(learning_rate_multipliers)
     return optimizer
+
+
+def check_sparse_updates(name: str) -> None:
+    """Refuse row-sparse updates for an optimizer without a row-wise step.
+
+    Raises:
+      UserError: name is "lamb" (its trust ratio is a norm over the whole
+        variable).
+    """
+    if (name or "").strip().lower() == "lamb":
+        fail("--sparse_embedding_updates does not work with --optimizer=lamb: LAMB "
+             "scales each variable's step by the norm of the whole variable; use "
+             "adamw, adam or radam, or leave --sparse_embedding_updates out")
 
 
 def learning_rate_schedule(global_step, base_learning_rate: float, num_train_steps: int,

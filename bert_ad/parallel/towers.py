@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Callable, Sequence
 
-from bert_ad.compat import list_gpu_count, tf
+from bert_ad.compat import list_gpu_count, onednn_state, tf
 from bert_ad.errors import fail
 
 log = logging.getLogger("bert_ad")
@@ -62,6 +62,8 @@ class DevicePlan:
                  f"optimizer on {self.variable_device}"]
         for i, (device, name) in enumerate(zip(self.tower_devices, self.physical_names)):
             lines.append(f"  tower {i} -> {device} ({name})")
+        # CPU ops (all of them without GPUs; the optimizer's apply with them).
+        lines.append(f"  CPU kernels: oneDNN {onednn_state()}")
         return "\n".join(lines)
 
 

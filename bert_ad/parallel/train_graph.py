@@ -16,8 +16,9 @@ from typing import Any, Callable, List, Optional
 
 from bert_ad.compat import tf
 from bert_ad.model.precision import DynamicLossScale
-from bert_ad.parallel.optimization import (clip_by_global_norm, learning_rate_schedule,
-                                           make_optimizer)
+from bert_ad.errors import fail
+from bert_ad.parallel.optimization import (check_sparse_updates, clip_by_global_norm,
+                                           learning_rate_schedule, make_optimizer)
 from bert_ad.parallel.towers import (DevicePlan, average_gradients, build_towers,
                                      tower_gradients)
 
@@ -43,6 +44,12 @@ class TrainSettings:
     # ((regular expression, factor), ...): variables that learn at factor x
     # learning_rate (the task's, e.g. a CRF's transitions).
     learning_rate_multipliers: tuple = ()
+    # Row-sparse ("lazy") update of IndexedSlices gradients (the word
+    # embeddings), --sparse_embedding_updates; dense (Google's) by default.
+    sparse_embedding_updates: bool = False
+    # ResourceApplyAdam kernels for adamw / adam (bert_ad.parallel.optimization);
+    # False keeps the element-wise ops (benchmarks compare the two).
+    fused_optimizer: bool = True
 
 
 @dataclasses.dataclass
@@ -84,6 +91,27 @@ class TrainGraph:
     weights_finite: Any
 
 
+def check_sparse_embedding_updates(optimizer: str, gradient_accumulation_steps: int,
+                                   num_workers: int) -> None:
+    """Refuse --sparse_embedding_updates where the update could not be row-sparse.
+
+    Accumulation and the cross-worker exchange turn the embedding gradient
+    into a dense tensor: the rows the batch used would be unknown and the
+    update silently dense. LAMB has no row-wise step.
+
+    Raises:
+      UserError: one line naming the flags.
+    """
+    check_sparse_updates(optimizer)
+    if gradient_accumulation_steps > 1:
+        fail(f"--sparse_embedding_updates does not work with --gradient_accumulation_steps="
+             f"{gradient_accumulation_steps} (the accumulated gradient is dense); leave "
+             "one of them out")
+    if num_workers > 1:
+        fail("--sparse_embedding_updates does not work with several workers (the "
+             "exchanged gradient is dense); leave it out")
+
+
 def feature_placeholders(spec: dict, tower: int) -> dict:
     """Placeholders for one tower from {name: (dtype, shape)}."""
     return {name: tf.placeholder(dtype, shape, name=f"tower_{tower}_{name}")
@@ -117,6 +145,9 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
     results = build_towers(plan, tower)
     variables = tf.trainable_variables()
     k = settings.gradient_accumulation_steps
+    if settings.sparse_embedding_updates:
+        check_sparse_embedding_updates(
+            settings.optimizer, k, 2 if cross_worker_reduce is not None else 1)
 
     with tf.device(plan.variable_device):
         global_step = tf.train.get_or_create_global_step()
@@ -131,7 +162,9 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
                                                settings.num_warmup_steps)
         optimizer = make_optimizer(settings.optimizer, learning_rate,
                                    weight_decay_rate=settings.weight_decay_rate,
-                                   learning_rate_multipliers=settings.learning_rate_multipliers)
+                                   learning_rate_multipliers=settings.learning_rate_multipliers,
+                                   fused=settings.fused_optimizer,
+                                   sparse_updates=settings.sparse_embedding_updates)
 
         micro_step, accumulators = None, []
         if k > 1:

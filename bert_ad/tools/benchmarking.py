@@ -218,9 +218,59 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# The SIMD extensions that decide which CPU kernels TensorFlow and PyTorch run
+# (names as /proc/cpuinfo spells them).
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni",
+             "avx512_bf16", "amx_tile")
+
+
+def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The vector ISA of this CPU that matters for the kernels, e.g. "avx avx2 fma".
+
+    Args:
+      cpuinfo: the file to read (Linux's /proc/cpuinfo).
+    Returns:
+      The ISA_FLAGS this CPU has, space-separated, or "unknown" (no flags line).
+    """
+    try:
+        with open(cpuinfo) as f:
+            flags = next(line for line in f if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    return " ".join(name for name in ISA_FLAGS if name in flags) or "none of " + ", ".join(
+        ISA_FLAGS)
+
+
+def vector_class(isa: str) -> str:
+    """The widest vector class in a cpu_isa() string: "AMX", "AVX-512", "AVX2", ..."""
+    for flag, name in (("amx_tile", "AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"),
+                       ("avx", "AVX"), ("sse4_2", "SSE4.2")):
+        if flag in isa.split():
+            return name
+    return "unknown"
+
+
+def onednn_state() -> str:
+    """Whether this process's TensorFlow runs oneDNN, and why (imports TensorFlow)."""
+    from bert_ad.compat import onednn_state as state
+    return state()
+
+
+def cpu_line(onednn: str | None = None) -> str:
+    """One line for every benchmark table: CPU model, vector ISA, oneDNN state.
+
+    Args:
+      onednn: the oneDNN state a worker reported (onednn_state()); None
+        leaves it out (a process that did not import TensorFlow).
+    """
+    isa = cpu_isa()
+    line = f"CPU: {cpu_model()}, {os.cpu_count()} cores, {vector_class(isa)} ({isa})"
+    return line + (f"; TensorFlow oneDNN {onednn}" if onednn else "")
+
+
 def machine_description() -> dict:
-    """nproc, CPU model, load average, Python and library versions."""
-    info = {"nproc": os.cpu_count(), "cpu_model": cpu_model(),
+    """nproc, CPU model and ISA, load average, Python and library versions."""
+    info = {"nproc": os.cpu_count(), "cpu_model": cpu_model(), "isa": cpu_isa(),
             "python": platform.python_version(), "platform": platform.platform()}
     try:
         info["loadavg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -1,0 +1,68 @@
+"""oneDNN on by default on x86, the user's TF_ENABLE_ONEDNN_OPTS respected, and the
+CPU/ISA line of the benchmark tables."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from bert_ad.compat import IS_TF1
+from bert_ad.tools import benchmarking as bench
+from helpers import REPO, launcher_env
+
+PROBE = ("import os; from bert_ad import compat; "
+         "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS')); print(compat.onednn_enabled()); "
+         "print(compat.onednn_state())")
+
+
+def probe(**env: str) -> list:
+    """[TF_ENABLE_ONEDNN_OPTS after import, IsMklEnabled, the log's state] in a fresh
+    process (the variable only counts before TensorFlow's import)."""
+    full = launcher_env(**env)
+    if "TF_ENABLE_ONEDNN_OPTS" not in env:
+        full.pop("TF_ENABLE_ONEDNN_OPTS", None)
+    run = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=full,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.splitlines()[-3:]
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="the default applies to x86 only")
+def test_onednn_is_on_by_default_on_x86():
+    value, enabled, state = probe()
+    assert value == "1"
+    if IS_TF1:  # the pip wheel has no oneDNN: the variable cannot turn it on
+        assert enabled == "False"
+        assert state.startswith("off (TensorFlow 1.15") and "no effect" in state
+    else:
+        assert enabled == "True"
+        assert state == "on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)"
+
+
+def test_the_users_setting_is_left_alone():
+    value, enabled, state = probe(TF_ENABLE_ONEDNN_OPTS="0")
+    assert (value, enabled) == ("0", "False")
+    if not IS_TF1:
+        assert state == "off (TF_ENABLE_ONEDNN_OPTS=0, from the environment)"
+
+
+def test_cpu_isa_and_vector_class(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\n"
+                       "flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni amx_tile\n")
+    isa = bench.cpu_isa(str(cpuinfo))
+    assert isa == "sse4_2 avx avx2 fma avx512f avx512_vnni amx_tile"
+    assert bench.vector_class(isa) == "AMX"
+    assert bench.vector_class("sse4_2 avx avx2 fma avx512f") == "AVX-512"
+    assert bench.vector_class("sse4_2 avx avx2 fma f16c") == "AVX2"
+    assert bench.cpu_isa(str(tmp_path / "missing")) == "unknown"
+    line = bench.cpu_line("on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)")
+    assert line.startswith(f"CPU: {bench.cpu_model()}, {os.cpu_count()} cores, ")
+    assert line.endswith("; TensorFlow oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's "
+                         "default on x86)")
