@@ -12,6 +12,8 @@
 #   chinese_crf       the same with --use_crf
 #   minilm_softmax    MiniLM-L6 (English vocab: most Chinese characters are [UNK])
 #   chinese_2towers   chinese_softmax on 2 towers x half the batch (same global batch)
+#   chinese_head_x1   chinese_softmax with --head_learning_rate_multiplier=1 (the
+#                     fresh head at the encoder's rate: why the default is 100)
 #
 # Environment: PYTHON (default python), BERT_AD_CACHE (downloads, default
 # ~/.cache/bert_ad), OUTPUT_ROOT (default output/ner_demo), TRAIN_SENTENCES (4000),
@@ -26,7 +28,7 @@ EPOCHS="${EPOCHS:-1}"
 NICE="${NICE:-10}"
 RUNS=("$@")
 if [ ${#RUNS[@]} -eq 0 ]; then
-  RUNS=(chinese_softmax chinese_crf minilm_softmax chinese_2towers)
+  RUNS=(chinese_softmax chinese_crf minilm_softmax chinese_2towers chinese_head_x1)
 fi
 
 DATA_DIR="$CACHE/data/peoples_daily_ner"
@@ -57,7 +59,7 @@ run() {  # run NAME MODEL_DIR CHECKPOINT [flags]
 
 for name in "${RUNS[@]}"; do
   case "$name" in
-    chinese_softmax|chinese_crf|chinese_2towers) fetch_chinese_model ;;
+    chinese_*) fetch_chinese_model ;;
     minilm_softmax) fetch_minilm ;;
   esac
   case "$name" in
@@ -73,6 +75,9 @@ for name in "${RUNS[@]}"; do
     chinese_2towers)
       run "$name" "$CHINESE_MODEL_DIR" "$CHINESE_MODEL_DIR/bert_model.ckpt" \
         --n_gpus=2 --train_batch_size=8 ;;
+    chinese_head_x1)
+      run "$name" "$CHINESE_MODEL_DIR" "$CHINESE_MODEL_DIR/bert_model.ckpt" \
+        --n_gpus=1 --train_batch_size=16 --head_learning_rate_multiplier=1 ;;
     *) echo "ner_demo: unknown run $name" >&2; exit 2 ;;
   esac
 done
