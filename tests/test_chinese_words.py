@@ -10,7 +10,8 @@ from helpers import REPO, assert_one_error_line, run_command
 
 
 def test_the_lexicon_keeps_frequent_short_chinese_words():
-    words = ["中国"] * 2 + ["人民"] * 3 + ["银行"] + ["中华人民共和国"] * 5 + ["GDP"] * 4 + ["的"] * 9
+    words = (["中国"] * 2 + ["人民"] * 3 + ["银行"] + ["中华人民共和国"] * 5 + ["GDP"] * 4
+             + ["的"] * 9)
     assert build_lexicon(words) == {"中国", "人民"}
     assert build_lexicon(words, min_count=1) == {"中国", "人民", "银行"}
     assert build_lexicon(words, max_length=7) == {"中国", "人民", "中华人民共和国"}
@@ -47,9 +48,9 @@ def test_domain_text_uses_only_training_text_and_holds_out_the_tail(tmp_path):
     corpus = str(tmp_path / "199801.txt")
     _write(corpus, "".join(f"手机/n  很/d  好/a  段落{i}/m  。/w\n" for i in range(10)))
     out = tmp_path / "text"
-    run = run_command([sys.executable, "scripts/prepare_domain_text.py", "--reviews_dir", str(reviews),
-                       "--peoples_daily", corpus, "--output_dir", str(out),
-                       "--heldout_fraction", "0.25"], cwd=REPO)
+    command = [sys.executable, "scripts/prepare_domain_text.py", "--reviews_dir", str(reviews),
+               "--peoples_daily", corpus, "--output_dir", str(out)]
+    run = run_command(command + ["--heldout_fraction", "0.25"], cwd=REPO)
     assert run.returncode == 0, run.describe()
 
     def lines(name):
@@ -65,7 +66,6 @@ def test_domain_text_uses_only_training_text_and_holds_out_the_tail(tmp_path):
     assert "开发" not in everything and "测试" not in everything
     assert "段落8" not in everything and "段落9" not in everything
 
-    again = run_command([sys.executable, "scripts/prepare_domain_text.py", "--reviews_dir", str(reviews),
-                         "--peoples_daily", corpus, "--output_dir", str(out)], cwd=REPO)
+    again = run_command(command, cwd=REPO)
     assert_one_error_line(again, f"{out}/train.txt exists; give a new --output_dir")
     assert lines("heldout.txt") == expected_reviews[15:] + paragraphs[6:]
