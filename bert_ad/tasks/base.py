@@ -69,6 +69,9 @@ class Task(abc.ABC):
         max_seq_length), or None; a task needs one to be exported.
       serving_inputs: the names in feature_spec an export's signature takes
         (the rest of feature_spec is filled with stand-ins when serving).
+      main_metric: the eval figure that picks the best checkpoint when
+        --best_metric is not given ("" = none; see
+        bert_ad/parallel/best_checkpoint.py for which way is better).
     """
 
     name: str = "task"
@@ -77,6 +80,7 @@ class Task(abc.ABC):
     scores_released_checkpoints: bool = False
     encoder: Optional["TextEncoder"] = None
     serving_inputs: Sequence[str] = SERVING_INPUTS
+    main_metric: str = ""
 
     # --- inputs ---------------------------------------------------------------
 

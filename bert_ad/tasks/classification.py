@@ -38,6 +38,7 @@ class ClassificationTask(Task):
     """
 
     name = "classifier"
+    main_metric = "eval_accuracy"
     feature_spec = FEATURE_SPEC
 
     def __init__(self, encoder: TextEncoder, spec: processors.TaskSpec, data_dir: str,
