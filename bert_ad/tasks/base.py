@@ -230,8 +230,12 @@ class TextEncoder:
     compute_dtype: object = None
 
     def feature_settings(self, truncation: str = "head", head_fraction: float = 0.25,
-                         labels: Sequence[str] = ()) -> FeatureSettings:
-        return FeatureSettings(self.max_seq_length, truncation, head_fraction, list(labels))
+                         labels: Sequence[str] = (), **targets_and_windows
+                         ) -> FeatureSettings:
+        """FeatureSettings at this encoder's max_seq_length; `targets_and_windows`:
+        FeatureSettings' target, label_separator and windows."""
+        return FeatureSettings(self.max_seq_length, truncation, head_fraction, list(labels),
+                               **targets_and_windows)
 
     def cached(self, data: SplitData, settings: FeatureSettings, description: str,
                build) -> TokenizedExamples:
