@@ -153,7 +153,7 @@ def test_a_3000_token_document_is_scored_from_all_its_windows(setup, tmp_path):
     data = task.read("dev")
     batches = task.batches(data)
     fed = {}
-    for indices, tower_batches in batches.scoring(8, 2):
+    for _, tower_batches in batches.scoring(8, 2):
         for batch in tower_batches:
             real = batch["example_weights"] > 0
             for document in batch["document_index"][real]:
