@@ -16,12 +16,16 @@ import numpy as np
 import pytest
 
 from bert_ad.compat import tf
+from bert_ad.data import processors
 from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.features import read_features, write_features
+from bert_ad.errors import UserError
 from bert_ad.metrics.classification import multi_label_metrics
 from bert_ad.metrics.regression import regression_metrics
 from bert_ad.model.heads import FEATURE_SPEC, TARGET_FEATURES, classifier
 from bert_ad.model.modeling import BertConfig
+from bert_ad.tasks.base import SplitData, TextEncoder
+from bert_ad.tasks.classification import ClassificationTask
 
 from helpers import REPO, flag_args, run_launcher, sample_sentiment_texts, tiny_model
 
@@ -303,3 +307,21 @@ def test_multi_label_files_agree_with_eval(model, tmp_path):
     p = np.clip(probabilities, 1e-6, 1 - 1e-6)
     loss = -np.mean(truth * np.log(p) + (1 - truth) * np.log(1 - p))
     assert results["eval_loss"] == pytest.approx(loss, abs=2e-4)
+
+
+def test_multi_label_cells_are_read_with_a_fixed_label_list(tmp_path):
+    """--labels=a,b,c fixes the list; a cell "a|c" is two labels of it, not one."""
+    (tmp_path / "train.tsv").write_text("a|c\tone\nb\ttwo\nc|a|b\tthree\nd|a\tfour\n",
+                                        encoding="utf-8")
+    spec = processors.get_task("tsv", {"labels": "a,b,c"})
+    encoder = TextEncoder(config=None, tokenizer=None, vocab_file="", do_lower_case=True,
+                          max_seq_length=32)
+    task = ClassificationTask(encoder, spec, str(tmp_path), target="multi_label")
+    data = task.read("train")
+    task.labels = task.resolve_labels(data, None)
+    assert task.labels == ["a", "b", "c"]
+    with pytest.raises(UserError, match=r"train.tsv line 4: label 'd' is not one of "
+                                        r"\['a', 'b', 'c'\]"):
+        task.check_labels(data)
+    first_three = SplitData(data.split, data.rows[:3], data.source)
+    assert task.truth(first_three).tolist() == [[1, 0, 1], [0, 1, 0], [1, 1, 1]]

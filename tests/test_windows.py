@@ -21,6 +21,7 @@ from bert_ad.compat import tf
 from bert_ad.data import processors
 from bert_ad.data.features import WindowSettings, window_starts
 from bert_ad.data.tokenization import make_tokenizer
+from bert_ad.model.heads import classifier
 from bert_ad.model.modeling import BertConfig
 from bert_ad.model.windows import pool_window_rows, pool_windows
 from bert_ad.parallel.towers import plan_devices
@@ -217,7 +218,6 @@ def test_two_towers_split_a_document_and_pool_it_as_one(setup, tmp_path, pooling
     batch = batches.document_batch(np.arange(len(data)))
     with tf.Graph().as_default():
         features = {name: tf.constant(batch[name]) for name in task.feature_spec}
-        from bert_ad.model.heads import classifier
         out = classifier(task.encoder.config, features, 2, False, objective="softmax",
                          window_pooling=pooling)
         with tf.Session() as session:

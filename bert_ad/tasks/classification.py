@@ -32,6 +32,7 @@ afterwards). Results in output_dir, one line per input row, in input order:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Dict, List, Optional
@@ -122,7 +123,11 @@ class ClassificationTask(Task):
     def read(self, split: str) -> SplitData:
         file_split = "test" if split == "predict" else split
         path = self.predict_file if split == "predict" else None
-        rows = processors.read_examples(self.spec, self.data_dir, file_split, path,
+        # A multi-label cell ("a|b") is checked label by label (check_labels),
+        # not as one label of the list.
+        spec = (dataclasses.replace(self.spec, labels=None)
+                if self.target == "multi_label" else self.spec)
+        rows = processors.read_examples(spec, self.data_dir, file_split, path,
                                         keep_blank_lines=split == "predict")
         limit = self.limits.get(split)
         if limit is not None:
