@@ -1,6 +1,6 @@
 """The long-text study: truncation vs windows on whole movie reviews (docs/long_text.md).
 
-    python scripts/long_text_study.py --quick      # 40 reviews, 1 seed: shows it works
+    python scripts/long_text_study.py --quick      # 40 train, 20 dev, 20 test reviews, 1 seed
     python scripts/long_text_study.py              # the study: 1,200 reviews, 3 seeds
     python scripts/long_text_study.py --report_only
 
@@ -97,7 +97,7 @@ def strategy_flags(strategy: str, max_seq_length: int, max_windows: int) -> List
 
 
 def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_dir: str,
-                max_windows: int = MAX_WINDOWS) -> List[str]:
+                max_windows: int = MAX_WINDOWS, predict_file: str = "") -> List[str]:
     command = [
         python, os.path.join(REPO, "run_classifier_mgpu.py"), "--task_name=sentiment",
         f"--data_dir={data_dir}", f"--vocab_file={model_dir}/vocab.txt",
@@ -116,20 +116,38 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str, outpu
         command.append(f"--max_train_examples={spec.max_train_examples}")
     if spec.max_eval_examples is not None:
         command.append(f"--max_eval_examples={spec.max_eval_examples}")
+    if predict_file:
+        command.append(f"--predict_file={predict_file}")
     return command
 
 
+def first_test_rows(data_dir: str, limit: Optional[int], folder: str) -> str:
+    """A copy of test.tsv's first `limit` rows in `folder` ("" = all of test.tsv):
+    a smaller study scores fewer test reviews, as it evaluates fewer dev ones."""
+    if limit is None:
+        return ""
+    with open(os.path.join(data_dir, "test.tsv"), encoding="utf-8") as f:
+        rows = f.read().split("\n")[:limit]
+    path = os.path.join(folder, f"test-first{limit}.tsv")
+    os.makedirs(folder, exist_ok=True)
+    with atomic_open(path) as f:
+        f.write("".join(row + "\n" for row in rows))
+    return path
+
+
 def test_accuracy(data_dir: str, output_dir: str, limit: Optional[int]) -> dict:
-    """Accuracy of predict.txt against test.tsv's labels (its first `limit` rows)."""
+    """Accuracy of predict.txt against test.tsv's labels (the first `limit` rows,
+    which the run scored)."""
     from bert_ad.data import processors
     labels = processors.load_label_list(os.path.join(output_dir, "labels.txt"))
     examples = processors.read_examples(processors.get_task("sentiment"), data_dir, "test")
     with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
         predicted = [int(line) for line in f.read().split("\n")[:-1]]
+    examples = examples[:limit]
     if len(predicted) != len(examples):
         raise RuntimeError(f"{output_dir}/predict.txt has {len(predicted)} rows, "
-                           f"test.tsv {len(examples)}")
-    pairs = list(zip(predicted, examples))[:limit]
+                           f"the test rows {len(examples)}")
+    pairs = list(zip(predicted, examples))
     correct = sum(1 for p, e in pairs if labels[p] == e.label)
     return {"test_accuracy": correct / len(pairs), "test_examples": len(pairs)}
 
@@ -145,7 +163,8 @@ def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_ro
     The checkpoints are deleted once the record is taken."""
     output_dir = os.path.join(output_root, spec.name)
     shutil.rmtree(output_dir, ignore_errors=True)
-    command = cli_command(spec, python, model_dir, data_dir, output_dir, max_windows)
+    command = cli_command(spec, python, model_dir, data_dir, output_dir, max_windows,
+                          first_test_rows(data_dir, spec.max_eval_examples, output_root))
     started = time.time()
     process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
