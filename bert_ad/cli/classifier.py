@@ -6,6 +6,12 @@ ones. Order as in the predecessor: train -> predict -> eval. Outputs in
 index per input row, in input order), test_results.tsv (class
 probabilities per row), eval_results.txt (`key = value`), train_results.txt.
 
+--regression (one number a row, e.g. --task_name=sts-b, which implies it) and
+--multi_label (labels joined by --multi_label_separator) change the head;
+--long_text=windows scores long texts from overlapping windows
+(docs/long_text.md). --eval_every_steps scores the dev set while training
+and --keep_best_checkpoint keeps the best in output_dir/best/.
+
 With a cluster (docs/multi_worker.md) every worker trains on its share of
 each global batch; the chief (worker 0) alone reads --init_checkpoint and
 writes labels.txt, checkpoints, predictions and eval results.
@@ -24,7 +30,9 @@ from bert_ad.cli.flags import (check_training_flags, define_finetuning_flags,
                                run_settings_from_flags, text_encoder_from_flags)
 from bert_ad.cli.runner import run_launcher
 from bert_ad.data import processors
+from bert_ad.data.features import WindowSettings, check_window_settings
 from bert_ad.errors import fail
+from bert_ad.model.windows import WINDOW_POOLINGS
 from bert_ad.tasks.classification import ClassificationTask
 
 log = logging.getLogger("bert_ad")
@@ -44,6 +52,47 @@ def define_flags(fv: flags.FlagValues) -> None:
         flags.DEFINE_integer(key, None, f"Override the task's {key} (0-based).", **d)
     flags.DEFINE_bool("has_header", None, "Override: the files start with a header line.",
                       **d)
+    define_target_flags(fv)
+    define_long_text_flags(fv)
+
+
+WINDOW_FLAGS = ("window_stride", "max_windows", "window_pooling")
+
+
+def define_target_flags(fv: flags.FlagValues) -> None:
+    """What the label column holds: one label, several labels, or a number."""
+    d = dict(flag_values=fv)
+    flags.DEFINE_bool("regression", False,
+                      "The label column holds a number (STS-B, ratings): one output, "
+                      "squared error; predict.txt holds the value. --task_name=sts-b "
+                      "implies it.", **d)
+    flags.DEFINE_bool("multi_label", False,
+                      "A row may carry several labels, joined by --multi_label_separator: "
+                      "a sigmoid per label, binary cross-entropy; predict.txt holds the "
+                      "predicted label indices joined by the separator.", **d)
+    flags.DEFINE_string("multi_label_separator", "|",
+                        "Joins a row's labels in the label column (--multi_label).", **d)
+    flags.DEFINE_float("multi_label_threshold", 0.5,
+                       "--multi_label: a label is predicted at this probability or more.",
+                       **d)
+
+
+def define_long_text_flags(fv: flags.FlagValues) -> None:
+    """Truncation (--truncation) or windows for texts longer than max_seq_length."""
+    d = dict(flag_values=fv)
+    flags.DEFINE_enum("long_text", "truncate", ["truncate", "windows"],
+                      "A text longer than max_seq_length: truncate it (--truncation) or "
+                      "cut it into overlapping windows whose logits are pooled "
+                      "(docs/long_text.md).", **d)
+    flags.DEFINE_integer("window_stride", None,
+                         "--long_text=windows: pieces between window starts, less than "
+                         "max_seq_length - 2 (default: half of that).", **d)
+    flags.DEFINE_integer("max_windows", 16,
+                         "--long_text=windows: at most N windows a text, evenly spread "
+                         "from first to last (0: all).", **d)
+    flags.DEFINE_enum("window_pooling", "mean", list(WINDOW_POOLINGS),
+                      "--long_text=windows: a text's logits from its windows': mean, max, "
+                      "or attention (a learnt softmax weighting of the windows).", **d)
 
 
 def main(f: flags.FlagValues) -> int:
@@ -59,13 +108,61 @@ def main(f: flags.FlagValues) -> int:
     overrides = {key: f[key].value for key in processors.OVERRIDE_KEYS
                  if f[key].value is not None}
     spec = processors.get_task(f.task_name, overrides)
+    target = target_from_flags(f, spec)
+    windows = windows_from_flags(f, spec)
     task = ClassificationTask(text_encoder_from_flags(f), spec, f.data_dir or "",
                               f.predict_file, f.truncation, f.truncation_head_fraction,
-                              f.max_train_examples, f.max_eval_examples)
+                              f.max_train_examples, f.max_eval_examples, target,
+                              f.multi_label_separator, f.multi_label_threshold, windows,
+                              f.window_pooling)
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict,
                       export_settings)
+
+
+def target_from_flags(f: flags.FlagValues, spec: processors.TaskSpec) -> str:
+    """single_label, multi_label or regression, from the flags and the task."""
+    if f.regression and f.multi_label:
+        fail("--regression and --multi_label exclude each other: a row holds a number "
+             "or labels")
+    if spec.target == "regression" and f.multi_label:
+        fail(f"--task_name={f.task_name} is a regression task; --multi_label does not "
+             "apply")
+    if (f.regression or f.multi_label) and spec.labels is not None \
+            and not f["labels"].present:
+        fail(f"--task_name={f.task_name} has a fixed label list: "
+             f"--{'regression' if f.regression else 'multi_label'} needs a task without "
+             "one (tsv, csv, ...)")
+    if f.regression and f["labels"].present:
+        fail("--labels lists labels, but --regression predicts a number: leave one out")
+    if not f.multi_label_separator or f.multi_label_separator.isspace():
+        fail("--multi_label_separator must be a visible character or string, e.g. '|'")
+    if not 0.0 < f.multi_label_threshold < 1.0:
+        fail(f"--multi_label_threshold={f.multi_label_threshold} must be between 0 and 1")
+    if f.regression or spec.target == "regression":
+        return "regression"
+    return "multi_label" if f.multi_label else "single_label"
+
+
+def windows_from_flags(f: flags.FlagValues, spec: processors.TaskSpec):
+    """WindowSettings of --long_text=windows (checked), else None."""
+    if f.long_text != "windows":
+        for name in WINDOW_FLAGS:
+            if f[name].present:
+                fail(f"--{name} is for --long_text=windows: set it too, or leave "
+                     f"--{name} out")
+        return None
+    if spec.text_b_column is not None:
+        fail(f"--long_text=windows cuts one text a row, but --task_name={f.task_name} "
+             "reads text pairs (text_b_column); set --text_b_column=none or truncate")
+    if f.do_export or f.predict_from_export:
+        fail("--long_text=windows cannot be exported or scored from an export yet: "
+             "score with the checkpoint")
+    stride = f.window_stride if f.window_stride is not None else (f.max_seq_length - 2) // 2
+    windows = WindowSettings(stride=stride, max_windows=f.max_windows)
+    check_window_settings(f.max_seq_length, windows)
+    return windows
 
 
 def cli(argv=None) -> None:

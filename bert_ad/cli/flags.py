@@ -49,7 +49,8 @@ CLUSTER_AGREED_FLAGS = (
     "num_train_steps", "num_warmup_steps", "max_train_examples", "bucket_by_length",
     "padding", "do_lower_case", "task_name", "max_predictions_per_seq", "nsp",
     "doc_stride", "use_crf", "head_learning_rate_multiplier", "tag_scheme", "labels",
-    "token_column", "label_column")
+    "token_column", "label_column", "regression", "multi_label", "multi_label_separator",
+    "long_text", "window_stride", "max_windows", "window_pooling")
 
 
 def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5e-5) -> None:
@@ -92,6 +93,23 @@ def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5
     flags.DEFINE_integer("seed", 12345, "Seed for data order, init and dropout.", **d)
     flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.", **d)
     flags.DEFINE_integer("log_every_n_steps", 10, "Log and summarise every N steps.", **d)
+    # Evaluation during training (bert_ad/parallel/best_checkpoint.py).
+    flags.DEFINE_integer("eval_every_steps", 0,
+                         "Score the dev set on all towers every N steps and at the last "
+                         "one, with --do_train (0: never).", **d)
+    flags.DEFINE_bool("keep_best_checkpoint", False,
+                      "With --eval_every_steps: keep the weights of the best evaluation "
+                      "in output_dir/best/ (and the record in best/best.json).", **d)
+    flags.DEFINE_string("best_metric", None,
+                        "The dev figure that decides the best checkpoint (default: the "
+                        "task's main one, e.g. eval_accuracy). Lower is better for names "
+                        "with loss, mse, error or perplexity; higher otherwise.", **d)
+    flags.DEFINE_integer("early_stopping_patience", 0,
+                         "With --eval_every_steps: stop after K evaluations in a row "
+                         "without improvement (0: never).", **d)
+    flags.DEFINE_bool("use_best_checkpoint", False,
+                      "Eval, predict and export with output_dir/best/ instead of the "
+                      "newest checkpoint.", **d)
     flags.DEFINE_bool("use_xla", False, "Session-level XLA JIT (off by default on CPU).", **d)
     flags.DEFINE_enum("precision", "fp32", list(PRECISIONS),
                       "Activation precision; weights, slots and checkpoints stay fp32. "
@@ -183,6 +201,7 @@ def check_training_flags(f: flags.FlagValues, *positive: str) -> None:
                  "log_every_n_steps") + positive:
         if f[name].value < 1:
             fail(f"--{name}={f[name].value} must be at least 1")
+    _check_evaluation_flags(f)
     compute_dtype(f.precision)  # refuses what this lane cannot run
     _check_number(f, "learning_rate", low=0.0, low_open=True)
     _check_number(f, "weight_decay_rate", low=0.0)
@@ -205,6 +224,22 @@ def check_training_flags(f: flags.FlagValues, *positive: str) -> None:
              "--train_batch_size")
     if os.path.exists(f.output_dir) and not os.path.isdir(f.output_dir):
         fail(f"--output_dir={f.output_dir} exists and is not a directory")
+
+
+def _check_evaluation_flags(f: flags.FlagValues) -> None:
+    """--eval_every_steps and the flags that need it."""
+    for name in ("eval_every_steps", "early_stopping_patience"):
+        if f[name].value < 0:
+            fail(f"--{name}={f[name].value} must be at least 0 (0: off)")
+    if f.eval_every_steps:
+        if not f.do_train:
+            fail(f"--eval_every_steps={f.eval_every_steps} evaluates while training: set "
+                 "--do_train too")
+        return
+    for name in ("keep_best_checkpoint", "early_stopping_patience", "best_metric"):
+        if f[name].value:
+            fail(f"--{name} works on the evaluations during training: set "
+                 "--eval_every_steps=N (and give a dev set)")
 
 
 def _check_number(f: flags.FlagValues, name: str, low: float, high: float = math.inf,
@@ -269,7 +304,9 @@ def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSet
         weight_decay_rate=f.weight_decay_rate, clip_norm=f.clip_norm, seed=f.seed,
         precision=f.precision, save_checkpoints_steps=f.save_checkpoints_steps,
         keep_checkpoint_max=f.keep_checkpoint_max, log_every_n_steps=f.log_every_n_steps,
-        **own)
+        eval_every_steps=f.eval_every_steps, keep_best_checkpoint=f.keep_best_checkpoint,
+        best_metric=f.best_metric or "", early_stopping_patience=f.early_stopping_patience,
+        use_best_checkpoint=f.use_best_checkpoint, **own)
 
 
 def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:

@@ -13,7 +13,7 @@ run continue exactly where the interrupted one stopped.
 from __future__ import annotations
 
 import abc
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -191,12 +191,24 @@ def worker_training_batches(examples: TokenizedExamples, per_tower: int, towers:
         yield from training_batches(examples, per_tower, towers, seed, start_example,
                                     padding, bucket_batches)
         return
-    stream = training_stream(len(examples), per_tower * towers * workers, seed,
-                             start_example, examples.lengths, bucket_batches)
+    yield from dealt_training_batches(
+        len(examples), examples.lengths, lambda part: make_batch(examples, part, padding),
+        per_tower, towers, seed, start_example, bucket_batches, workers, index)
+
+
+def dealt_training_batches(num_examples: int, lengths: np.ndarray,
+                           batch_of: Callable[[np.ndarray], dict], per_tower: int,
+                           towers: int, seed: int, start_example: int,
+                           bucket_batches: int = 0, workers: int = 1, index: int = 0
+                           ) -> Iterator[list]:
+    """`worker_training_batches` for any batch maker: `batch_of(indices)` makes
+    one tower's batch of the examples at `indices` (`lengths` [num_examples]
+    balances the towers' shares)."""
+    stream = training_stream(num_examples, per_tower * towers * workers, seed,
+                             start_example, lengths, bucket_batches)
     for indices in stream:
-        shares = split_for_towers(indices, towers * workers, examples.lengths)
-        yield [make_batch(examples, part, padding)
-               for part in shares[index * towers:(index + 1) * towers]]
+        shares = split_for_towers(indices, towers * workers, lengths)
+        yield [batch_of(part) for part in shares[index * towers:(index + 1) * towers]]
 
 
 def prefetch(iterator: Iterator, depth: int = 2) -> Iterator:
@@ -311,3 +323,79 @@ class ExampleBatches(Batches):
             yield tower_indices, [make_batch(self.examples, indices, self.padding,
                                              batch_size=rows)
                                   for indices in tower_indices]
+
+
+class WindowBatches(Batches):
+    """Long documents as windows (--long_text=windows), one window a feature row.
+
+    `examples` holds one row per window, the windows of a document
+    consecutive, with row value `document_index` (its document in the split)
+    and the document's label and targets copied onto each window.
+
+    Training deals documents: a tower's batch holds every window of its
+    documents ([windows, seq] inputs) with `window_document` [windows] (the
+    window's document among the batch's, 0..D-1) and the documents' own
+    `label_ids`, `example_weights` and targets [D, ...], so a document's
+    windows are pooled and its loss taken in one tower and one step.
+    `num_examples` counts documents (epochs are over documents).
+
+    Scoring deals windows as rows, like any row, over all towers (a
+    document's windows may sit on different towers): each window is its own
+    segment (`window_document` = 0..rows-1) and comes back with its
+    `document_index`; the task pools them per document afterwards
+    (bert_ad/model/windows.py).
+    """
+
+    DOCUMENT = "document_index"
+
+    def __init__(self, examples: TokenizedExamples, padding, bucket_by_length: bool):
+        self.examples = examples
+        self.padding = padding
+        self.bucket_batches = BUCKET_WINDOW_BATCHES if bucket_by_length else 0
+        documents = examples.row_values[self.DOCUMENT].astype(np.int64)
+        if len(documents) and np.any(np.diff(documents) < 0):
+            raise ValueError("the windows of a document must be consecutive")
+        self.num_examples = int(documents[-1]) + 1 if len(documents) else 0
+        self.window_counts = np.bincount(documents, minlength=self.num_examples)
+        self.first_window = np.concatenate([[0], np.cumsum(self.window_counts)[:-1]])
+        self.document_lengths = np.bincount(documents, examples.lengths,
+                                            minlength=self.num_examples).astype(np.int64)
+
+    @property
+    def num_windows(self) -> int:
+        return len(self.examples)
+
+    def windows_of(self, documents: np.ndarray) -> np.ndarray:
+        """The window rows of `documents`, document by document."""
+        return np.concatenate([np.arange(self.first_window[d],
+                                         self.first_window[d] + self.window_counts[d])
+                               for d in documents]).astype(np.int64)
+
+    def document_batch(self, documents: np.ndarray) -> dict:
+        """One tower's training batch: every window of `documents`."""
+        documents = np.asarray(documents, np.int64)
+        batch = make_batch(self.examples, self.windows_of(documents), self.padding)
+        first = self.first_window[documents]
+        batch["window_document"] = np.repeat(np.arange(len(documents), dtype=np.int32),
+                                             self.window_counts[documents])
+        batch["label_ids"] = self.examples.labels[first]
+        batch["example_weights"] = np.ones(len(documents), np.float32)
+        for name, values in self.examples.row_values.items():
+            if name != self.DOCUMENT:
+                batch[name] = values[first]
+        return batch
+
+    def training(self, per_tower, towers, workers, worker_index, seed, start_example):
+        return dealt_training_batches(self.num_examples, self.document_lengths,
+                                      self.document_batch, per_tower, towers, seed,
+                                      start_example, self.bucket_batches, workers,
+                                      worker_index)
+
+    def scoring(self, per_tower, towers):
+        for tower_indices, rows in inference_batches(self.examples, per_tower, towers):
+            batches = []
+            for indices in tower_indices:
+                batch = make_batch(self.examples, indices, self.padding, batch_size=rows)
+                batch["window_document"] = np.arange(rows, dtype=np.int32)
+                batches.append(batch)
+            yield tower_indices, batches

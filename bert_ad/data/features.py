@@ -1,19 +1,36 @@
 """Examples -> token ids ([CLS] a [SEP] b [SEP]), tokenised once and cached.
 
 The cache is a TFRecord file per split (Google's feature names: input_ids,
-segment_ids, label_ids; unpadded) whose name is a hash of the input file's
-bytes and of every setting that changes the features (vocab, casing, length,
-truncation, labels, columns), so an edited file or flag never reuses a stale
-cache.
+segment_ids, label_ids; unpadded; per-row values such as regression targets
+as `row_float:NAME`/`row_int:NAME` with their shape in `row_dims:NAME`) whose
+name is a hash of the input file's bytes and of every setting that changes
+the features (vocab, casing, length, truncation or windows, labels and their
+kind, columns), so an edited file or flag never reuses a stale cache.
+
+What a row's label becomes (`FeatureSettings.target`):
+
+  single_label  label_ids: the label's index in the label list
+  multi_label   row value multi_hot_labels [num_labels] float32: 1.0 for every
+                label of the row (labels joined by `label_separator`)
+  regression    row value targets [] float32: the label read as a number
+
+Long texts (`FeatureSettings.windows`): by default a text is truncated
+(`truncation`: head, tail, head+tail). With `WindowSettings` it is cut into
+overlapping windows of max_seq_length - 2 pieces, `stride` pieces apart, the
+last ending at the text's end (`window_starts`); each window is a row of
+its own with its document's label and targets, and row value
+document_index [] int32 says which input row it came from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
-from typing import Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,20 +38,78 @@ from bert_ad.data.batching import TokenizedExamples
 from bert_ad.compat import tf
 from bert_ad.data.processors import InputExample
 from bert_ad.data.tokenization import truncate_pair, truncate_tokens
+from bert_ad.errors import fail
 from bert_ad.files import atomic_path, cannot_write
 
 log = logging.getLogger("bert_ad")
 
+TARGETS = ("single_label", "multi_label", "regression")
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSettings:
+    """How a long text becomes windows (--long_text=windows).
+
+    Attributes:
+      stride: pieces between the starts of consecutive windows; less than a
+        window's max_seq_length - 2 pieces, so windows overlap.
+      max_windows: at most this many windows a text (0: all); when a text
+        has more, that many are taken evenly spread from the first to the
+        last (`window_starts`).
+    """
+    stride: int
+    max_windows: int = 0
+
 
 class FeatureSettings:
-    """Everything besides the examples that decides the token ids."""
+    """Everything besides the examples that decides the token ids and targets."""
 
     def __init__(self, max_seq_length: int, truncation: str = "head",
-                 head_fraction: float = 0.25, label_list: Sequence[str] = ()):
+                 head_fraction: float = 0.25, label_list: Sequence[str] = (),
+                 target: str = "single_label", label_separator: str = "|",
+                 windows: Optional[WindowSettings] = None):
         self.max_seq_length = max_seq_length
         self.truncation = truncation
         self.head_fraction = head_fraction
         self.label_list = list(label_list)
+        self.target = target
+        self.label_separator = label_separator
+        self.windows = windows
+
+
+def check_window_settings(max_seq_length: int, windows: WindowSettings) -> None:
+    """UserError (naming the flag) for a stride that leaves no overlap or no progress."""
+    window = max_seq_length - 2
+    if windows.stride < 1 or windows.stride >= window:
+        fail(f"--window_stride={windows.stride} must be at least 1 and less than a "
+             f"window's {window} pieces (--max_seq_length={max_seq_length} minus [CLS] "
+             "and [SEP]) so that windows overlap")
+    if windows.max_windows < 0:
+        fail(f"--max_windows={windows.max_windows} must be at least 0 (0: every window)")
+
+
+def window_starts(num_pieces: int, window: int, stride: int, max_windows: int = 0
+                  ) -> List[int]:
+    """Where the windows of a text of `num_pieces` pieces start.
+
+    Windows of `window` pieces start every `stride` pieces; the last one ends
+    at the text's end (it may overlap its predecessor by more). A text that
+    fits is one window. With `max_windows` > 0 and more windows than that,
+    `max_windows` of them are kept, evenly spread, always the first and the
+    last.
+
+    Returns:
+      Ascending start positions; window k is pieces[start_k:start_k + window].
+    """
+    if num_pieces <= window:
+        return [0]
+    count = 1 + math.ceil((num_pieces - window) / stride)
+    starts = [min(k * stride, num_pieces - window) for k in range(count)]
+    if 0 < max_windows < count:
+        keep = sorted({int(round(i * (count - 1) / max(max_windows - 1, 1)))
+                       for i in range(max_windows)})
+        starts = [starts[k] for k in keep]
+    return starts
 
 
 def encode_example(example: InputExample, tokenizer, settings: FeatureSettings):
@@ -57,17 +132,63 @@ def encode_example(example: InputExample, tokenizer, settings: FeatureSettings):
     return tokenizer.convert_tokens_to_ids(tokens), segments
 
 
+def encode_windows(example: InputExample, tokenizer,
+                   settings: FeatureSettings) -> List[Tuple[List[int], List[int]]]:
+    """[(input_ids, segment_ids)] of the windows of one single-text example."""
+    pieces = tokenizer.tokenize(example.text_a)
+    window = settings.max_seq_length - 2
+    out = []
+    for start in window_starts(len(pieces), window, settings.windows.stride,
+                               settings.windows.max_windows):
+        tokens = ["[CLS]"] + pieces[start:start + window] + ["[SEP]"]
+        out.append((tokenizer.convert_tokens_to_ids(tokens), [0] * len(tokens)))
+    return out
+
+
+def split_labels(label: str, separator: str) -> List[str]:
+    """The labels of a multi-label cell, e.g. "sports|travel" -> [sports, travel]."""
+    return [part.strip() for part in label.split(separator)]
+
+
+def encode_target(example: InputExample, settings: FeatureSettings,
+                  label_index: dict) -> Tuple[int, dict]:
+    """(label id, {row value name: value}) of a checked example (None label: zeros)."""
+    if settings.target == "multi_label":
+        multi_hot = np.zeros(len(settings.label_list), np.float32)
+        if example.label is not None:
+            for label in split_labels(example.label, settings.label_separator):
+                multi_hot[label_index[label]] = 1.0
+        return 0, {"multi_hot_labels": multi_hot}
+    if settings.target == "regression":
+        value = float(example.label) if example.label is not None else 0.0
+        return 0, {"targets": np.float32(value)}
+    return (label_index.get(example.label, 0) if example.label is not None else 0), {}
+
+
 def convert_examples(examples: Sequence[InputExample], tokenizer,
                      settings: FeatureSettings) -> TokenizedExamples:
+    """The features of `examples` (labels already checked): one row each, or
+    one row per window with `settings.windows` (row value document_index)."""
     label_index = {label: i for i, label in enumerate(settings.label_list)}
     input_ids, segment_ids, labels = [], [], []
-    for example in examples:
-        ids, segments = encode_example(example, tokenizer, settings)
-        input_ids.append(np.array(ids, np.int32))
-        segment_ids.append(np.array(segments, np.int32))
-        labels.append(label_index.get(example.label, 0) if example.label is not None else 0)
+    row_values = {}
+    for number, example in enumerate(examples):
+        if settings.windows is not None:
+            rows = encode_windows(example, tokenizer, settings)
+        else:
+            rows = [encode_example(example, tokenizer, settings)]
+        label, values = encode_target(example, settings, label_index)
+        if settings.windows is not None:
+            values["document_index"] = np.int32(number)
+        for ids, segments in rows:
+            input_ids.append(np.array(ids, np.int32))
+            segment_ids.append(np.array(segments, np.int32))
+            labels.append(label)
+            for name, value in values.items():
+                row_values.setdefault(name, []).append(value)
     return TokenizedExamples({"input_ids": input_ids, "segment_ids": segment_ids},
-                             np.array(labels, np.int32))
+                             np.array(labels, np.int32),
+                             {name: np.stack(v) for name, v in row_values.items()})
 
 
 def file_digest(path: str) -> str:
@@ -92,6 +213,11 @@ def cache_key(data_file: str, vocab_file: str, do_lower_case: bool,
         "task": task_description,
         "format": 1,
     }
+    if settings.target != "single_label" or settings.windows is not None:
+        # Only then: the caches of earlier runs keep their names.
+        parts.update(target=settings.target, label_separator=settings.label_separator,
+                     windows=dataclasses.asdict(settings.windows)
+                     if settings.windows is not None else None)
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -125,6 +251,14 @@ def write_features(path: str, features: TokenizedExamples) -> None:
                     feature = {name: _int_feature(column[i])
                                for name, column in features.columns.items()}
                     feature["label_ids"] = _int_feature([features.labels[i]])
+                    for name, values in features.row_values.items():
+                        value = np.asarray(values[i])
+                        if np.issubdtype(value.dtype, np.integer):
+                            feature[f"row_int:{name}"] = _int_feature(value.reshape(-1))
+                        else:
+                            feature[f"row_float:{name}"] = tf.train.Feature(
+                                float_list=tf.train.FloatList(value=value.reshape(-1)))
+                        feature[f"row_dims:{name}"] = _int_feature(value.shape)
                     example = tf.train.Example(features=tf.train.Features(feature=feature))
                     writer.write(example.SerializeToString())
         except tf.errors.OpError as e:
@@ -134,9 +268,21 @@ def write_features(path: str, features: TokenizedExamples) -> None:
 def read_features(path: str) -> TokenizedExamples:
     columns = {"input_ids": [], "segment_ids": []}
     labels = []
+    row_values = {}
     for record in tf.io.tf_record_iterator(path):
         feature = tf.train.Example.FromString(record).features.feature
         for name, column in columns.items():
             column.append(np.array(feature[name].int64_list.value, np.int32))
         labels.append(feature["label_ids"].int64_list.value[0])
-    return TokenizedExamples(columns, np.array(labels, np.int32))
+        for key in feature:
+            kind, _, name = key.partition(":")
+            if kind == "row_int":
+                value = np.array(feature[key].int64_list.value, np.int32)
+            elif kind == "row_float":
+                value = np.array(feature[key].float_list.value, np.float32)
+            else:
+                continue
+            shape = tuple(feature[f"row_dims:{name}"].int64_list.value)
+            row_values.setdefault(name, []).append(value.reshape(shape))
+    return TokenizedExamples(columns, np.array(labels, np.int32),
+                             {name: np.stack(v) for name, v in row_values.items()})

@@ -7,6 +7,9 @@ registry `TASKS` holds:
   GLUE, in the official tsv layouts read by Google's run_classifier.py:
     cola, sst-2 (alias sst2), mrpc, qqp, mnli (dev_matched/test_matched),
     qnli, rte; test files carry an id column and no label.
+    sts-b (alias stsb): index, genre, filename, year, old_index, source1,
+    source2, sentence1, sentence2, score (test: without the score); a
+    regression task (`target`): the label is the similarity score, 0-5.
   xnli: Google's XnliProcessor without the language filter: train from
     multinli/multinli.train.en.tsv (premise, hypo, label; "contradictory" read
     as "contradiction"), dev/test from xnli.dev.tsv / xnli.test.tsv
@@ -95,6 +98,9 @@ class TaskSpec:
       strip_bom: drop a UTF-8 byte order mark at the start of line 1.
       split_overrides: split -> {field: value} where a split's layout differs
         (GLUE test files: an id column and no label).
+      target: what the label column holds: "single_label" (a label of the
+        list), or "regression" (a number, e.g. STS-B's score); --multi_label
+        and --regression choose for a task that does not say.
     """
 
     name: str
@@ -113,6 +119,7 @@ class TaskSpec:
     strip_bom: bool = True
     split_overrides: Mapping[str, Mapping[str, Any]] = dataclasses.field(
         default_factory=dict)
+    target: str = "single_label"
 
     def for_split(self, split: str) -> "TaskSpec":
         """This spec with `split`'s overrides applied (and none left)."""
@@ -199,6 +206,11 @@ def _build_registry() -> Dict[str, TaskSpec]:
                  num_columns=4, labels=_ENTAILMENT,
                  split_overrides={"test": dict(label_column=None,
                                                num_columns=3)}),
+        # STS-B: the score (0-5) is the last of 10 columns; test has 9.
+        TaskSpec(name="sts-b", files=_glue_files(), header_lines=1,
+                 label_column=9, text_a_column=7, text_b_column=8, id_column=0,
+                 num_columns=10, target="regression",
+                 split_overrides={"test": dict(label_column=None, num_columns=9)}),
         TaskSpec(name="rte", files=_glue_files(), header_lines=1,
                  label_column=3, text_a_column=1, text_b_column=2, id_column=0,
                  num_columns=4, labels=_ENTAILMENT,
@@ -238,6 +250,7 @@ def _build_registry() -> Dict[str, TaskSpec]:
                                        "ad")]
     registry = {t.name: t for t in tasks}
     registry["sst2"] = registry["sst-2"]
+    registry["stsb"] = registry["sts-b"]
     return dict(sorted(registry.items()))
 
 

@@ -1,4 +1,5 @@
-"""Classification metrics in plain numpy (accuracy, per-class P/R/F1, macro-F1)."""
+"""Classification metrics in plain numpy: accuracy, per-class P/R/F1 and macro-F1 of
+one label a row; micro/macro F1 and subset accuracy of several labels a row."""
 
 from __future__ import annotations
 
@@ -30,4 +31,35 @@ def classification_metrics(labels: np.ndarray, predictions: np.ndarray,
         results[f"f1_{name}"] = f1
         f1s.append(f1)
     results["eval_macro_f1"] = float(np.mean(f1s)) if f1s else 0.0
+    return results
+
+
+def multi_label_metrics(truth: np.ndarray, predicted: np.ndarray,
+                        label_names: Sequence[str]) -> dict:
+    """Multi-label figures of [rows, labels] 0/1 arrays.
+
+    eval_micro_f1 (true/false positives and false negatives pooled over all
+    labels), eval_macro_f1 (the mean of the per-label F1s, f1_<label>),
+    eval_subset_accuracy (rows whose every label is right). A label never
+    predicted and never present has F1 0 (scikit-learn's zero_division=0).
+    """
+    truth = np.asarray(truth) > 0.5
+    predicted = np.asarray(predicted) > 0.5
+    true_positive = np.sum(truth & predicted, axis=0).astype(np.float64)
+    false_positive = np.sum(~truth & predicted, axis=0).astype(np.float64)
+    false_negative = np.sum(truth & ~predicted, axis=0).astype(np.float64)
+
+    def f1(tp, fp, fn):
+        return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+    results = {}
+    f1s = []
+    for index, name in enumerate(label_names):
+        f1s.append(f1(true_positive[index], false_positive[index], false_negative[index]))
+        results[f"f1_{name}"] = f1s[-1]
+    results["eval_macro_f1"] = float(np.mean(f1s)) if f1s else 0.0
+    results["eval_micro_f1"] = f1(true_positive.sum(), false_positive.sum(),
+                                  false_negative.sum())
+    results["eval_subset_accuracy"] = (float(np.mean(np.all(truth == predicted, axis=1)))
+                                       if len(truth) else 0.0)
     return results

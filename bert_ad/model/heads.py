@@ -3,7 +3,11 @@
 * `classifier`: sequence classification from [CLS] (Google's `create_model`):
   `output_weights` [num_labels, hidden] and `output_bias` at the top level,
   as in Google's run_classifier.py, so fine-tuned checkpoints load in tools
-  that expect that layout.
+  that expect that layout. Its objective is one of OBJECTIVES: softmax
+  (one label a row), sigmoid (multi-label: any number of labels a row) or mse
+  (regression: one output); with `window_pooling` a row is a window of a long
+  document and the loss is on each document's pooled logits
+  (bert_ad/model/windows.py).
 * `masked_lm_head` (`cls/predictions/...`, output embedding tied to the
   input one) and `next_sentence_head` (`cls/seq_relationship/...`): Google's
   pretraining heads, so continued-pretraining checkpoints stay Google's.
@@ -17,6 +21,7 @@ from bert_ad.compat import tf
 from bert_ad.model.crf import crf_decode, crf_log_likelihood, crf_transitions
 from bert_ad.model.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                                     dense, dropout, layer_norm)
+from bert_ad.model.windows import pool_windows, window_attention_scores
 
 # Per-tower inputs: [batch, seq] ids and mask, [batch] labels and weights
 # (weight 0 marks a filler row that completes the last batch).
@@ -29,23 +34,61 @@ FEATURE_SPEC = {
 }
 
 
-class ClassifierOutputs:
-    """per_example_loss [batch], logits [batch, num_labels], probabilities."""
+# The classifier's objectives: one label a row (softmax cross-entropy), any
+# number of labels a row (sigmoid, binary cross-entropy averaged over the
+# labels), one real value a row (mean squared error).
+OBJECTIVES = ("softmax", "sigmoid", "mse")
 
-    def __init__(self, per_example_loss, logits, probabilities, loss):
+# The inputs each objective adds to FEATURE_SPEC (the targets), and those of
+# windows: a window's segment in this batch (its document's position among
+# the batch's documents) and its document's index in the split.
+TARGET_FEATURES = {
+    "softmax": {},
+    "sigmoid": {"multi_hot_labels": (tf.float32, [None, None])},
+    "mse": {"targets": (tf.float32, [None])},
+}
+WINDOW_FEATURES = {
+    "window_document": (tf.int32, [None]),
+    "document_index": (tf.int32, [None]),
+}
+
+
+class ClassifierOutputs:
+    """per_example_loss [rows], logits [rows, outputs], probabilities, loss.
+
+    `probabilities` is the softmax (softmax), the per-label sigmoid (sigmoid)
+    or the value itself, [rows, 1] (mse). With windows, rows are documents
+    (segments) and `window_scores` [windows] the attention scores (zeros for
+    mean and max pooling); otherwise `window_scores` is None.
+    """
+
+    def __init__(self, per_example_loss, logits, probabilities, loss, window_scores=None):
         self.per_example_loss = per_example_loss
         self.logits = logits
         self.probabilities = probabilities
         self.loss = loss
+        self.window_scores = window_scores
 
 
 def classifier(config: BertConfig, features: dict, num_labels: int,
-               is_training: bool, compute_dtype=tf.float32) -> ClassifierOutputs:
-    """BERT pooled output -> dropout -> dense -> softmax cross-entropy.
+               is_training: bool, compute_dtype=tf.float32, objective: str = "softmax",
+               window_pooling: str = "") -> ClassifierOutputs:
+    """BERT pooled output -> dropout -> dense -> [pool windows] -> the objective's loss.
 
     `loss` is the mean over real rows (example_weights > 0). The encoder runs
     in `compute_dtype`; the head and the loss in float32.
+
+    Args:
+      features: FEATURE_SPEC's inputs plus TARGET_FEATURES[objective] (and
+        WINDOW_FEATURES with window_pooling); label_ids, example_weights and
+        the targets are per document when windows are pooled.
+      num_labels: outputs of the dense layer (1 for mse).
+      objective: one of OBJECTIVES.
+      window_pooling: "" (a row is a whole text) or one of
+        bert_ad.model.windows.WINDOW_POOLINGS.
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     model = BertModel(config, is_training, features["input_ids"],
                       features["input_mask"], features["segment_ids"],
                       compute_dtype=compute_dtype)
@@ -59,13 +102,36 @@ def classifier(config: BertConfig, features: dict, num_labels: int,
         pooled = dropout(pooled, config.hidden_dropout_prob)
     logits = tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
                             output_bias)  # [batch, num_labels]
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    one_hot = tf.one_hot(features["label_ids"], depth=num_labels, dtype=tf.float32)
-    per_example_loss = -tf.reduce_sum(one_hot * log_probs, axis=-1)
     weights = features["example_weights"]
+    window_scores = None
+    if window_pooling:
+        window_scores = (window_attention_scores(pooled, hidden)
+                         if window_pooling == "attention"
+                         else tf.zeros_like(logits[:, 0]))          # [windows]
+        logits = pool_windows(logits, window_scores, features["window_document"],
+                              tf.shape(weights)[0], window_pooling)  # [documents, labels]
+    per_example_loss, probabilities = objective_loss(logits, features, objective)
     loss = tf.reduce_sum(per_example_loss * weights) / tf.maximum(
         tf.reduce_sum(weights), 1.0)
-    return ClassifierOutputs(per_example_loss, logits, tf.exp(log_probs), loss)
+    return ClassifierOutputs(per_example_loss, logits, probabilities, loss, window_scores)
+
+
+def objective_loss(logits, features: dict, objective: str):
+    """(per-row loss [rows], probabilities [rows, outputs]) of `objective` (OBJECTIVES).
+
+    softmax: -log p(label_ids); sigmoid: binary cross-entropy against
+    `multi_hot_labels`, averaged over the labels; mse: (logit - targets)^2.
+    """
+    if objective == "sigmoid":
+        losses = tf.nn.sigmoid_cross_entropy_with_logits(
+            labels=features["multi_hot_labels"], logits=logits)
+        return tf.reduce_mean(losses, axis=-1), tf.sigmoid(logits)
+    if objective == "mse":
+        return tf.square(logits[:, 0] - features["targets"]), logits
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    one_hot = tf.one_hot(features["label_ids"], depth=logits.shape.as_list()[-1],
+                         dtype=tf.float32)
+    return -tf.reduce_sum(one_hot * log_probs, axis=-1), tf.exp(log_probs)
 
 
 def gather_positions(sequence, positions):

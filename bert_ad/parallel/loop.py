@@ -50,6 +50,11 @@ class LoopSettings:
     init_checkpoint: str = ""
     session_config: Any = None
     cluster: Any = None
+    # Evaluation during training (chief only): every N applied steps and at the
+    # last one, `evaluate(step, save_weights)` -> (figures, stop now?); see
+    # bert_ad/parallel/best_checkpoint.py.
+    evaluate_every_steps: int = 0
+    evaluate: Optional[Callable] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +72,13 @@ class TrainResult:
     examples_per_step: int
     train_seconds: float = 0.0
     skipped_steps: int = 0
+    stopped_early: bool = False
 
     def summary(self) -> dict:
         """The train_results.txt figures of this run."""
         examples = self.steps_run * self.examples_per_step
-        return {"global_step": self.global_step, "steps_run": self.steps_run,
+        extra = {"early_stopping_step": self.global_step} if self.stopped_early else {}
+        return {**extra, "global_step": self.global_step, "steps_run": self.steps_run,
                 "examples_seen": self.examples_seen, "train_seconds": self.train_seconds,
                 "train_examples_per_sec": examples / self.train_seconds
                 if self.train_seconds > 0 else 0.0,
@@ -96,6 +103,10 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
     saved_variables = tf.global_variables()
     saver = tf.train.Saver(var_list=saved_variables,
                            max_to_keep=settings.keep_checkpoint_max)
+    # Evaluation saves the model alone (no optimizer slots), wherever it is asked.
+    weights_saver = (tf.train.Saver(var_list=list(graph.variables) + [graph.global_step],
+                                    max_to_keep=None)
+                     if settings.evaluate is not None and chief else None)
     # The other workers get the chief's (resumed or warm-started) state at start.
     resume_from = latest_checkpoint(settings.output_dir) if chief else None
     warm_start = None
@@ -139,7 +150,7 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
             if cluster is not None:
                 cluster.synchronize(session, start_sync)
             return _steps(session, graph, batches, settings, saver, summaries, run,
-                          fetches, resume_from, chief)
+                          fetches, resume_from, chief, weights_saver)
     finally:
         if summaries is not None:
             summaries.close()
@@ -147,7 +158,7 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
 
 def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSettings,
            saver, summaries, run, fetches: dict, resume_from: Optional[str],
-           chief: bool) -> TrainResult:
+           chief: bool, weights_saver=None) -> TrainResult:
     """The step loop of a session whose variables are initialised (or restored)."""
     start_step = int(session.run(graph.global_step))
     examples_seen = int(session.run(graph.examples_seen))
@@ -170,6 +181,7 @@ def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSetti
                             f"{_resume_note(saved)})") from None
 
     skipped = consecutive_skips = 0
+    stopped_early = False
     step, loss = start_step, None
     started = last_log_time = time.time()
     last_log_step = start_step
@@ -211,12 +223,41 @@ def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSetti
             if step % settings.save_checkpoints_steps == 0 or \
                     step == settings.num_train_steps:
                 checkpoints.save(step, examples_seen)
+            if weights_saver is not None and (step % settings.evaluate_every_steps == 0
+                                              or step == settings.num_train_steps):
+                stopped_early = _evaluate(session, weights_saver, step, settings,
+                                          summaries)
+                if stopped_early:
+                    checkpoints.save(step, examples_seen)
+                    break
             if stop.signal is not None:
                 saved = checkpoints.save(step, examples_seen)
                 raise Stopped(f"stopped by {stop.name} at step {step}: "
                               f"{_resume_note(saved)}", 128 + stop.signal)
     return TrainResult(step, examples_seen, loss, checkpoints.last, step - start_step,
-                       graph.examples_per_step, time.time() - started, skipped)
+                       graph.examples_per_step, time.time() - started, skipped,
+                       stopped_early)
+
+
+def _evaluate(session, weights_saver, step: int, settings: LoopSettings,
+              summaries) -> bool:
+    """Run the evaluation hook at `step`; summarise its figures; True: stop early."""
+    def save_weights(folder: str) -> str:
+        prefix = os.path.join(folder, "model.ckpt")
+        try:
+            return weights_saver.save(session, prefix, global_step=step,
+                                      write_meta_graph=False, write_state=False)
+        except (tf.errors.OpError, OSError) as e:
+            raise cannot_write(f"{prefix}-{step}", e) from None
+
+    figures, stop = settings.evaluate(step, save_weights)
+    if summaries is not None:
+        summary = tf.Summary(value=[
+            tf.Summary.Value(tag=f"eval/{name}", simple_value=float(value))
+            for name, value in sorted(figures.items())])
+        summaries.add_summary(summary, step)
+        summaries.flush()
+    return bool(stop)
 
 
 def _resume_note(saved: Optional[str]) -> str:

@@ -69,6 +69,9 @@ class Task(abc.ABC):
         max_seq_length), or None; a task needs one to be exported.
       serving_inputs: the names in feature_spec an export's signature takes
         (the rest of feature_spec is filled with stand-ins when serving).
+      main_metric: the eval figure that picks the best checkpoint when
+        --best_metric is not given ("" = none; see
+        bert_ad/parallel/best_checkpoint.py for which way is better).
     """
 
     name: str = "task"
@@ -77,6 +80,7 @@ class Task(abc.ABC):
     scores_released_checkpoints: bool = False
     encoder: Optional["TextEncoder"] = None
     serving_inputs: Sequence[str] = SERVING_INPUTS
+    main_metric: str = ""
 
     # --- inputs ---------------------------------------------------------------
 
@@ -226,8 +230,12 @@ class TextEncoder:
     compute_dtype: object = None
 
     def feature_settings(self, truncation: str = "head", head_fraction: float = 0.25,
-                         labels: Sequence[str] = ()) -> FeatureSettings:
-        return FeatureSettings(self.max_seq_length, truncation, head_fraction, list(labels))
+                         labels: Sequence[str] = (), **targets_and_windows
+                         ) -> FeatureSettings:
+        """FeatureSettings at this encoder's max_seq_length; `targets_and_windows`:
+        FeatureSettings' target, label_separator and windows."""
+        return FeatureSettings(self.max_seq_length, truncation, head_fraction, list(labels),
+                               **targets_and_windows)
 
     def cached(self, data: SplitData, settings: FeatureSettings, description: str,
                build) -> TokenizedExamples:

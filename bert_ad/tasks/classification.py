@@ -2,27 +2,61 @@
 
 Rows are `bert_ad.data.processors.InputExample`s of a task spec (tasks as
 data: file names, columns, labels). The head is Google's `create_model`
-(bert_ad/model/heads.py). Results in output_dir:
+(bert_ad/model/heads.py) with one of three targets (`TARGETS`):
 
-  predict.txt       one predicted label index per input row, in input order
-  test_results.tsv  the class probabilities of each row (6 decimals)
-  eval_results.txt  eval_accuracy, eval_loss, per-class precision/recall/F1,
-                    eval_macro_f1, eval_examples, global_step
+  single_label  one label a row, softmax (the default)
+  multi_label   any labels of the list a row, joined by a separator in the
+                label column ("sports|travel"); a sigmoid per label, binary
+                cross-entropy; a label is predicted at probability >= the
+                threshold (--multi_label_threshold)
+  regression    one number a row (STS-B, ratings); one output, squared error
+
+A long text is truncated (head, tail, head+tail) or, with windows
+(--long_text=windows), cut into overlapping windows whose logits are pooled
+per document (bert_ad/model/windows.py; training: a document's windows in
+one tower and one step; scoring: windows dealt as rows to every tower, pooled
+afterwards). Results in output_dir, one line per input row, in input order:
+
+  predict.txt       single_label: the predicted label's index in labels.txt;
+                    multi_label: the indices of the predicted labels joined by
+                    the separator (an empty line when none reaches the
+                    threshold); regression: the value (6 decimals)
+  test_results.tsv  the probabilities of each row, one column per label
+                    (single_label and multi_label)
+  eval_results.txt  single_label: eval_accuracy, per-class precision/recall/F1,
+                    eval_macro_f1; multi_label: eval_micro_f1, eval_macro_f1,
+                    eval_subset_accuracy, f1_<label>; regression: eval_pearson,
+                    eval_spearman, eval_mse; and eval_loss, eval_examples,
+                    global_step
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import math
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from bert_ad.compat import tf
 from bert_ad.data import processors
-from bert_ad.data.features import convert_examples
+from bert_ad.data.batching import WindowBatches
+from bert_ad.data.features import (TARGETS, WindowSettings, convert_examples, encode_target,
+                                   split_labels)
 from bert_ad.errors import fail
-from bert_ad.metrics.classification import classification_metrics
-from bert_ad.model.heads import FEATURE_SPEC, classifier
+from bert_ad.metrics.classification import classification_metrics, multi_label_metrics
+from bert_ad.metrics.regression import regression_metrics
+from bert_ad.model.heads import FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier
+from bert_ad.model.windows import activate, objective_losses, pool_window_rows
 from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
+
+log = logging.getLogger("bert_ad")
+
+# The head's objective and the eval figure that picks the best checkpoint.
+OBJECTIVE = {"single_label": "softmax", "multi_label": "sigmoid", "regression": "mse"}
+MAIN_METRIC = {"single_label": "eval_accuracy", "multi_label": "eval_micro_f1",
+               "regression": "eval_pearson"}
 
 
 class ClassificationTask(Task):
@@ -35,15 +69,24 @@ class ClassificationTask(Task):
       predict_file: the file --do_predict scores (default: the test file).
       truncation, head_fraction: which tokens survive a too-long text.
       max_train_examples, max_eval_examples: use only the first N rows.
+      target: one of TARGETS (see the module docstring).
+      label_separator: joins a row's labels (multi_label).
+      threshold: a label is predicted at this probability or more (multi_label).
+      windows: cut long texts into windows (None: truncate).
+      window_pooling: how windows' logits become a document's
+        (bert_ad.model.windows.WINDOW_POOLINGS).
     """
 
     name = "classifier"
-    feature_spec = FEATURE_SPEC
 
     def __init__(self, encoder: TextEncoder, spec: processors.TaskSpec, data_dir: str,
                  predict_file: Optional[str] = None, truncation: str = "head",
                  head_fraction: float = 0.25, max_train_examples: Optional[int] = None,
-                 max_eval_examples: Optional[int] = None):
+                 max_eval_examples: Optional[int] = None, target: str = "single_label",
+                 label_separator: str = "|", threshold: float = 0.5,
+                 windows: Optional[WindowSettings] = None, window_pooling: str = "mean"):
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
         self.encoder = encoder
         self.spec = spec
         self.data_dir = data_dir
@@ -51,13 +94,40 @@ class ClassificationTask(Task):
         self.truncation = truncation
         self.head_fraction = head_fraction
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
+        self.target = target
+        self.objective = OBJECTIVE[target]
+        self.label_separator = label_separator
+        self.threshold = threshold
+        self.windows = windows
+        self.window_pooling = window_pooling if windows is not None else ""
+
+    @property
+    def main_metric(self) -> str:
+        return MAIN_METRIC[self.target]
+
+    @property
+    def feature_spec(self) -> dict:
+        spec = dict(FEATURE_SPEC, **TARGET_FEATURES[self.objective])
+        if self.objective == "sigmoid":  # static: serving fills it with a stand-in
+            spec["multi_hot_labels"] = (tf.float32, [None, len(self.labels)])
+        if self.windows is not None:
+            spec.update(WINDOW_FEATURES)
+        return spec
+
+    @property
+    def num_outputs(self) -> int:
+        return 1 if self.target == "regression" else len(self.labels)
 
     # --- inputs -----------------------------------------------------------------
 
     def read(self, split: str) -> SplitData:
         file_split = "test" if split == "predict" else split
         path = self.predict_file if split == "predict" else None
-        rows = processors.read_examples(self.spec, self.data_dir, file_split, path,
+        # A multi-label cell ("a|b") is checked label by label (check_labels),
+        # not as one label of the list.
+        spec = (dataclasses.replace(self.spec, labels=None)
+                if self.target == "multi_label" else self.spec)
+        rows = processors.read_examples(spec, self.data_dir, file_split, path,
                                         keep_blank_lines=split == "predict")
         limit = self.limits.get(split)
         if limit is not None:
@@ -70,7 +140,11 @@ class ClassificationTask(Task):
         return SplitData(split, rows, rows[0].source)
 
     def resolve_labels(self, train: Optional[SplitData],
-                       saved: Optional[List[str]]) -> List[str]:
+                       saved: Optional[List[str]]) -> Optional[List[str]]:
+        if self.target == "regression":
+            return None
+        if train is not None and self.target == "multi_label" and self.spec.labels is None:
+            return self._multi_label_list(train)
         if train is not None:
             return processors.label_list(self.spec, train.rows)
         if self.spec.labels is not None:
@@ -80,52 +154,174 @@ class ClassificationTask(Task):
                  "labels.txt) or set --labels")
         return saved
 
+    def _multi_label_list(self, train: SplitData) -> List[str]:
+        """The sorted labels found in the training rows' label cells."""
+        self._check_multi_labels(train, None)
+        found = sorted({label for row in train.rows if row.label is not None
+                        for label in split_labels(row.label, self.label_separator)})
+        if len(found) < 2:
+            fail(f"{train.source} has {len(found)} distinct label(s) {found} with "
+                 f"--multi_label_separator={self.label_separator!r}; multi-label needs at "
+                 "least 2: fix the file or the separator, or list them with --labels")
+        return found
+
     def check_labels(self, data: SplitData) -> None:
-        if data.split != "predict":  # predictions ignore the test file's labels
+        if data.split == "predict":  # predictions ignore the test file's labels
+            return
+        if self.target == "multi_label":
+            self._check_multi_labels(data, self.labels)
+        elif self.target == "regression":
+            for row in data.rows:
+                if row.label is not None and not _is_number(row.label):
+                    fail(f"{row.source} line {row.line}: regression target {row.label!r} "
+                         "is not a number; fix the file or the --label_column")
+        else:
             processors.check_labels(data.rows, self.labels)
 
+    def _check_multi_labels(self, data: SplitData, labels: Optional[List[str]]) -> None:
+        """Every label of every row non-empty and (given `labels`) in the list."""
+        known = None if labels is None else set(labels)
+        for row in data.rows:
+            if row.label is None:
+                continue
+            for label in split_labels(row.label, self.label_separator):
+                if not label:
+                    fail(f"{row.source} line {row.line}: an empty label in {row.label!r} "
+                         f"(labels are joined by --multi_label_separator="
+                         f"{self.label_separator!r})")
+                if known is not None and label not in known:
+                    fail(f"{row.source} line {row.line}: label {label!r} is not one of "
+                         f"{list(labels)}; set --labels or fix the file")
+
+    def feature_settings(self):
+        return self.encoder.feature_settings(
+            self.truncation, self.head_fraction, self.labels or (), target=self.target,
+            label_separator=self.label_separator, windows=self.windows)
+
     def batches(self, data: SplitData) -> Batches:
-        settings = self.encoder.feature_settings(self.truncation, self.head_fraction,
-                                                 self.labels)
+        settings = self.feature_settings()
         features = self.encoder.cached(
             data, settings, repr(self.spec),
             lambda: convert_examples(data.rows, self.encoder.tokenizer, settings))
-        return self.encoder.batches(features)
+        if self.windows is None:
+            return self.encoder.batches(features)
+        batches = WindowBatches(features, self.encoder.padding, self.encoder.bucket_by_length)
+        log.info("%s: %d rows as %d windows of up to %d tokens (stride %d, at most %s a "
+                 "row, the longest row has %d)", data.split, batches.num_examples,
+                 batches.num_windows, self.encoder.max_seq_length, self.windows.stride,
+                 self.windows.max_windows or "all", int(batches.window_counts.max()))
+        return batches
 
     # --- model ------------------------------------------------------------------
 
     def build_model(self, features, is_training):
-        out = classifier(self.encoder.config, features, len(self.labels), is_training,
-                         self.encoder.compute_dtype)
-        return {"loss": out.loss, "probabilities": out.probabilities,
-                "per_example_loss": out.per_example_loss,
-                "label_ids": features["label_ids"]}
+        out = classifier(self.encoder.config, features, self.num_outputs, is_training,
+                         self.encoder.compute_dtype, self.objective, self.window_pooling)
+        outputs = {"loss": out.loss, "per_example_loss": out.per_example_loss}
+        if self.windows is not None:
+            # Scoring: one window a row; the task pools them per document.
+            outputs.update(logits=out.logits, window_scores=out.window_scores,
+                           document_index=features["document_index"])
+        elif self.target == "regression":
+            outputs["value"] = out.logits[:, 0]
+        else:
+            outputs["probabilities"] = out.probabilities
+            if self.target == "single_label":
+                outputs["label_ids"] = features["label_ids"]
+        return outputs
 
     def serving_outputs(self, features):
-        """`probabilities` [batch, num_labels] float32 and `label_ids` [batch]
-        int32, the index in labels.txt of the most probable label."""
+        """single_label: `probabilities` [batch, num_labels] float32 and `label_ids`
+        [batch] int32, the index in labels.txt of the most probable label;
+        multi_label: `probabilities` [batch, num_labels] (sigmoid); regression:
+        `value` [batch]."""
+        if self.windows is not None:
+            fail("an export serves one text a row: --long_text=windows models cannot be "
+                 "exported yet; export a truncating model, or score with the checkpoint")
         out = classifier(self.encoder.config, serving_features(features, self.feature_spec),
-                         len(self.labels), False, self.encoder.compute_dtype)
+                         self.num_outputs, False, self.encoder.compute_dtype, self.objective)
+        if self.target == "regression":
+            return {"value": out.logits[:, 0]}
+        if self.target == "multi_label":
+            return {"probabilities": out.probabilities}
         return {"probabilities": out.probabilities,
                 "label_ids": tf.argmax(out.probabilities, axis=-1, output_type=tf.int32)}
 
     # --- results ----------------------------------------------------------------
 
+    def truth(self, data: SplitData) -> np.ndarray:
+        """The rows' labels as the head sees them: label ids [n], multi-hot
+        [n, labels] or targets [n]."""
+        settings = self.feature_settings()
+        index = {label: i for i, label in enumerate(self.labels or ())}
+        encoded = [encode_target(row, settings, index) for row in data.rows]
+        if self.target == "single_label":
+            return np.array([label for label, _ in encoded], np.int64)
+        name = "multi_hot_labels" if self.target == "multi_label" else "targets"
+        return np.stack([values[name] for _, values in encoded])
+
+    def row_outputs(self, data: SplitData, outputs: Dict[str, np.ndarray],
+                    with_losses: bool = False) -> dict:
+        """{"predictions": per input row: probabilities [n, labels] or values [n],
+        "losses": per-row loss [n] (with_losses; rows must be labelled)}; windows
+        are pooled into their rows here."""
+        if self.windows is None:
+            name = "value" if self.target == "regression" else "probabilities"
+            return {"predictions": outputs[name],
+                    "losses": outputs.get("per_example_loss")}
+        logits = pool_window_rows(outputs["logits"], outputs["window_scores"],
+                                  outputs["document_index"], len(data), self.window_pooling)
+        predictions = activate(logits, self.objective)
+        if self.target == "regression":
+            predictions = predictions[:, 0]
+        losses = (objective_losses(logits, self.objective, self.truth(data))
+                  if with_losses else None)
+        return {"predictions": predictions, "losses": losses}
+
     def metrics(self, data: SplitData, outputs: Dict[str, np.ndarray]) -> dict:
-        predicted = np.argmax(outputs["probabilities"], axis=-1)
-        metrics = classification_metrics(outputs["label_ids"], predicted, self.labels)
-        metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"]))
+        rows = self.row_outputs(data, outputs, with_losses=True)
+        predictions = rows["predictions"]
+        if self.target == "regression":
+            metrics = regression_metrics(self.truth(data), predictions)
+        elif self.target == "multi_label":
+            metrics = multi_label_metrics(self.truth(data), predictions >= self.threshold,
+                                          self.labels)
+        else:
+            labels = outputs["label_ids"] if self.windows is None else self.truth(data)
+            metrics = classification_metrics(labels, np.argmax(predictions, axis=-1),
+                                             self.labels)
+        metrics["eval_loss"] = float(np.mean(rows["losses"]))
         metrics["eval_examples"] = len(data)
         return metrics
 
     def prediction_files(self, data: SplitData, outputs: Dict[str, np.ndarray]):
-        probabilities = outputs["probabilities"]
-        predicted = np.argmax(probabilities, axis=-1)
-        return {"predict.txt": [str(int(p)) for p in predicted],
-                "test_results.tsv": ["\t".join(f"{p:.6f}" for p in row)
-                                     for row in probabilities]}
+        predictions = self.row_outputs(data, outputs)["predictions"]
+        if self.target == "regression":
+            return {"predict.txt": [f"{float(v):.6f}" for v in predictions]}
+        probabilities_file = ["\t".join(f"{p:.6f}" for p in row) for row in predictions]
+        if self.target == "multi_label":
+            lines = [self.label_separator.join(str(i) for i in np.flatnonzero(
+                row >= self.threshold)) for row in predictions]
+        else:
+            lines = [str(int(p)) for p in np.argmax(predictions, axis=-1)]
+        return {"predict.txt": lines, "test_results.tsv": probabilities_file}
 
     def describe_metrics(self, metrics) -> str:
+        rows = f"({metrics['eval_examples']} rows, step {metrics['global_step']})"
+        if self.target == "regression":
+            return (f"Pearson {metrics['eval_pearson']:.4f}  Spearman "
+                    f"{metrics['eval_spearman']:.4f}  MSE {metrics['eval_mse']:.4f}  {rows}")
+        if self.target == "multi_label":
+            return (f"micro-F1 {metrics['eval_micro_f1']:.4f}  macro-F1 "
+                    f"{metrics['eval_macro_f1']:.4f}  subset accuracy "
+                    f"{metrics['eval_subset_accuracy']:.4f}  loss {metrics['eval_loss']:.4f}"
+                    f"  {rows}")
         return (f"accuracy {metrics['eval_accuracy']:.4f}  macro-F1 "
-                f"{metrics['eval_macro_f1']:.4f}  loss {metrics['eval_loss']:.4f}  "
-                f"({metrics['eval_examples']} rows, step {metrics['global_step']})")
+                f"{metrics['eval_macro_f1']:.4f}  loss {metrics['eval_loss']:.4f}  {rows}")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False

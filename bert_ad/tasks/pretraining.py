@@ -97,6 +97,7 @@ class PretrainingTask(Task):
     """
 
     name = "pretraining"
+    main_metric = "masked_lm_accuracy"
     feature_spec = FEATURE_SPEC
     scores_released_checkpoints = True
 

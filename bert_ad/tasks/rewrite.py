@@ -61,6 +61,7 @@ class RewriteTask(Task):
     """
 
     name = "rewrite"
+    main_metric = "eval_accuracy"
     feature_spec = FEATURE_SPEC
 
     def __init__(self, encoder: TextEncoder, data_dir: str, predict_file: Optional[str] = None,

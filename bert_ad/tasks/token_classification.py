@@ -106,6 +106,7 @@ class TokenClassificationTask(Task):
     """
 
     name = "token_classification"
+    main_metric = "eval_f1"
     feature_spec = TOKEN_FEATURE_SPEC
 
     def __init__(self, encoder: TextEncoder, files: ConllFormat,

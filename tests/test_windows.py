@@ -1,0 +1,266 @@
+"""Long documents as windows (--long_text=windows).
+
+Where windows start; the pooling in graph ops against numpy and against a
+loop written here; a 3,000-token document scored from every one of its
+windows (counted in the batches fed, and its last words move its score);
+scoring on 2 towers, with a document's windows on both, equal to 1 tower and
+to the pooling inside one graph (dropout off, 1e-5); one predict.txt line per
+input row from the launcher, training on documents' windows in one step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from bert_ad import driver
+from bert_ad.compat import tf
+from bert_ad.data import processors
+from bert_ad.data.features import WindowSettings, window_starts
+from bert_ad.data.tokenization import make_tokenizer
+from bert_ad.model.heads import classifier
+from bert_ad.model.modeling import BertConfig
+from bert_ad.model.windows import pool_window_rows, pool_windows
+from bert_ad.parallel.towers import plan_devices
+from bert_ad.parallel.train_graph import feature_placeholders
+from bert_ad.tasks.base import TextEncoder
+from bert_ad.tasks.classification import ClassificationTask
+
+from helpers import REPO, flag_args, run_launcher, sample_sentiment_texts, tiny_model
+
+LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
+MAX_SEQ = 32                       # windows of 30 pieces
+STRIDE = 15
+
+
+# ---------------------------------------------------------------------------
+# Where windows start.
+
+
+def test_window_starts_cover_the_text_with_overlap():
+    starts = window_starts(3000, 126, 63)
+    assert len(starts) == 1 + math.ceil((3000 - 126) / 63) == 47
+    assert starts[0] == 0 and starts[-1] == 3000 - 126
+    assert all(0 < b - a <= 63 for a, b in zip(starts, starts[1:]))
+    covered = np.zeros(3000, bool)
+    for start in starts:
+        covered[start:start + 126] = True
+    assert covered.all()
+    assert window_starts(100, 126, 63) == [0]
+    # --max_windows keeps that many, evenly spread, first and last included.
+    kept = window_starts(3000, 126, 63, max_windows=4)
+    assert kept == [starts[0], starts[15], starts[31], starts[46]]
+    assert window_starts(3000, 126, 63, max_windows=1) == [0]
+
+
+# ---------------------------------------------------------------------------
+# Pooling: graph ops, numpy, a plain loop.
+
+
+def loop_pooling(logits, scores, documents, count, pooling):
+    out = []
+    for d in range(count):
+        rows = [i for i in range(len(documents)) if documents[i] == d]
+        x = np.array([logits[i] for i in rows], np.float64)
+        if pooling == "max":
+            out.append(x.max(axis=0))
+        elif pooling == "mean":
+            out.append(x.mean(axis=0))
+        else:
+            w = np.exp([scores[i] for i in rows])
+            out.append((w[:, None] * x).sum(axis=0) / w.sum())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention"])
+def test_pooling_in_the_graph_and_in_numpy_agree_with_a_loop(pooling):
+    rng = np.random.RandomState(1)
+    documents = np.array([2, 0, 0, 1, 2, 2, 0, 3])
+    logits = rng.normal(0, 3, (8, 3)).astype(np.float32)
+    scores = rng.normal(0, 3, 8).astype(np.float32)
+    expected = loop_pooling(logits, scores, documents, 4, pooling)
+    np.testing.assert_allclose(pool_window_rows(logits, scores, documents, 4, pooling),
+                               expected, rtol=1e-6)
+    with tf.Graph().as_default(), tf.Session() as session:
+        pooled = session.run(pool_windows(tf.constant(logits), tf.constant(scores),
+                                          tf.constant(documents, tf.int32), 4, pooling))
+    np.testing.assert_allclose(pooled, expected, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# The task on a tiny model.
+
+
+CONFIG_CHANGES = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                      initializer_range=0.5, max_position_embeddings=MAX_SEQ)
+
+
+def long_text(words: int, seed: int) -> str:
+    """`words` words of the sample sentences, in a seeded order: `words` pieces
+    (whole words of the tiny vocab, no punctuation)."""
+    pool = [w for w in " ".join(sample_sentiment_texts()).split() if w.isalnum()]
+    rng = np.random.RandomState(seed)
+    return " ".join(pool[i] for i in rng.randint(0, len(pool), words))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("windows")
+    model = tiny_model(str(root / "model"), **CONFIG_CHANGES)
+    data = root / "data"
+    data.mkdir()
+    # Row 0: 3,000 pieces; then shorter rows.
+    rows = [("1", long_text(3000, 0)), ("0", long_text(70, 1)), ("1", long_text(20, 2)),
+            ("0", long_text(140, 3)), ("1", long_text(45, 4))]
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.tsv").write_text("".join(f"{label}\t{text}\n" for label, text in rows),
+                                           encoding="utf-8")
+    return {"root": root, "model": model, "data": str(data), "rows": rows}
+
+
+def make_task(setup, pooling="mean", windows=True, cache="cache", max_windows=0):
+    model = setup["model"]
+    encoder = TextEncoder(BertConfig.from_json_file(model.config_file),
+                          make_tokenizer(model.vocab_file, True, ""), model.vocab_file, True,
+                          MAX_SEQ, cache_dir=str(setup["root"] / cache), compute_dtype=tf.float32)
+    task = ClassificationTask(
+        encoder, processors.get_task("sentiment"), setup["data"],
+        windows=WindowSettings(STRIDE, max_windows) if windows else None,
+        window_pooling=pooling)
+    task.labels = ["0", "1"]
+    return task
+
+
+def initial_checkpoint(task, path: str) -> str:
+    """The task's freshly initialised model (the attention weights included)."""
+    with tf.Graph().as_default():
+        tf.set_random_seed(5)
+        task.build_model(feature_placeholders(task.feature_spec, 0), is_training=False)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            tf.train.Saver().save(session, path)
+    return path
+
+
+def expected_windows(words: int) -> int:
+    return 1 if words <= MAX_SEQ - 2 else 1 + math.ceil((words - (MAX_SEQ - 2)) / STRIDE)
+
+
+def test_a_3000_token_document_is_scored_from_all_its_windows(setup, tmp_path):
+    task = make_task(setup)
+    data = task.read("dev")
+    batches = task.batches(data)
+    fed = {}
+    for _, tower_batches in batches.scoring(8, 2):
+        for batch in tower_batches:
+            real = batch["example_weights"] > 0
+            for document in batch["document_index"][real]:
+                fed[int(document)] = fed.get(int(document), 0) + 1
+    pieces = [len(task.encoder.tokenizer.tokenize(text)) for _, text in setup["rows"]]
+    assert pieces[0] == 3000
+    assert fed == {i: expected_windows(n) for i, n in enumerate(pieces)}
+    assert fed[0] == 1 + math.ceil((3000 - 30) / 15) == 199
+
+    # Its last words change its score with windows, not when truncated to the head.
+    checkpoint = initial_checkpoint(task, str(tmp_path / "init" / "model.ckpt"))
+    placement = driver.Placement(plan_devices(1, cuda_visible_devices=""))
+    settings = driver.RunSettings(output_dir=str(tmp_path / "out"), init_checkpoint=checkpoint,
+                                  predict_batch_size=16)
+    edited = [(label, text) for label, text in setup["rows"]]
+    edited[0] = ("1", setup["rows"][0][1].rsplit(" ", 20)[0] + " " + long_text(20, 9))
+    edited_file = tmp_path / "edited.tsv"
+    edited_file.write_text("".join(f"{label}\t{text}\n" for label, text in edited),
+                           encoding="utf-8")
+    twin = driver.SplitData("dev", processors.read_examples(
+        task.spec, "", "dev", str(edited_file)), str(edited_file))
+    for windowed, moves in ((True, True), (False, False)):
+        kind = make_task(setup, windows=windowed, cache=f"cache_{windowed}")
+        before = driver.score(kind, data, 16, settings, placement)
+        after = driver.score(kind, twin, 16, settings, placement)
+        first = [kind.row_outputs(d, o)["predictions"][0] for d, o in
+                 ((data, before), (twin, after))]
+        difference = np.max(np.abs(first[0] - first[1]))
+        # Two of 199 windows changed: a small move of the mean, but a move.
+        assert difference > 1e-6 if moves else difference < 1e-9, (windowed, first)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "attention"])
+def test_two_towers_split_a_document_and_pool_it_as_one(setup, tmp_path, pooling):
+    task = make_task(setup, pooling)
+    checkpoint = initial_checkpoint(task, str(tmp_path / "init" / "model.ckpt"))
+    data = task.read("dev")
+    batches = task.batches(data)
+    # Scoring on 2 towers puts windows of one document on both.
+    towers_of = {}
+    for _, tower_batches in batches.scoring(4, 2):
+        for tower, batch in enumerate(tower_batches):
+            for document in batch["document_index"][batch["example_weights"] > 0]:
+                towers_of.setdefault(int(document), set()).add(tower)
+    assert towers_of[0] == {0, 1}
+
+    def predictions(towers):
+        placement = driver.Placement(plan_devices(towers, cuda_visible_devices=""))
+        settings = driver.RunSettings(output_dir=str(tmp_path / f"out{towers}"),
+                                      init_checkpoint=checkpoint)
+        outputs = driver.score(task, data, 4, settings, placement)
+        return task.row_outputs(data, outputs, with_losses=True)
+
+    two, one = predictions(2), predictions(1)
+    np.testing.assert_allclose(two["predictions"], one["predictions"], atol=1e-5)
+    np.testing.assert_allclose(two["losses"], one["losses"], atol=1e-5)
+    assert np.ptp(one["predictions"][:, 0]) > 1e-3      # the rows score differently
+
+    # The graph's own pooling (every document's windows in one batch, as in
+    # training) gives the same documents' probabilities and loss.
+    batch = batches.document_batch(np.arange(len(data)))
+    with tf.Graph().as_default():
+        features = {name: tf.constant(batch[name]) for name in task.feature_spec}
+        out = classifier(task.encoder.config, features, 2, False, objective="softmax",
+                         window_pooling=pooling)
+        with tf.Session() as session:
+            tf.train.Saver().restore(session, checkpoint)
+            probabilities, losses = session.run([out.probabilities, out.per_example_loss])
+    np.testing.assert_allclose(probabilities, one["predictions"], atol=1e-5)
+    np.testing.assert_allclose(losses, one["losses"], atol=1e-5)
+
+
+def test_training_batches_hold_whole_documents(setup):
+    task = make_task(setup, max_windows=6)
+    batches = task.batches(task.read("train"))
+    assert batches.num_examples == 5
+    micro = next(iter(batches.training(2, 2, 1, 0, 3, 0)))
+    assert len(micro) == 2
+    for batch in micro:
+        documents = len(batch["label_ids"])
+        assert documents == 2 and batch["example_weights"].tolist() == [1.0, 1.0]
+        counts = np.bincount(batch["window_document"], minlength=documents)
+        assert np.all(counts >= 1) and len(batch["input_ids"]) == counts.sum()
+        assert counts.max() <= 6
+
+
+def test_the_launcher_trains_on_windows_and_writes_a_line_per_row(setup, tmp_path):
+    model = setup["model"]
+    predict_file = tmp_path / "predict.tsv"
+    lines = [f"{label}\t{text}" for label, text in setup["rows"]]
+    predict_file.write_text("\n".join(lines[:2] + [""] + lines[2:]) + "\n", encoding="utf-8")
+    output_dir = str(tmp_path / "out")
+    run = run_launcher([LAUNCHER] + flag_args({
+        "task_name": "sentiment", "data_dir": setup["data"], "vocab_file": model.vocab_file,
+        "bert_config_file": model.config_file, "output_dir": output_dir,
+        "max_seq_length": MAX_SEQ, "n_gpus": 2, "train_batch_size": 1,
+        "predict_batch_size": 8, "num_train_epochs": 2, "learning_rate": 1e-3,
+        "long_text": "windows", "window_stride": STRIDE, "max_windows": 8,
+        "window_pooling": "attention", "do_train": True, "do_predict": True,
+        "predict_file": str(predict_file)})).check()
+    assert "train: 5 rows as" in run.stderr
+    with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
+        predicted = f.read().split("\n")[:-1]
+    assert len(predicted) == 6 and all(line in ("0", "1") for line in predicted)
+    # 5 documents, 2 towers x 1 document a step, 2 epochs: 5 steps.
+    with open(os.path.join(output_dir, "train_results.txt"), encoding="utf-8") as f:
+        assert "global_step = 5\n" in f.read()
+    reader = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-5"))
+    assert reader.has_tensor("window_attention/kernel")
