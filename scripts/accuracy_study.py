@@ -246,10 +246,12 @@ def spec_of(record: dict) -> RunSpec:
 
 
 def append_run(path: str, record: dict) -> None:
-    """One line per run, flushed at once: a stopped study keeps what it finished."""
+    """Add one record to the runs file, rewriting it whole: a stopped study keeps
+    what it finished, and a kill mid-write never leaves a torn line."""
+    records = load_runs(path) + [record]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    with atomic_open(path) as f:
+        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 # ---------------------------------------------------------------------------

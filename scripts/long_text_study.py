@@ -30,7 +30,6 @@ deviation over the seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -44,6 +43,9 @@ sys.path.insert(0, REPO)
 
 from bert_ad.files import atomic_open  # noqa: E402  (no TensorFlow import)
 from bert_ad.tools.assets import cache_dir  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from accuracy_study import append_run, load_runs  # noqa: E402  (the same runs file format)
 
 STRATEGIES = ("head", "tail", "head+tail", "windows-mean", "windows-max",
               "windows-attention")
@@ -185,21 +187,6 @@ def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_ro
         if name.startswith("model.ckpt"):
             os.remove(os.path.join(output_dir, name))
     return record
-
-
-def load_runs(path: str) -> List[dict]:
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def append_run(path: str, record: dict) -> None:
-    """Add one record to the runs file, rewriting it whole (never a torn line)."""
-    records = load_runs(path) + [record]
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with atomic_open(path) as f:
-        f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 def _cell(values: List[float]) -> str:
