@@ -19,11 +19,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from accuracy_study import mean_sd, test_metrics  # noqa: E402
-
-
-def read_results(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return dict(line.strip().split(" = ", 1) for line in f if " = " in line)
+from bert_ad.files import read_key_values  # noqa: E402
 
 
 def main(output_root: str, reviews_dir: str) -> int:
@@ -32,7 +28,7 @@ def main(output_root: str, reviews_dir: str) -> int:
     for name in ("before", "continued"):
         path = os.path.join(output_root, name, "eval_results.txt")
         if os.path.exists(path):
-            r = read_results(path)
+            r = read_key_values(path)
             print(f"| {name} | {float(r['masked_lm_accuracy']):.4f} | "
                   f"{float(r['masked_lm_loss']):.3f} | {r.get('global_step', '0')} |")
     runs = defaultdict(dict)  # model -> seed -> (dev accuracy, test accuracy)
@@ -42,7 +38,7 @@ def main(output_root: str, reviews_dir: str) -> int:
         folder = os.path.join(sentiment, run)
         if not match or not os.path.exists(os.path.join(folder, "predict.txt")):
             continue
-        dev = float(read_results(os.path.join(folder, "eval_results.txt"))["eval_accuracy"])
+        dev = float(read_key_values(os.path.join(folder, "eval_results.txt"))["eval_accuracy"])
         test = test_metrics(reviews_dir, folder)["test_accuracy"]
         runs[match.group(1)][int(match.group(2))] = (dev, test)
     print()

@@ -36,12 +36,12 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bert_ad.files import atomic_open  # noqa: E402  (no TensorFlow import)
+from bert_ad.files import atomic_open, read_key_values  # noqa: E402  (no TensorFlow import)
 from bert_ad.tools.assets import cache_dir  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -152,11 +152,6 @@ def test_accuracy(data_dir: str, output_dir: str, limit: Optional[int]) -> dict:
     pairs = list(zip(predicted, examples))
     correct = sum(1 for p, e in pairs if labels[p] == e.label)
     return {"test_accuracy": correct / len(pairs), "test_examples": len(pairs)}
-
-
-def read_key_values(path: str) -> Dict[str, str]:
-    with open(path, encoding="utf-8") as f:
-        return dict(line.rstrip("\n").split(" = ", 1) for line in f if " = " in line)
 
 
 def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_root: str,

