@@ -283,3 +283,32 @@ def test_tiny_model_matches_numpy_reference():
                for n, v in values.items()}
     reference = numpy_bert(weights, 2, 2, ids, mask, types)
     assert_close_on_real_tokens(ours, reference, mask, "numpy, tiny")
+
+
+def test_mean_pooling_averages_the_real_tokens_and_makes_no_pooler():
+    """pooling="mean": the numpy reference's last layer averaged over mask == 1."""
+    ids, mask, types = _tiny_inputs()
+    config = BertConfig.from_dict(dict(TINY))
+    with tf.Graph().as_default():
+        model = BertModel(config, False, tf.constant(ids), tf.constant(mask),
+                          tf.constant(types), pooling="mean")
+        names = sorted(v.op.name for v in tf.global_variables())
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            pooled = session.run(model.get_pooled_output())
+            values = session.run({v.op.name: v for v in tf.global_variables()})
+    assert names == sorted(n for n in GOOGLE_TINY_NAMES if "pooler" not in n)
+    weights = {convert.google_to_hf_name(n): (v.T if convert.is_kernel(n) else v)
+               for n, v in values.items()}
+    sequence, no_pooler = numpy_bert(weights, 2, 2, ids, mask, types)
+    assert no_pooler is None
+    # Row 0 has a padded last position, which must not count.
+    want = np.stack([sequence[row, mask[row] == 1].mean(axis=0) for row in range(len(ids))])
+    np.testing.assert_allclose(pooled, want, atol=TOLERANCE)
+    assert np.abs(pooled[0] - sequence[0].mean(axis=0)).max() > 10 * TOLERANCE
+
+
+def test_unknown_pooling_is_refused():
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="pooling must be one of"):
+        BertModel(BertConfig.from_dict(dict(TINY)), False, tf.placeholder(tf.int32, [2, 6]),
+                  pooling="max")

@@ -32,6 +32,7 @@ from bert_ad.cli.runner import run_launcher
 from bert_ad.data import processors
 from bert_ad.data.features import WindowSettings, check_window_settings
 from bert_ad.errors import fail
+from bert_ad.model.modeling import POOLINGS
 from bert_ad.model.windows import WINDOW_POOLINGS
 from bert_ad.tasks.classification import ClassificationTask
 
@@ -93,6 +94,15 @@ def define_long_text_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_enum("window_pooling", "mean", list(WINDOW_POOLINGS),
                       "--long_text=windows: a text's logits from its windows': mean, max, "
                       "or attention (a learnt softmax weighting of the windows).", **d)
+    flags.DEFINE_enum("pooling", "cls", list(POOLINGS),
+                      "How a text becomes one vector for the head: cls (Google's pooler, "
+                      "dense + tanh over [CLS]) or mean (the last layer averaged over the "
+                      "real tokens: for models trained as sentence encoders, such as the "
+                      "Chinese model of scripts/fetch_chinese_model.sh, which have no "
+                      "pooler). Scoring and export must use the training's value.", **d)
+    flags.DEFINE_float("head_learning_rate_multiplier", 1.0,
+                       "The task's fresh output layer learns at this many times "
+                       "--learning_rate (1: Google's single rate).", **d)
 
 
 def main(f: flags.FlagValues) -> int:
@@ -114,7 +124,8 @@ def main(f: flags.FlagValues) -> int:
                               f.predict_file, f.truncation, f.truncation_head_fraction,
                               f.max_train_examples, f.max_eval_examples, target,
                               f.multi_label_separator, f.multi_label_threshold, windows,
-                              f.window_pooling)
+                              f.window_pooling, f.pooling,
+                              f.head_learning_rate_multiplier)
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict,

@@ -50,7 +50,7 @@ CLUSTER_AGREED_FLAGS = (
     "padding", "do_lower_case", "task_name", "max_predictions_per_seq", "nsp",
     "doc_stride", "use_crf", "head_learning_rate_multiplier", "tag_scheme", "labels",
     "token_column", "label_column", "regression", "multi_label", "multi_label_separator",
-    "long_text", "window_stride", "max_windows", "window_pooling")
+    "long_text", "window_stride", "max_windows", "window_pooling", "pooling")
 
 
 def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5e-5) -> None:

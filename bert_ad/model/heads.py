@@ -72,7 +72,7 @@ class ClassifierOutputs:
 
 def classifier(config: BertConfig, features: dict, num_labels: int,
                is_training: bool, compute_dtype=tf.float32, objective: str = "softmax",
-               window_pooling: str = "") -> ClassifierOutputs:
+               window_pooling: str = "", pooling: str = "cls") -> ClassifierOutputs:
     """BERT pooled output -> dropout -> dense -> [pool windows] -> the objective's loss.
 
     `loss` is the mean over real rows (example_weights > 0). The encoder runs
@@ -86,12 +86,13 @@ def classifier(config: BertConfig, features: dict, num_labels: int,
       objective: one of OBJECTIVES.
       window_pooling: "" (a row is a whole text) or one of
         bert_ad.model.windows.WINDOW_POOLINGS.
+      pooling: how a row becomes one vector (bert_ad.model.modeling.POOLINGS).
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     model = BertModel(config, is_training, features["input_ids"],
                       features["input_mask"], features["segment_ids"],
-                      compute_dtype=compute_dtype)
+                      compute_dtype=compute_dtype, pooling=pooling)
     pooled = tf.cast(model.get_pooled_output(), tf.float32)  # [batch, hidden]
     hidden = config.hidden_size
     output_weights = tf.get_variable("output_weights", [num_labels, hidden],

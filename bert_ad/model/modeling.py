@@ -121,6 +121,26 @@ class BertConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
+# How a whole text becomes one vector (BertModel.get_pooled_output):
+#   cls:  Google's pooler, dense + tanh over the [CLS] position (bert/pooler/dense/*);
+#   mean: the average of the last layer over the real tokens, no variables. Models
+#         trained as sentence encoders (e5, sentence-transformers) are read this
+#         way and ship without a pooler, whose fresh dense layer would start from noise.
+POOLINGS = ("cls", "mean")
+
+
+def masked_mean(sequence, input_mask):
+    """[B, S, H] averaged over the positions where input_mask is 1 -> [B, H].
+
+    Summed in float32 (512 fp16 activations can overflow); a row with no real
+    token gives zeros.
+    """
+    mask = tf.cast(input_mask, tf.float32)[:, :, tf.newaxis]                  # [B, S, 1]
+    total = tf.reduce_sum(tf.cast(sequence, tf.float32) * mask, axis=1)        # [B, H]
+    count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)                       # [B, 1]
+    return tf.cast(total / count, sequence.dtype)
+
+
 class BertModel:
     """The BERT encoder and pooler, built once per tower.
 
@@ -130,7 +150,7 @@ class BertModel:
 
     def __init__(self, config: BertConfig, is_training: bool, input_ids,
                  input_mask=None, token_type_ids=None, scope: str = "bert",
-                 compute_dtype=tf.float32):
+                 compute_dtype=tf.float32, pooling: str = "cls"):
         """
         Args:
           config: the model's hyper-parameters.
@@ -141,7 +161,10 @@ class BertModel:
           scope: outer variable scope; "bert" matches Google's checkpoints.
           compute_dtype: dtype of activations and matmuls (fp16/bf16 for
             mixed precision); variables always stay float32.
+          pooling: one of POOLINGS, what get_pooled_output() reads.
         """
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         hidden_dropout = config.hidden_dropout_prob if is_training else 0.0
         attention_dropout = config.attention_probs_dropout_prob if is_training else 0.0
         batch_size, seq_length = get_shape_list(input_ids, expected_rank=2)
@@ -166,12 +189,16 @@ class BertModel:
             # [batch_size, seq_length, hidden_size]
             self.sequence_output = self.all_encoder_layers[-1]
 
-            with tf.variable_scope("pooler"):
-                # [batch_size, hidden_size]: the [CLS] vector through dense+tanh.
-                first_token = self.sequence_output[:, 0, :]
-                self.pooled_output = tf.tanh(dense(
-                    first_token, config.hidden_size, "dense",
-                    config.initializer_range))
+            if pooling == "mean":
+                # [batch_size, hidden_size]: no pooler variables are made.
+                self.pooled_output = masked_mean(self.sequence_output, input_mask)
+            else:
+                with tf.variable_scope("pooler"):
+                    # [batch_size, hidden_size]: the [CLS] vector through dense+tanh.
+                    first_token = self.sequence_output[:, 0, :]
+                    self.pooled_output = tf.tanh(dense(
+                        first_token, config.hidden_size, "dense",
+                        config.initializer_range))
 
     def get_pooled_output(self):
         return self.pooled_output

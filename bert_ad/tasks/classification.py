@@ -55,6 +55,9 @@ log = logging.getLogger("bert_ad")
 
 # The head's objective and the eval figure that picks the best checkpoint.
 OBJECTIVE = {"single_label": "softmax", "multi_label": "sigmoid", "regression": "mse"}
+# The variables the task adds to the encoder (bert_ad/model/heads.py classifier,
+# bert_ad/model/windows.py), as a regular expression.
+HEAD_VARIABLES = "^(output_weights|output_bias|window_attention/.*)$"
 MAIN_METRIC = {"single_label": "eval_accuracy", "multi_label": "eval_micro_f1",
                "regression": "eval_pearson"}
 
@@ -75,6 +78,9 @@ class ClassificationTask(Task):
       windows: cut long texts into windows (None: truncate).
       window_pooling: how windows' logits become a document's
         (bert_ad.model.windows.WINDOW_POOLINGS).
+      pooling: how a row becomes one vector (bert_ad.model.modeling.POOLINGS).
+      head_learning_rate_multiplier: the task's own fresh variables (HEAD_VARIABLES)
+        learn this many times faster than the encoder.
     """
 
     name = "classifier"
@@ -84,9 +90,13 @@ class ClassificationTask(Task):
                  head_fraction: float = 0.25, max_train_examples: Optional[int] = None,
                  max_eval_examples: Optional[int] = None, target: str = "single_label",
                  label_separator: str = "|", threshold: float = 0.5,
-                 windows: Optional[WindowSettings] = None, window_pooling: str = "mean"):
+                 windows: Optional[WindowSettings] = None, window_pooling: str = "mean",
+                 pooling: str = "cls", head_learning_rate_multiplier: float = 1.0):
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+        if not head_learning_rate_multiplier > 0:
+            fail(f"--head_learning_rate_multiplier={head_learning_rate_multiplier} must "
+                 "be positive (1 = Google's single learning rate)")
         self.encoder = encoder
         self.spec = spec
         self.data_dir = data_dir
@@ -100,6 +110,8 @@ class ClassificationTask(Task):
         self.threshold = threshold
         self.windows = windows
         self.window_pooling = window_pooling if windows is not None else ""
+        self.pooling = pooling
+        self.head_learning_rate_multiplier = head_learning_rate_multiplier
 
     @property
     def main_metric(self) -> str:
@@ -216,7 +228,8 @@ class ClassificationTask(Task):
 
     def build_model(self, features, is_training):
         out = classifier(self.encoder.config, features, self.num_outputs, is_training,
-                         self.encoder.compute_dtype, self.objective, self.window_pooling)
+                         self.encoder.compute_dtype, self.objective, self.window_pooling,
+                         self.pooling)
         outputs = {"loss": out.loss, "per_example_loss": out.per_example_loss}
         if self.windows is not None:
             # Scoring: one window a row; the task pools them per document.
@@ -230,6 +243,11 @@ class ClassificationTask(Task):
                 outputs["label_ids"] = features["label_ids"]
         return outputs
 
+    def learning_rate_multipliers(self) -> Dict[str, float]:
+        if self.head_learning_rate_multiplier == 1.0:
+            return {}
+        return {HEAD_VARIABLES: self.head_learning_rate_multiplier}
+
     def serving_outputs(self, features):
         """single_label: `probabilities` [batch, num_labels] float32 and `label_ids`
         [batch] int32, the index in labels.txt of the most probable label;
@@ -239,7 +257,8 @@ class ClassificationTask(Task):
             fail("an export serves one text a row: --long_text=windows models cannot be "
                  "exported yet; export a truncating model, or score with the checkpoint")
         out = classifier(self.encoder.config, serving_features(features, self.feature_spec),
-                         self.num_outputs, False, self.encoder.compute_dtype, self.objective)
+                         self.num_outputs, False, self.encoder.compute_dtype, self.objective,
+                         pooling=self.pooling)
         if self.target == "regression":
             return {"value": out.logits[:, 0]}
         if self.target == "multi_label":
