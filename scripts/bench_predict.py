@@ -2,7 +2,7 @@
 
     python scripts/bench_predict.py            # full: 4,000 rows, 3 rounds
     python scripts/bench_predict.py --quick    # 1,000 rows, 1 round, batch 32 only
-    python scripts/bench_predict.py --compare  # ours (oneDNN on / off) vs HF inference
+    python scripts/bench_predict.py --compare  # ours (oneDNN on / off, padding kept) vs HF
 
 Scores the real movie-review sentences (train + dev + test, 4,000 rows) with
 the real MiniLM-L6 plus a classifier head, at max_seq_length 64, on 1 and 2
@@ -18,7 +18,8 @@ Two figures per configuration, both through bert_ad.parallel.scoring (the code
                 warm-up batches), i.e. what a long predict file approaches.
 
 --compare scores the same rows, 1 tower x --batch, dynamic padding, with our
-default (oneDNN on on x86), with TF_ENABLE_ONEDNN_OPTS=0, and with Hugging
+default (oneDNN on on x86), with TF_ENABLE_ONEDNN_OPTS=0, with the padding
+kept in the dense layers (--noremove_padding), and with Hugging
 Face transformers on PyTorch CPU (BertForSequenceClassification in eval mode
 under torch.inference_mode, its tokenizer, DataCollatorWithPadding per batch
 in input order: what Trainer.predict does), and prints the ratios. Every
@@ -70,7 +71,7 @@ def make_checkpoint(model_dir: str, config, num_labels: int, output_dir: str) ->
             return saver.save(session, os.path.join(output_dir, "model.ckpt"))
 
 
-def worker(args) -> dict:
+def worker(args, remove_padding: bool = True) -> dict:
     from bert_ad.data.batching import inference_batches, make_batch
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.compat import session_config
@@ -90,7 +91,8 @@ def worker(args) -> dict:
     padding = "dynamic" if args.padding == "dynamic" else args.seq
 
     def tower(placeholders, i):  # the classification task's scoring tower
-        out = classifier(config, placeholders, len(labels), False)
+        out = classifier(config, placeholders, len(labels), False,
+                         remove_padding=remove_padding)
         return {"probabilities": out.probabilities, "loss": out.per_example_loss}
 
     with tempfile.TemporaryDirectory(prefix="bench_predict_") as tmp:
@@ -162,10 +164,15 @@ def worker_hf(args) -> dict:
 
 
 # --compare: (label, worker, environment)
-COMPARISONS = (("ours, default (oneDNN on)", "ours", {}),
+# ours_padded: --noremove_padding (dense layers over the padded batch).
+COMPARISONS = (("ours, default (oneDNN on, padding removed)", "ours", {}),
                ("ours, oneDNN off", "ours", {"TF_ENABLE_ONEDNN_OPTS": "0"}),
                ("ours, oneDNN on, ISA capped at AVX2", "ours",
                 {"TF_ENABLE_ONEDNN_OPTS": "1", "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+               ("ours, padding kept in the dense layers (--noremove_padding)",
+                "ours_padded", {}),
+               ("ours, oneDNN off + padding kept (the old default)", "ours_padded",
+                {"TF_ENABLE_ONEDNN_OPTS": "0"}),
                ("HF transformers, PyTorch CPU", "hf", {}))
 
 
@@ -199,7 +206,7 @@ def run_compare(args) -> int:
     for label, impl, env in COMPARISONS:
         runs = results[label]
         rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
-                     runs[0]["onednn"].split(" ")[0] if impl == "ours" else "-",
+                     runs[0]["onednn"].split(" ")[0] if impl != "hf" else "-",
                      bench.fmt(bench.median([r["rows_per_sec"] for r in runs])),
                      bench.fmt(bench.median([r["rows_per_cpu_sec"] for r in runs])),
                      paired(runs, results[hf]), paired(runs, results[default])])
@@ -237,11 +244,11 @@ def main(argv=None) -> int:
                         help="rows to score (default 4000, quick 1000)")
     parser.add_argument("--seq", type=int, default=64, help="max_seq_length")
     parser.add_argument("--compare", action="store_true",
-                        help="ours (oneDNN on / off / capped at AVX2) vs HF inference, "
-                             "1 tower x --batch")
+                        help="ours (oneDNN on / off / capped at AVX2, padding kept) vs HF "
+                             "inference, 1 tower x --batch")
     parser.add_argument("--hf_dir", default=None,
                         help="Hugging Face MiniLM folder (default: the minilm asset)")
-    parser.add_argument("--worker", choices=["ours", "hf"], default=None,
+    parser.add_argument("--worker", choices=["ours", "ours_padded", "hf"], default=None,
                         help=argparse.SUPPRESS)
     parser.add_argument("--towers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=32, help="batch per tower (--compare)")
@@ -250,7 +257,9 @@ def main(argv=None) -> int:
     args.rows = args.rows or (1000 if args.quick else 4000)
     args.repeats = args.repeats or (1 if args.quick else 3)
     if args.worker:
-        bench.emit_result((worker if args.worker == "ours" else worker_hf)(args))
+        workers = {"ours": worker, "hf": worker_hf,
+                   "ours_padded": lambda a: worker(a, remove_padding=False)}
+        bench.emit_result(workers[args.worker](args))
         return 0
     for path in (os.path.join(args.model_dir, "bert_model.ckpt.index"),
                  os.path.join(args.data_dir, "test.tsv")):

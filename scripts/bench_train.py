@@ -67,21 +67,26 @@ CLIP_NORM = 1.0
 # max_length: --padding=max_length; dynamic: --padding=dynamic (the default);
 # bucketed: --padding=dynamic --bucket_by_length.
 PADDINGS = ("max_length", "dynamic", "bucketed")
-# library: bert_ad as run_classifier_mgpu.py runs it (fused AdamW); unfused_adamw:
-# the element-wise AdamW ops instead of ResourceApplyAdam; sparse_embedding:
-# --sparse_embedding_updates; xla: session-level XLA.
-VARIANTS = ("library", "unfused_adamw", "sparse_embedding", "xla")
+# library: bert_ad as run_classifier_mgpu.py runs it (fused AdamW, padding removed
+# from the position-wise layers); unfused_adamw: the element-wise AdamW ops instead
+# of ResourceApplyAdam; padded_layers: --noremove_padding; old_graph: both (the
+# graph before issue #17); sparse_embedding: --sparse_embedding_updates; xla:
+# session-level XLA (which keeps the padding).
+VARIANTS = ("library", "unfused_adamw", "padded_layers", "old_graph", "sparse_embedding",
+            "xla")
 # --compare: (label, worker, variant, environment), side by side in one run.
 # oneDNN's ISA cap emulates an AVX2-only CPU on a larger one (a no-op on an
 # AVX2 CPU); TF_ENABLE_ONEDNN_OPTS=0 is TensorFlow's own kernels (Eigen).
 COMPARISONS = (
-    ("ours, default (oneDNN on, fused AdamW)", "ours", "library", {}),
+    ("ours, default (oneDNN on, fused AdamW, padding removed)", "ours", "library", {}),
     ("ours, oneDNN off", "ours", "library", {"TF_ENABLE_ONEDNN_OPTS": "0"}),
     ("ours, oneDNN on, ISA capped at AVX2", "ours", "library",
      {"TF_ENABLE_ONEDNN_OPTS": "1", "ONEDNN_MAX_CPU_ISA": "AVX2"}),
     ("ours, unfused AdamW", "ours", "unfused_adamw", {}),
-    ("ours, oneDNN off + unfused AdamW (the old default)", "ours", "unfused_adamw",
-     {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    ("ours, padding kept in the dense layers (--noremove_padding)", "ours",
+     "padded_layers", {}),
+    ("ours, oneDNN off + unfused AdamW + padding kept (the old default)", "ours",
+     "old_graph", {"TF_ENABLE_ONEDNN_OPTS": "0"}),
     ("ours, --sparse_embedding_updates", "ours", "sparse_embedding", {}),
     ("ours, run_classifier_mgpu.py (its log)", "cli", "library", {}),
     ("HF transformers, PyTorch CPU", "hf", "library", {}),
@@ -150,7 +155,7 @@ def build_ours(args, config_path: str, vocab_path: str):
 def build_ours_graph(plan, config, num_labels: int, num_train_steps: int, per_tower: int,
                      variant: str = "library"):
     """The graph bert_ad.driver.train builds for the classifier (flags at their
-    defaults; `variant` unfused_adamw / sparse_embedding changes the optimizer)."""
+    defaults; `variant`: see VARIANTS)."""
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
     settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=num_train_steps,
@@ -158,11 +163,13 @@ def build_ours_graph(plan, config, num_labels: int, num_train_steps: int, per_to
                              optimizer="adamw", weight_decay_rate=WEIGHT_DECAY,
                              clip_norm=CLIP_NORM, gradient_accumulation_steps=1, seed=SEED,
                              batch_size_per_tower=per_tower,
-                             fused_optimizer=variant != "unfused_adamw",
+                             fused_optimizer=variant not in ("unfused_adamw", "old_graph"),
                              sparse_embedding_updates=variant == "sparse_embedding")
+    remove_padding = variant not in ("padded_layers", "old_graph", "xla")
     return build_train_graph(
         plan, FEATURE_SPEC,
-        lambda f, i: classifier(config, f, num_labels, True).loss, settings)
+        lambda f, i: classifier(config, f, num_labels, True,
+                                remove_padding=remove_padding).loss, settings)
 
 
 def padding_value(args):
@@ -577,10 +584,11 @@ def print_profile_comparison(before: dict, after: dict) -> None:
 
 
 def run_profile_comparison(args) -> int:
-    """--profile_compare: the old default (oneDNN off, unfused AdamW) vs ours now."""
+    """--profile_compare: the old default (oneDNN off, unfused AdamW, padding kept in
+    the dense layers) vs ours now."""
     before = bench.run_worker(
         worker_command(args, "profile", args.seq, args.padding, args.towers, args.batch,
-                       variant="unfused_adamw"),
+                       variant="old_graph"),
         env={"PYTHONPATH": REPO, "TF_ENABLE_ONEDNN_OPTS": "0"})
     after = bench.run_worker(
         worker_command(args, "profile", args.seq, args.padding, args.towers, args.batch),
@@ -966,11 +974,12 @@ def main(argv=None) -> int:
                         help="with --profile: the variant to profile")
     parser.add_argument("--compare", "--experiments", action="store_true",
                         help="side by side in one run: our default, oneDNN off, oneDNN "
-                             "capped at AVX2, unfused AdamW, --sparse_embedding_updates, "
-                             "the CLI and HF (one --seq/--padding), with ratios")
+                             "capped at AVX2, unfused AdamW, padding kept, the old "
+                             "default, --sparse_embedding_updates, the CLI and HF (one "
+                             "--seq/--padding), with ratios")
     parser.add_argument("--profile_compare", action="store_true",
                         help="profile one step of the old default (oneDNN off, unfused "
-                             "AdamW) and of ours now, side by side")
+                             "AdamW, padding kept) and of ours now, side by side")
     parser.add_argument("--omp_wait_policy", choices=["PASSIVE", "ACTIVE", "default"],
                         default="PASSIVE",
                         help="OMP_WAIT_POLICY of the PyTorch runs (see worker_hf)")

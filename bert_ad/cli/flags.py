@@ -111,6 +111,11 @@ def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5
                       "Eval, predict and export with output_dir/best/ instead of the "
                       "newest checkpoint.", **d)
     flags.DEFINE_bool("use_xla", False, "Session-level XLA JIT (off by default on CPU).", **d)
+    flags.DEFINE_bool("remove_padding", True,
+                      "Run the encoder's dense layers, GELU, layer norm and dropout on "
+                      "the real tokens only (attention still sees the padded batch): the "
+                      "same outputs, less work with padded batches. Off under --use_xla.",
+                      **d)
     flags.DEFINE_enum("precision", "fp32", list(PRECISIONS),
                       "Activation precision; weights, slots and checkpoints stay fp32. "
                       "fp16 uses dynamic loss scaling.", **d)
@@ -330,7 +335,16 @@ def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
         padding="dynamic" if f.padding == "dynamic" else f.max_seq_length,
         bucket_by_length=f.bucket_by_length,
         cache_dir=cache_dir,
-        compute_dtype=compute_dtype(f.precision))
+        compute_dtype=compute_dtype(f.precision),
+        remove_padding=remove_padding_from_flags(f))
+
+
+def remove_padding_from_flags(f: flags.FlagValues) -> bool:
+    """--remove_padding, except under --use_xla (a compiled program per token count)."""
+    if f.use_xla and f.remove_padding:
+        log.info("--use_xla: the encoder keeps its padding (--remove_padding off), so "
+                 "XLA compiles one program per sequence length, not per token count")
+    return f.remove_padding and not f.use_xla
 
 
 def export_settings_from_flags(f: flags.FlagValues):

@@ -16,7 +16,8 @@ from absl import flags
 
 from bert_ad import driver
 from bert_ad.cli.flags import (check_training_flags, define_training_flags,
-                               placement_from_flags, run_settings_from_flags)
+                               placement_from_flags, remove_padding_from_flags,
+                               run_settings_from_flags)
 from bert_ad.cli.runner import run_launcher
 from bert_ad.errors import fail
 from bert_ad.model.modeling import BertConfig
@@ -64,7 +65,7 @@ def main(f: flags.FlagValues) -> int:
                   if f.do_eval else [])
     task = PretrainingTask(config, train_files, eval_files, f.max_seq_length,
                            f.max_predictions_per_seq, f.nsp, f.max_eval_steps,
-                           compute_dtype(f.precision))
+                           compute_dtype(f.precision), remove_padding_from_flags(f))
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     log.info("objective: %s", task.describe())

@@ -72,7 +72,8 @@ class ClassifierOutputs:
 
 def classifier(config: BertConfig, features: dict, num_labels: int,
                is_training: bool, compute_dtype=tf.float32, objective: str = "softmax",
-               window_pooling: str = "", pooling: str = "cls") -> ClassifierOutputs:
+               window_pooling: str = "", pooling: str = "cls",
+               remove_padding: bool = True) -> ClassifierOutputs:
     """BERT pooled output -> dropout -> dense -> [pool windows] -> the objective's loss.
 
     `loss` is the mean over real rows (example_weights > 0). The encoder runs
@@ -87,12 +88,14 @@ def classifier(config: BertConfig, features: dict, num_labels: int,
       window_pooling: "" (a row is a whole text) or one of
         bert_ad.model.windows.WINDOW_POOLINGS.
       pooling: how a row becomes one vector (bert_ad.model.modeling.POOLINGS).
+      remove_padding: see BertModel.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     model = BertModel(config, is_training, features["input_ids"],
                       features["input_mask"], features["segment_ids"],
-                      compute_dtype=compute_dtype, pooling=pooling)
+                      compute_dtype=compute_dtype, pooling=pooling,
+                      remove_padding=remove_padding)
     pooled = tf.cast(model.get_pooled_output(), tf.float32)  # [batch, hidden]
     hidden = config.hidden_size
     output_weights = tf.get_variable("output_weights", [num_labels, hidden],
@@ -207,8 +210,8 @@ class TokenClassifierOutputs:
 
 
 def token_classifier(config: BertConfig, features: dict, num_tags: int, is_training: bool,
-                     use_crf: bool = False, compute_dtype=tf.float32
-                     ) -> TokenClassifierOutputs:
+                     use_crf: bool = False, compute_dtype=tf.float32,
+                     remove_padding: bool = True) -> TokenClassifierOutputs:
     """BERT sequence output at each word's first piece -> dropout -> dense -> tags.
 
     Variables: `output_weights` [num_tags, hidden] and `output_bias` at the top
@@ -220,11 +223,11 @@ def token_classifier(config: BertConfig, features: dict, num_tags: int, is_train
     its windows. A mean over rows, like the classifier's, is what makes N
     towers x B rows train exactly like 1 tower x N*B: the towers' gradients
     are averaged with equal weights, which a per-tower mean over words (towers
-    hold different word counts) would break.
+    hold different word counts) would break. remove_padding: see BertModel.
     """
     model = BertModel(config, is_training, features["input_ids"],
                       features["input_mask"], features["segment_ids"],
-                      compute_dtype=compute_dtype)
+                      compute_dtype=compute_dtype, remove_padding=remove_padding)
     sequence = tf.cast(model.get_sequence_output(), tf.float32)  # [batch, seq, hidden]
     positions = features["word_positions"]                        # [batch, words]
     batch, words = tf.shape(positions)[0], tf.shape(positions)[1]

@@ -150,7 +150,8 @@ class BertModel:
 
     def __init__(self, config: BertConfig, is_training: bool, input_ids,
                  input_mask=None, token_type_ids=None, scope: str = "bert",
-                 compute_dtype=tf.float32, pooling: str = "cls"):
+                 compute_dtype=tf.float32, pooling: str = "cls",
+                 remove_padding: bool = True):
         """
         Args:
           config: the model's hyper-parameters.
@@ -162,12 +163,18 @@ class BertModel:
           compute_dtype: dtype of activations and matmuls (fp16/bf16 for
             mixed precision); variables always stay float32.
           pooling: one of POOLINGS, what get_pooled_output() reads.
+          remove_padding: run the position-wise layers (dense, GELU, layer
+            norm, dropout) on the real tokens only (TokenLayout); the outputs
+            on real tokens are the same either way. Off under XLA, which
+            would compile a program for every token count.
         """
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         hidden_dropout = config.hidden_dropout_prob if is_training else 0.0
         attention_dropout = config.attention_probs_dropout_prob if is_training else 0.0
         batch_size, seq_length = get_shape_list(input_ids, expected_rank=2)
+        if input_mask is None:  # every position real: nothing to remove
+            remove_padding = False
         if input_mask is None:
             input_mask = tf.ones([batch_size, seq_length], dtype=tf.int32)
         if token_type_ids is None:
@@ -183,9 +190,13 @@ class BertModel:
             with tf.variable_scope("encoder"):
                 # [batch_size, 1, 1, seq_length]: 0 where attended, -10000 else.
                 attention_bias = attention_bias_from_mask(input_mask, compute_dtype)
-                self.all_encoder_layers = transformer_model(
-                    self.embedding_output, attention_bias, config,
-                    hidden_dropout, attention_dropout)
+                layout = TokenLayout(input_mask if remove_padding else None,
+                                     batch_size, seq_length)
+                token_layers = transformer_model(
+                    layout.to_tokens(self.embedding_output), attention_bias, config,
+                    hidden_dropout, attention_dropout, layout)
+                # Built lazily by the graph: a layer nobody reads is never scattered.
+                self.all_encoder_layers = [layout.to_padded(x) for x in token_layers]
             # [batch_size, seq_length, hidden_size]
             self.sequence_output = self.all_encoder_layers[-1]
 
@@ -321,15 +332,52 @@ def attention_bias_from_mask(input_mask, dtype=tf.float32):
     return (1.0 - mask) * tf.cast(-10000.0, dtype)
 
 
-def attention_layer(x, attention_bias, config: BertConfig, dropout_rate: float):
-    """Multi-head self-attention (scope `self`): [B, S, H] -> [B, S, H]."""
-    batch_size, seq_length, width = get_shape_list(x, expected_rank=3)
+class TokenLayout:
+    """Where the encoder's tokens sit between attention and the position-wise layers.
+
+    Dense layers, GELU, layer norm and dropout treat every position alike, so
+    they can run on the real tokens alone, [tokens, H], instead of on
+    [B * S, H] with padding: with dynamic padding a batch is padded to its
+    longest row, and that padding was a third or more of the matmul work.
+    Only attention needs the [B, S] grid; to_padded scatters the tokens into
+    it (zeros where padding: padded keys are masked out by the attention bias
+    anyway) and to_tokens gathers them back. Without a mask the layout is
+    the padded one itself, [B * S, H].
+    """
+
+    def __init__(self, input_mask, batch_size, seq_length):
+        self.batch_size, self.seq_length = batch_size, seq_length
+        self.indices = None
+        if input_mask is not None:
+            # [tokens] positions of the real tokens in the flattened [B * S] grid.
+            flat = tf.reshape(input_mask, [-1])
+            self.indices = tf.reshape(tf.where(tf.not_equal(flat, 0)), [-1])
+
+    def to_tokens(self, x):
+        """[B, S, W] -> [tokens, W]."""
+        flat = tf.reshape(x, [-1, get_shape_list(x)[-1]])
+        return flat if self.indices is None else tf.gather(flat, self.indices)
+
+    def to_padded(self, x):
+        """[tokens, W] -> [B, S, W]."""
+        width = get_shape_list(x)[-1]
+        if self.indices is not None:
+            x = tf.scatter_nd(self.indices[:, tf.newaxis], x,
+                              tf.cast([self.batch_size * self.seq_length, width], tf.int64))
+        return tf.reshape(x, [self.batch_size, self.seq_length, width])
+
+
+def attention_layer(x, attention_bias, config: BertConfig, dropout_rate: float,
+                    layout: TokenLayout):
+    """Multi-head self-attention (scope `self`): [tokens, H] -> [tokens, H]."""
+    batch_size, seq_length = layout.batch_size, layout.seq_length
+    width = config.hidden_size
     heads = config.num_attention_heads
     head_size = config.hidden_size // heads
 
     def split_heads(t):
-        # [B, S, H] -> [B, heads, S, head_size]
-        t = tf.reshape(t, [batch_size, seq_length, heads, head_size])
+        # [tokens, H] -> [B, heads, S, head_size]
+        t = tf.reshape(layout.to_padded(t), [batch_size, seq_length, heads, head_size])
         return tf.transpose(t, [0, 2, 1, 3])
 
     init_range = config.initializer_range
@@ -344,14 +392,15 @@ def attention_layer(x, attention_bias, config: BertConfig, dropout_rate: float):
     # Softmax in float32: fp16's range would overflow its exponentials.
     probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)), scores.dtype)
     probs = dropout(probs, dropout_rate)
-    # [B, heads, S, head_size] -> [B, S, H]
+    # [B, heads, S, head_size] -> [B, S, H] -> [tokens, H]
     context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
-    return tf.reshape(context, [batch_size, seq_length, width])
+    return layout.to_tokens(tf.reshape(context, [batch_size, seq_length, width]))
 
 
-def transformer_model(x, attention_bias, config: BertConfig,
-                      hidden_dropout: float, attention_dropout: float) -> list:
-    """The encoder stack (scopes `layer_N`); returns every layer's [B, S, H] output."""
+def transformer_model(x, attention_bias, config: BertConfig, hidden_dropout: float,
+                      attention_dropout: float, layout: TokenLayout) -> list:
+    """The encoder stack (scopes `layer_N`) over [tokens, H] (see TokenLayout);
+    returns every layer's [tokens, H] output."""
     activation = ACTIVATIONS[config.hidden_act]
     init_range = config.initializer_range
     eps = config.layer_norm_eps
@@ -361,7 +410,7 @@ def transformer_model(x, attention_bias, config: BertConfig,
             with tf.variable_scope("attention"):
                 with tf.variable_scope("self"):
                     context = attention_layer(x, attention_bias, config,
-                                              attention_dropout)
+                                              attention_dropout, layout)
                 with tf.variable_scope("output"):
                     attended = dense(context, config.hidden_size, "dense", init_range)
                     attended = layer_norm(dropout(attended, hidden_dropout) + x, eps)

@@ -218,6 +218,7 @@ class TextEncoder:
       bucket_by_length: train on batches of similar lengths.
       cache_dir: where tokenised features are cached.
       compute_dtype: the encoder's activation dtype (--precision).
+      remove_padding: position-wise layers on real tokens only (BertModel).
     """
     config: object
     tokenizer: object
@@ -228,6 +229,7 @@ class TextEncoder:
     bucket_by_length: bool = False
     cache_dir: str = ""
     compute_dtype: object = None
+    remove_padding: bool = True
 
     def feature_settings(self, truncation: str = "head", head_fraction: float = 0.25,
                          labels: Sequence[str] = (), **targets_and_windows

@@ -229,7 +229,7 @@ class ClassificationTask(Task):
     def build_model(self, features, is_training):
         out = classifier(self.encoder.config, features, self.num_outputs, is_training,
                          self.encoder.compute_dtype, self.objective, self.window_pooling,
-                         self.pooling)
+                         self.pooling, self.encoder.remove_padding)
         outputs = {"loss": out.loss, "per_example_loss": out.per_example_loss}
         if self.windows is not None:
             # Scoring: one window a row; the task pools them per document.
@@ -258,7 +258,7 @@ class ClassificationTask(Task):
                  "exported yet; export a truncating model, or score with the checkpoint")
         out = classifier(self.encoder.config, serving_features(features, self.feature_spec),
                          self.num_outputs, False, self.encoder.compute_dtype, self.objective,
-                         pooling=self.pooling)
+                         pooling=self.pooling, remove_padding=self.encoder.remove_padding)
         if self.target == "regression":
             return {"value": out.logits[:, 0]}
         if self.target == "multi_label":

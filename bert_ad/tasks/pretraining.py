@@ -43,7 +43,8 @@ FEATURE_SPEC = {
 
 
 def pretraining_tower(config: BertConfig, features: dict, is_training: bool,
-                      use_nsp: bool, compute_dtype=tf.float32) -> dict:
+                      use_nsp: bool, compute_dtype=tf.float32,
+                      remove_padding: bool = True) -> dict:
     """Losses and per-position outputs of one tower.
 
     Returns {loss, masked_lm_loss [B, P], masked_lm_predictions [B, P],
@@ -51,7 +52,7 @@ def pretraining_tower(config: BertConfig, features: dict, is_training: bool,
     """
     model = BertModel(config, is_training, features["input_ids"],
                       features["input_mask"], features["segment_ids"],
-                      compute_dtype=compute_dtype)
+                      compute_dtype=compute_dtype, remove_padding=remove_padding)
     positions = features["masked_lm_positions"]
     # The heads and losses run in float32 whatever the encoder's precision.
     log_probs = masked_lm_head(config, tf.cast(model.get_sequence_output(), tf.float32),
@@ -104,7 +105,7 @@ class PretrainingTask(Task):
     def __init__(self, config: BertConfig, train_files: Sequence[str],
                  eval_files: Sequence[str], max_seq_length: int,
                  max_predictions_per_seq: int, nsp: str = "auto", max_eval_steps: int = 100,
-                 compute_dtype=tf.float32):
+                 compute_dtype=tf.float32, remove_padding: bool = True):
         self.config = config
         self.files = {"train": list(train_files), "dev": list(eval_files)}
         overlap = set(map(os.path.realpath, eval_files)) & set(
@@ -115,6 +116,7 @@ class PretrainingTask(Task):
         self.max_seq_length = max_seq_length
         self.max_eval_steps = max_eval_steps
         self.compute_dtype = compute_dtype
+        self.remove_padding = remove_padding
         has_nsp = False
         for files, flag in ((train_files, "--input_file"), (eval_files, "--eval_input_file")):
             if files:
@@ -137,7 +139,7 @@ class PretrainingTask(Task):
 
     def build_model(self, features, is_training):
         outputs = pretraining_tower(self.config, features, is_training, self.use_nsp,
-                                    self.compute_dtype)
+                                    self.compute_dtype, self.remove_padding)
         if not is_training:
             for name in ("masked_lm_ids", "next_sentence_labels"):
                 outputs[name] = features[name]

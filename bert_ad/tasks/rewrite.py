@@ -113,7 +113,8 @@ class RewriteTask(Task):
 
     def build_model(self, features, is_training):
         out = classifier(self.encoder.config, features, len(LABELS), is_training,
-                         self.encoder.compute_dtype)
+                         self.encoder.compute_dtype,
+                         remove_padding=self.encoder.remove_padding)
         return {"loss": out.loss, "probabilities": out.probabilities,
                 "score": out.probabilities[:, 1],
                 "per_example_loss": out.per_example_loss,

@@ -207,7 +207,8 @@ class TokenClassificationTask(Task):
 
     def build_model(self, features, is_training):
         out = token_classifier(self.encoder.config, features, len(self.labels), is_training,
-                               self.use_crf, self.encoder.compute_dtype)
+                               self.use_crf, self.encoder.compute_dtype,
+                               self.encoder.remove_padding)
         return {"loss": out.loss, "predicted": out.predicted,
                 "per_example_loss": out.per_example_loss}
 
