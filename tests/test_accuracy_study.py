@@ -153,7 +153,8 @@ def test_runs_file_resumes(tmp_path, one_run):
 def _record(seed, test_accuracy, **changes):
     spec = study.make_spec(changes.pop("dataset", "movie_reviews"), changes.pop("n_gpus", 1),
                            changes.pop("accumulation", 1), changes.pop("optimizer", "adamw"),
-                           changes.pop("lr_scaling", "none"), seed, None)
+                           changes.pop("lr_scaling", "none"), seed, None,
+                           changes.pop("embedding_updates", "dense"))
     record = dict(spec._asdict(), status="ok", dev_accuracy=0.5, dev_macro_f1=0.5,
                   test_accuracy=test_accuracy, test_macro_f1=test_accuracy - 0.01,
                   learning_rate=5e-5, steps=400, wall_seconds=100.0 + seed,
@@ -191,6 +192,44 @@ def test_report_tables_rows():
     # the one-tower batch-16 run appears in both tables
     assert sum(1 for line in lines if line.startswith("| 1 | 16 |")) == 2
     assert lines[0] == "#### movie_reviews: towers (per-tower batch 16, AdamW)"
+
+
+def test_embedding_updates_part_pairs_dense_and_sparse():
+    specs = study.study_grid(["movie_reviews"], ["embedding_updates"], [1, 2], "sqrt",
+                             {"movie_reviews": None})
+    assert [(s.seed, s.embedding_updates) for s in specs] == [
+        (1, "dense"), (1, "sparse"), (2, "dense"), (2, "sparse")]
+    sparse = specs[1]
+    assert (sparse.n_gpus, sparse.accumulation, sparse.optimizer) == (1, 1, "adamw")
+    assert "--sparse_embedding_updates" in study.cli_command(sparse, "python", "/m", "/d", "/o")
+    assert "--sparse_embedding_updates" not in study.cli_command(specs[0], "python", "/m",
+                                                                 "/d", "/o")
+    assert sparse.name.endswith("-sparse_embedding-seed1") and specs[0].name.endswith(
+        "-none-seed1")
+    # The dense run is the towers part's one-tower run: one run serves both.
+    assert specs[0] in study.study_grid(["movie_reviews"], ["towers"], [1], "sqrt",
+                                        {"movie_reviews": None})
+    assert not study.in_towers_part(sparse) and not study.in_large_batch_part(sparse)
+
+
+def test_records_without_the_embedding_field_read_as_dense():
+    record = _record(1, 0.8)
+    del record["embedding_updates"]
+    assert study.spec_of(record).embedding_updates == "dense"
+
+
+def test_report_has_an_embedding_updates_table():
+    records = [_record(1, 0.80), _record(2, 0.82),
+               _record(1, 0.79, embedding_updates="sparse"),
+               _record(2, 0.83, embedding_updates="sparse")]
+    lines = study.report_tables(records).splitlines()
+    assert "#### movie_reviews: word-embedding updates (1 tower x 16, AdamW)" in lines
+    assert "| dense (default, Google's) | 5e-05 | 400 | 2 | 50.00 ± 0.00 | 50.00 ± 0.00 | " \
+        "81.00 ± 1.41 | 80.00 ± 1.41 | 0 | 102 | 64.0 |" in lines
+    assert "| sparse (--sparse_embedding_updates) | 5e-05 | 400 | 2 | 50.00 ± 0.00 | " \
+        "50.00 ± 0.00 | 81.00 ± 2.83 | 80.00 ± 2.83 | 0 | 102 | 64.0 |" in lines
+    # Without sparse runs the table is not printed.
+    assert "word-embedding" not in study.report_tables(records[:2])
 
 
 def test_update_doc_replaces_only_the_generated_block(tmp_path):
