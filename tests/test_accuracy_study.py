@@ -212,6 +212,14 @@ def test_embedding_updates_part_pairs_dense_and_sparse():
     assert not study.in_towers_part(sparse) and not study.in_large_batch_part(sparse)
 
 
+def test_quick_runs_seed_1_unless_seeds_are_given():
+    assert {s.seed for s in study.planned_runs(study.parse_args(["--quick"]))} == {1}
+    specs = study.planned_runs(study.parse_args(["--quick", "--seeds", "2,3"]))
+    assert [s.seed for s in specs] == [2] * 4 + [3] * 4
+    assert {s.max_train_examples for s in specs} == {study.QUICK_MAX_TRAIN_EXAMPLES}
+    assert {s.seed for s in study.planned_runs(study.parse_args([]))} == {1, 2, 3}
+
+
 def test_records_without_the_embedding_field_read_as_dense():
     record = _record(1, 0.8)
     del record["embedding_updates"]
