@@ -805,7 +805,9 @@ def print_tables(suite: Suite, args) -> None:
          "matmul peak GFLOP/s", "useful / peak", "same per CPU-sec", "executed / peak",
          "real / padded tokens"], rows, "lllrrrrrr"))
     print("\nuseful: matmul FLOPs of the real (unpadded) tokens; executed: of the padded "
-          "batch the step really ran (bert_ad/tools/benchmarking.py has the formula). matmul "
+          "batch, what a graph keeping the padding runs (--noremove_padding; by default only "
+          "attention runs over the padding: bert_ad/tools/benchmarking.py has the formula). "
+          "matmul "
           "peak: the best float32 matmul rate each worker measured just before it "
           "trained (best of 5 runs each of a TensorFlow 2048^3, a numpy 2048^3 and the "
           "model-shaped TensorFlow [batch*seq, hidden] x [hidden, intermediate] "

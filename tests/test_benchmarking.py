@@ -66,7 +66,9 @@ def _build_classifier(config: BertConfig, batch: int, seq: int, num_labels: int,
         "label_ids": tf.placeholder(tf.int32, [batch]),
         "example_weights": tf.placeholder(tf.float32, [batch]),
     }
-    out = classifier(config, features, num_labels, train)
+    # The formula counts the padded batch's work: the graph that keeps the padding
+    # (with it removed, the dense layers' row count is dynamic and smaller).
+    out = classifier(config, features, num_labels, train, remove_padding=False)
     if train:
         tf.gradients(out.loss, tf.trainable_variables())
 
