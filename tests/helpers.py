@@ -434,3 +434,32 @@ def assert_weights_moved(initial_checkpoint: str, weights: dict,
     """Guard against a vacuous comparison: the step must change the weights."""
     before = tf.train.load_variable(initial_checkpoint, kernel.split(":")[0])
     assert np.max(np.abs(weights[kernel] - before)) > 1e-5
+
+
+def assert_head_learns_at_multiplied_rate(task, feature_spec: dict, batch: List[List[dict]],
+                                          head: Sequence[str], factor: float,
+                                          checkpoint_path: str) -> None:
+    """One training step with the task's learning_rate_multipliers() and one without,
+    from the same weights: each `head` variable ("name:0") takes `factor` x the plain
+    step, every other variable the same step."""
+    from bert_ad.parallel.towers import plan_devices
+    from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+
+    def build(multipliers=()):
+        plan = plan_devices(1, cuda_visible_devices="")
+        return plan, build_train_graph(
+            plan, feature_spec, lambda f, i: task.build_model(f, True)["loss"],
+            TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1,
+                          learning_rate_multipliers=multipliers))
+
+    checkpoint = save_initial_weights(build, checkpoint_path)
+    plain = train_one_step(build, checkpoint, batch)
+    faster = train_one_step(
+        lambda: build(tuple(task.learning_rate_multipliers().items())), checkpoint, batch)
+    for name in head:
+        start = tf.train.load_variable(checkpoint, name[:-2])
+        step_plain, step_faster = plain.weights[name] - start, faster.weights[name] - start
+        assert np.abs(step_plain).min() > 1e-4, name
+        np.testing.assert_allclose(step_faster, factor * step_plain, rtol=1e-4, err_msg=name)
+    assert_same_weights({k: v for k, v in faster.weights.items() if k not in head},
+                        {k: v for k, v in plain.weights.items() if k not in head})

@@ -43,8 +43,8 @@ from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
-from helpers import assert_same_weights, assert_weights_moved, save_initial_weights, \
-    train_one_step
+from helpers import (assert_head_learns_at_multiplied_rate, assert_same_weights,
+                     assert_weights_moved, save_initial_weights, train_one_step)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(REPO, "run_ner_mgpu.py")
@@ -208,26 +208,10 @@ def test_the_head_learns_at_the_multiplied_rate(setup, tmp_path):
     task, train = _task(setup, use_crf=True)
     task.head_learning_rate_multiplier = 10.0
     batch = [[make_batch(task.features(train).examples, [0, 1, 2, 3], "dynamic")]]
-
-    def build(multipliers=()):
-        plan = plan_devices(1, cuda_visible_devices="")
-        return plan, build_train_graph(
-            plan, TOKEN_FEATURE_SPEC, lambda f, i: task.build_model(f, True)["loss"],
-            TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1,
-                          learning_rate_multipliers=multipliers))
-
-    checkpoint = save_initial_weights(build, str(tmp_path / "init.ckpt"))
-    plain = train_one_step(build, checkpoint, batch)
-    faster = train_one_step(
-        lambda: build(tuple(task.learning_rate_multipliers().items())), checkpoint, batch)
-    head = ["output_weights:0", "output_bias:0", "crf/transitions:0"]
-    for name in head:
-        start = tf.train.load_variable(checkpoint, name[:-2])
-        step_plain, step_faster = plain.weights[name] - start, faster.weights[name] - start
-        assert np.abs(step_plain).min() > 1e-4, name
-        np.testing.assert_allclose(step_faster, 10.0 * step_plain, rtol=1e-4, err_msg=name)
-    assert_same_weights({k: v for k, v in faster.weights.items() if k not in head},
-                        {k: v for k, v in plain.weights.items() if k not in head})
+    assert_head_learns_at_multiplied_rate(
+        task, TOKEN_FEATURE_SPEC, batch,
+        ["output_weights:0", "output_bias:0", "crf/transitions:0"], 10.0,
+        str(tmp_path / "init.ckpt"))
 
 
 # ---------------------------------------------------------------------------
