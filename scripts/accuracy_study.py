@@ -8,13 +8,15 @@
 Fine-tunes the real MiniLM-L6 (scripts/fetch_minilm.sh) with
 run_classifier_mgpu.py on real sentence sets (scripts/prepare_data.py), at the
 same per-tower batch (16), learning rate (5e-5 tuned for batch 16), 2 epochs
-and max_seq_length 64, over two parts:
+and max_seq_length 64, over two parts (and a third on request):
 
   towers       --n_gpus 1, 2, 4 (CPU towers here, GPUs elsewhere), AdamW, with
                the learning-rate scaling the study recommends (--tower_lr_scaling);
   large_batch  one tower, --gradient_accumulation_steps 1, 4, 16 (effective
                batch 16, 64, 256), AdamW vs RAdam, --lr_scaling none / linear /
-               sqrt (at effective batch 16 every scaling is the identity).
+               sqrt (at effective batch 16 every scaling is the identity);
+  embedding_updates  (--parts embedding_updates only) one tower, AdamW, Google's
+               dense update of the word embeddings vs --sparse_embedding_updates.
 
 The number of epochs is fixed, so a larger effective batch means fewer
 updates: the question is which optimizer and learning rate keep the accuracy.
