@@ -127,8 +127,12 @@ def test_cli_trains_and_scores_with_mean_pooling(model, tmp_path):
     np.testing.assert_allclose(first, again, atol=1e-5)
 
 
-def test_an_unknown_pooling_is_one_error_line(model, tmp_path):
+@pytest.mark.parametrize("change, expected", [
+    ({"pooling": "max"}, ("--pooling", "cls", "mean")),
+    ({"head_learning_rate_multiplier": 0},
+     ("--head_learning_rate_multiplier=0.0 must be positive",))], ids=["pooling", "multiplier"])
+def test_bad_flags_are_one_error_line(model, tmp_path, change, expected):
     run = run_launcher([LAUNCHER] + flag_args(_flags(model, str(tmp_path / "out"),
-                                                     do_train=True, pooling="max")))
-    assert_one_error_line(run, "--pooling", "cls", "mean")
+                                                     do_train=True, **change)))
+    assert_one_error_line(run, *expected)
     assert not os.path.exists(tmp_path / "out")

@@ -175,7 +175,6 @@ class BertModel:
         batch_size, seq_length = get_shape_list(input_ids, expected_rank=2)
         if input_mask is None:  # every position real: nothing to remove
             remove_padding = False
-        if input_mask is None:
             input_mask = tf.ones([batch_size, seq_length], dtype=tf.int32)
         if token_type_ids is None:
             token_type_ids = tf.zeros([batch_size, seq_length], dtype=tf.int32)

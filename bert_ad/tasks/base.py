@@ -29,6 +29,7 @@ import numpy as np
 from bert_ad.compat import tf
 from bert_ad.data.batching import Batches, ExampleBatches, TokenizedExamples
 from bert_ad.data.features import FeatureSettings, cache_key, cached_features
+from bert_ad.errors import fail
 
 # What an export's serving signature takes by default: int32 [batch, seq],
 # both dimensions dynamic (bert_ad/serving/export.py).
@@ -172,6 +173,20 @@ class Task(abc.ABC):
         """The eval log line(s)."""
         return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in sorted(metrics.items()))
+
+
+def check_head_learning_rate_multiplier(value: float) -> float:
+    """--head_learning_rate_multiplier, refused unless positive."""
+    if not value > 0:
+        fail(f"--head_learning_rate_multiplier={value} must be positive "
+             "(1 = Google's single learning rate)")
+    return value
+
+
+def head_learning_rates(head_variables: str, multiplier: float) -> Dict[str, float]:
+    """Task.learning_rate_multipliers() of a task whose fresh head (the variables
+    matching `head_variables`) learns at `multiplier` x the encoder's rate."""
+    return {} if multiplier == 1.0 else {head_variables: multiplier}
 
 
 def serving_features(features: Dict[str, object], feature_spec: Mapping[str, tuple]

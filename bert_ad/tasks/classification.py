@@ -49,7 +49,9 @@ from bert_ad.metrics.classification import classification_metrics, multi_label_m
 from bert_ad.metrics.regression import regression_metrics
 from bert_ad.model.heads import FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier
 from bert_ad.model.windows import activate, objective_losses, pool_window_rows
-from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
+from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
+                                 check_head_learning_rate_multiplier, head_learning_rates,
+                                 serving_features)
 
 log = logging.getLogger("bert_ad")
 
@@ -94,9 +96,6 @@ class ClassificationTask(Task):
                  pooling: str = "cls", head_learning_rate_multiplier: float = 1.0):
         if target not in TARGETS:
             raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
-        if not head_learning_rate_multiplier > 0:
-            fail(f"--head_learning_rate_multiplier={head_learning_rate_multiplier} must "
-                 "be positive (1 = Google's single learning rate)")
         self.encoder = encoder
         self.spec = spec
         self.data_dir = data_dir
@@ -111,7 +110,8 @@ class ClassificationTask(Task):
         self.windows = windows
         self.window_pooling = window_pooling if windows is not None else ""
         self.pooling = pooling
-        self.head_learning_rate_multiplier = head_learning_rate_multiplier
+        self.head_learning_rate_multiplier = check_head_learning_rate_multiplier(
+            head_learning_rate_multiplier)
 
     @property
     def main_metric(self) -> str:
@@ -244,9 +244,7 @@ class ClassificationTask(Task):
         return outputs
 
     def learning_rate_multipliers(self) -> Dict[str, float]:
-        if self.head_learning_rate_multiplier == 1.0:
-            return {}
-        return {HEAD_VARIABLES: self.head_learning_rate_multiplier}
+        return head_learning_rates(HEAD_VARIABLES, self.head_learning_rate_multiplier)
 
     def serving_outputs(self, features):
         """single_label: `probabilities` [batch, num_labels] float32 and `label_ids`

@@ -41,7 +41,8 @@ from bert_ad.data.token_features import TokenFeatures, convert_sentences, words_
 from bert_ad.errors import fail
 from bert_ad.metrics.entities import entity_metrics
 from bert_ad.model.heads import TOKEN_FEATURE_SPEC, token_classifier
-from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder
+from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
+                                 check_head_learning_rate_multiplier, head_learning_rates)
 
 log = logging.getLogger("bert_ad")
 
@@ -123,10 +124,8 @@ class TokenClassificationTask(Task):
             fail(f"--labels lists a tag twice: {','.join(self.label_flag)}")
         self.doc_stride = doc_stride
         self.use_crf = use_crf
-        if not head_learning_rate_multiplier > 0:
-            fail(f"--head_learning_rate_multiplier={head_learning_rate_multiplier} must "
-                 "be positive")
-        self.head_learning_rate_multiplier = head_learning_rate_multiplier
+        self.head_learning_rate_multiplier = check_head_learning_rate_multiplier(
+            head_learning_rate_multiplier)
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
 
     # --- inputs -----------------------------------------------------------------
@@ -213,9 +212,7 @@ class TokenClassificationTask(Task):
                 "per_example_loss": out.per_example_loss}
 
     def learning_rate_multipliers(self) -> Dict[str, float]:
-        if self.head_learning_rate_multiplier == 1.0:
-            return {}
-        return {HEAD_VARIABLES: self.head_learning_rate_multiplier}
+        return head_learning_rates(HEAD_VARIABLES, self.head_learning_rate_multiplier)
 
     # --- results ----------------------------------------------------------------
 
