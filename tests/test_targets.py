@@ -277,7 +277,7 @@ def test_multi_label_files_agree_with_eval(model, tmp_path):
 
     def cell(text):  # facts of the text itself, so the head can learn them
         words = text.split()
-        found = [name for name, yes in (("long", len(words) > 8), ("short", len(words) <= 8),
+        found = [name for name, yes in (("long", len(words) > 15), ("short", len(words) <= 8),
                                         ("the", "the" in words), ("question", "?" in text))
                  if yes]
         return "|".join(found)
@@ -285,6 +285,9 @@ def test_multi_label_files_agree_with_eval(model, tmp_path):
     data = tmp_path / "ml"
     data.mkdir()
     rows = [f"{cell(t)}\t{t}" for t in texts]
+    # Rows with none of the labels (an empty cell) train and score like any.
+    assert sum(row.startswith("\t") for row in rows[:40]) >= 3
+    assert sum(row.startswith("\t") for row in rows[40:]) >= 2
     (data / "train.tsv").write_text("\n".join(rows[:40]) + "\n", encoding="utf-8")
     (data / "dev.tsv").write_text("\n".join(rows[40:]) + "\n", encoding="utf-8")
     output_dir = str(tmp_path / "out")
@@ -330,3 +333,21 @@ def test_multi_label_cells_are_read_with_a_fixed_label_list(tmp_path):
         task.check_labels(data)
     first_three = SplitData(data.split, data.rows[:3], data.source)
     assert task.truth(first_three).tolist() == [[1, 0, 1], [0, 1, 0], [1, 1, 1]]
+
+
+def test_an_empty_multi_label_cell_is_a_row_with_no_label(tmp_path):
+    (tmp_path / "train.tsv").write_text("a|c\tone\n\ttwo\nb\tthree\n", encoding="utf-8")
+    encoder = TextEncoder(config=None, tokenizer=None, vocab_file="", do_lower_case=True,
+                          max_seq_length=32)
+    task = ClassificationTask(encoder, processors.get_task("tsv"), str(tmp_path),
+                              target="multi_label")
+    data = task.read("train")
+    assert [row.label for row in data.rows] == ["a|c", "", "b"]
+    task.labels = task.resolve_labels(data, None)
+    assert task.labels == ["a", "b", "c"]
+    task.check_labels(data)
+    assert task.truth(data).tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 0]]
+    # Single-label reading still refuses an empty cell.
+    single = ClassificationTask(encoder, processors.get_task("tsv"), str(tmp_path))
+    with pytest.raises(UserError, match=r"train.tsv line 2: empty label in column 0"):
+        single.read("train")

@@ -68,9 +68,10 @@ def define_target_flags(fv: flags.FlagValues) -> None:
                       "squared error; predict.txt holds the value. --task_name=sts-b "
                       "implies it.", **d)
     flags.DEFINE_bool("multi_label", False,
-                      "A row may carry several labels, joined by --multi_label_separator: "
-                      "a sigmoid per label, binary cross-entropy; predict.txt holds the "
-                      "predicted label indices joined by the separator.", **d)
+                      "A row may carry several labels, joined by --multi_label_separator "
+                      "(an empty cell: none of them): a sigmoid per label, binary "
+                      "cross-entropy; predict.txt holds the predicted label indices "
+                      "joined by the separator.", **d)
     flags.DEFINE_string("multi_label_separator", "|",
                         "Joins a row's labels in the label column (--multi_label).", **d)
     flags.DEFINE_float("multi_label_threshold", 0.5,

@@ -146,7 +146,10 @@ def encode_windows(example: InputExample, tokenizer,
 
 
 def split_labels(label: str, separator: str) -> List[str]:
-    """The labels of a multi-label cell, e.g. "sports|travel" -> [sports, travel]."""
+    """The labels of a multi-label cell, e.g. "sports|travel" -> [sports, travel];
+    an empty cell is a row with none of the labels."""
+    if not label.strip():
+        return []
     return [part.strip() for part in label.split(separator)]
 
 

@@ -440,7 +440,8 @@ def _missing_file_error(path: str, what: str, flag: str) -> UserError:
 def read_examples(spec: TaskSpec, data_dir: str, split: str,
                   path: Optional[str] = None,
                   labels: Optional[Sequence[str]] = None,
-                  keep_blank_lines: bool = False) -> List[InputExample]:
+                  keep_blank_lines: bool = False,
+                  empty_label_ok: bool = False) -> List[InputExample]:
     """Read one split of a task into examples.
 
     Args:
@@ -454,6 +455,8 @@ def read_examples(spec: TaskSpec, data_dir: str, split: str,
       keep_blank_lines: a blank line (after the header) is an example with
         an empty text and no label, so that predictions line up with the
         file line by line; otherwise blank lines are skipped.
+      empty_label_ok: an empty label cell is the label "" (multi-label: none
+        of the labels) instead of an error.
 
     Returns:
       The examples in file order; label None when the split is unlabelled.
@@ -506,7 +509,7 @@ def read_examples(spec: TaskSpec, data_dir: str, split: str,
         label = None
         if flat.label_column is not None:
             label = fields[flat.label_column].strip()
-            if not label:
+            if not label and not empty_label_ok:
                 raise UserError(f"{where}: empty label in column {flat.label_column}")
             label = flat.label_map.get(label, label)
         if flat.id_column is not None:

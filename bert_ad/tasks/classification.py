@@ -139,8 +139,11 @@ class ClassificationTask(Task):
         # not as one label of the list.
         spec = (dataclasses.replace(self.spec, labels=None)
                 if self.target == "multi_label" else self.spec)
+        # A multi-label row may carry none of the labels (an ad that breaks
+        # no rule): its label cell is empty.
         rows = processors.read_examples(spec, self.data_dir, file_split, path,
-                                        keep_blank_lines=split == "predict")
+                                        keep_blank_lines=split == "predict",
+                                        empty_label_ok=self.target == "multi_label")
         limit = self.limits.get(split)
         if limit is not None:
             rows = rows[:limit]
