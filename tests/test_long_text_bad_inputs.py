@@ -79,8 +79,6 @@ def _cases(root: str) -> dict:
          window_stride=64)
     case("window_flag_without_windows", ["--window_pooling is for --long_text=windows"],
          plain, window_pooling="max")
-    case("windows_export", ["--long_text=windows cannot be exported"], plain,
-         long_text="windows", do_export=True)
     case("keep_best_without_evaluation", ["--keep_best_checkpoint", "--eval_every_steps=N",
                                           "dev set"], plain, keep_best_checkpoint=True)
     no_dev = data("no_dev", ["0", "1"] * 20)
@@ -101,7 +99,7 @@ CASE_NAMES = [
     "multi_label_unknown_label", "multi_label_empty_label", "regression_target_not_a_number",
     "regression_and_multi_label", "regression_with_labels", "threshold_one",
     "window_stride_equals_window", "window_stride_above_window",
-    "window_flag_without_windows", "windows_export", "keep_best_without_evaluation",
+    "window_flag_without_windows", "keep_best_without_evaluation",
     "keep_best_without_a_dev_file", "eval_every_steps_without_training", "patience_negative",
     "use_best_without_best"]
 

@@ -5,7 +5,9 @@ loop written here; a 3,000-token document scored from every one of its
 windows (counted in the batches fed, and its last words move its score);
 scoring on 2 towers, with a document's windows on both, equal to 1 tower and
 to the pooling inside one graph (dropout off, 1e-5); one predict.txt line per
-input row from the launcher, training on documents' windows in one step.
+input row from the launcher, training on documents' windows in one step; an
+export of a windows model scores like its checkpoint, pools a request's
+documents in its signature, and refuses a run that cuts windows otherwise.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import numpy as np
 import pytest
 
 from bert_ad import driver
+from bert_ad.cli import classifier as classifier_cli
+from bert_ad.cli.runner import parse_flags
 from bert_ad.compat import tf
+from bert_ad.data.batching import make_batch
+from bert_ad.errors import UserError
 from bert_ad.data import processors
 from bert_ad.data.features import WindowSettings, window_starts
 from bert_ad.data.tokenization import make_tokenizer
@@ -264,3 +270,114 @@ def test_the_launcher_trains_on_windows_and_writes_a_line_per_row(setup, tmp_pat
         assert "global_step = 5\n" in f.read()
     reader = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-5"))
     assert reader.has_tensor("window_attention/kernel")
+
+
+# ---------------------------------------------------------------------------
+# Export of a windows model.
+
+WINDOW_FLAGS = {"long_text": "windows", "window_stride": STRIDE, "max_windows": 8,
+                "window_pooling": "attention"}
+
+
+def run_classifier(flags: dict) -> int:
+    """run_classifier_mgpu.py's main in this process (UserError propagates)."""
+    argv = ["prog"] + flag_args(flags)
+    return classifier_cli.main(parse_flags(classifier_cli.define_flags, argv, "",
+                                           classifier_cli.__doc__))
+
+
+def read_table(path: str) -> np.ndarray:
+    with open(path, encoding="utf-8") as f:
+        return np.array([[float(x) for x in line.split("\t")] for line in f])
+
+
+@pytest.fixture(scope="module")
+def exported(setup):
+    """A windows model trained, predicted and exported (SavedModel) in one run."""
+    model = setup["model"]
+    output_dir = str(setup["root"] / "exported")
+    assert run_classifier(dict(
+        WINDOW_FLAGS, task_name="sentiment", data_dir=setup["data"],
+        vocab_file=model.vocab_file, bert_config_file=model.config_file,
+        output_dir=output_dir, max_seq_length=MAX_SEQ, train_batch_size=2,
+        predict_batch_size=8, num_train_epochs=1, learning_rate=1e-3, do_train=True,
+        do_predict=True, do_export=True)) == 0
+    (step,) = os.listdir(os.path.join(output_dir, "export"))
+    return output_dir, os.path.join(output_dir, "export", step)
+
+
+def test_a_windows_export_scores_like_its_checkpoint(setup, exported, tmp_path):
+    trained, export_dir = exported
+    output_dir = str(tmp_path / "from_export")
+    # Batches of 3 windows: the 8 windows of the long review span three batches
+    # and are pooled on the host, as checkpoint scoring does.
+    assert run_classifier(dict(WINDOW_FLAGS, task_name="sentiment", data_dir=setup["data"],
+                               output_dir=output_dir, do_predict=True, predict_batch_size=3,
+                               predict_from_export=export_dir)) == 0
+    for name in ("predict.txt", "test_results.tsv"):
+        with open(os.path.join(trained, name), encoding="utf-8") as f:
+            expected = f.read().splitlines()
+        with open(os.path.join(output_dir, name), encoding="utf-8") as f:
+            got = f.read().splitlines()
+        assert len(got) == len(expected) == len(setup["rows"])
+    np.testing.assert_allclose(read_table(os.path.join(output_dir, "test_results.tsv")),
+                               read_table(os.path.join(trained, "test_results.tsv")),
+                               rtol=0, atol=1e-5)
+
+
+def test_the_signature_pools_each_documents_windows_of_a_request(setup, exported):
+    trained, export_dir = exported
+    expected = read_table(os.path.join(trained, "test_results.tsv"))
+    task = make_task(setup, pooling="attention", max_windows=8, cache="export_cache")
+    windows = task.batches(task.read("predict")).examples
+    documents = windows.row_values["document_index"]
+    # Documents 3 (140 words: 9 windows, kept 8) and 1 (70 words), renumbered 0 and 1.
+    rows = list(np.flatnonzero(documents == 3)) + list(np.flatnonzero(documents == 1))
+    batch = make_batch(windows, rows, "dynamic")
+    request = np.array([0 if documents[r] == 3 else 1 for r in rows], np.int32)
+    assert (request == 0).sum() == 8 and (request == 1).sum() == expected_windows(70)
+    with tf.Graph().as_default() as graph, tf.Session(graph=graph) as session:
+        meta = tf.saved_model.loader.load(session, ["serve"], export_dir)
+        signature = meta.signature_def["serving_default"]
+        assert sorted(signature.inputs) == ["document_index", "input_ids", "input_mask",
+                                            "segment_ids"]
+        feed = {signature.inputs[name].name: batch[name]
+                for name in ("input_ids", "input_mask", "segment_ids")}
+        feed[signature.inputs["document_index"].name] = request
+        names = ["probabilities", "label_ids", "window_logits", "window_scores",
+                 "window_documents"]
+        got = dict(zip(names, session.run([signature.outputs[n].name for n in names], feed)))
+    # Every window carries its document's pooled answer: the checkpoint's row.
+    document_rows = np.where(request == 0, 3, 1)
+    np.testing.assert_allclose(got["probabilities"], expected[document_rows], rtol=0,
+                               atol=1e-5)
+    assert got["label_ids"].tolist() == expected[document_rows].argmax(axis=1).tolist()
+    assert got["window_documents"].tolist() == request.tolist()
+    # And the windows' own outputs pool (in numpy) to the same answer.
+    pooled = pool_window_rows(got["window_logits"], got["window_scores"], request, 2,
+                              "attention")
+    shifted = np.exp(pooled - pooled.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(shifted / shifted.sum(axis=1, keepdims=True),
+                               expected[[3, 1]], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"window_stride": 10}, "was exported with --window_stride=15 but this run has "
+                            "--window_stride=10; set --window_stride=15"),
+    ({"window_pooling": "mean"}, "was exported with --window_pooling=attention but this run "
+                                 "has --window_pooling=mean; set --window_pooling=attention"),
+    ({"long_text": None, "window_stride": None, "max_windows": None, "window_pooling": None},
+     "was exported with --long_text=windows but this run has --long_text=truncate; set "
+     "--long_text=windows"),
+])
+def test_a_run_that_cuts_windows_otherwise_is_refused(setup, exported, tmp_path, changes,
+                                                     message):
+    _, export_dir = exported
+    output_dir = tmp_path / "refused"
+    flags = dict(WINDOW_FLAGS, task_name="sentiment", data_dir=setup["data"],
+                 output_dir=str(output_dir), do_predict=True, predict_from_export=export_dir)
+    flags.update(changes)
+    with pytest.raises(UserError) as caught:
+        run_classifier(flags)
+    assert str(caught.value) == f"--predict_from_export={export_dir} {message}"
+    assert not output_dir.exists() or not os.listdir(output_dir)

@@ -168,9 +168,6 @@ def windows_from_flags(f: flags.FlagValues, spec: processors.TaskSpec):
     if spec.text_b_column is not None:
         fail(f"--long_text=windows cuts one text a row, but --task_name={f.task_name} "
              "reads text pairs (text_b_column); set --text_b_column=none or truncate")
-    if f.do_export or f.predict_from_export:
-        fail("--long_text=windows cannot be exported or scored from an export yet: "
-             "score with the checkpoint")
     stride = f.window_stride if f.window_stride is not None else (f.max_seq_length - 2) // 2
     windows = WindowSettings(stride=stride, max_windows=f.max_windows)
     check_window_settings(f.max_seq_length, windows)

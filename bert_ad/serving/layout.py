@@ -66,6 +66,9 @@ class ExportMetadata:
       tensorflow_version: the TensorFlow that wrote the export.
       checkpoint, global_step: where the weights came from.
       inputs, outputs: {name: TensorInfo} of the `serving_default` signature.
+      settings: how the task cut text into rows, {flag name: value}
+        (Task.serving_settings: the classifier's truncation or windows);
+        empty in exports written before it was recorded.
     """
     format: str
     precision: str
@@ -82,6 +85,7 @@ class ExportMetadata:
     inputs: Dict[str, TensorInfo]
     outputs: Dict[str, TensorInfo]
     layout_version: int = LAYOUT_VERSION
+    settings: Dict[str, object] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"

@@ -105,14 +105,22 @@ def _first_line(error: BaseException) -> str:
 def check_compatible(export_dir: str, metadata: layout.ExportMetadata, task: Task) -> None:
     """UserError (one line) unless the export can score this run's rows.
 
-    The export must be of the same task, take every input the task feeds,
-    and have been trained with the run's tokenizer (the same vocab file
+    The export must be of the same task, cut text into rows as the run does
+    (Task.serving_settings), take every input the task feeds, and have been
+    trained with the run's tokenizer (the same vocab file
     content, casing and max_seq_length).
     """
     where = f"--predict_from_export={export_dir}"
     if metadata.task != task.name:
         fail(f"{where} is an export of the {metadata.task} task, not {task.name}; "
              "score it with that task's launcher")
+    # How text became rows (truncation, windows) must match, or the rows
+    # scored are not the ones the export was trained on.
+    mine = task.serving_settings()
+    for key, value in metadata.settings.items():
+        if mine.get(key) != value:
+            fail(f"{where} was exported with --{key}={value} but this run has "
+                 f"--{key}={mine.get(key)}; set --{key}={value}")
     missing = [name for name in task.serving_inputs if name not in metadata.inputs]
     if missing:
         fail(f"{where} does not take the input(s) {', '.join(missing)}")

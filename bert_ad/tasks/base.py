@@ -153,6 +153,12 @@ class Task(abc.ABC):
         return {name: value for name, value in outputs.items()
                 if name not in TRAINING_ONLY_OUTPUTS and id(value) not in inputs}
 
+    def serving_settings(self) -> Dict[str, object]:
+        """How this task cuts text into rows beyond the tokenizer ({flag name:
+        value}, e.g. the classifier's truncation or windows): kept in an
+        export's export.json, and a run scoring with that export must match."""
+        return {}
+
     def learning_rate_multipliers(self) -> Dict[str, float]:
         """{regular expression: factor}: variables whose names match learn at
         factor x the learning rate (default: none)."""

@@ -48,8 +48,8 @@ from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metrics, multi_label_metrics
 from bert_ad.metrics.regression import regression_metrics
 from bert_ad.model.heads import FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier
-from bert_ad.model.windows import activate, objective_losses, pool_window_rows
-from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
+from bert_ad.model.windows import activate, objective_losses, pool_window_rows, pool_windows
+from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates,
                                  serving_features)
 
@@ -236,8 +236,8 @@ class ClassificationTask(Task):
         outputs = {"loss": out.loss, "per_example_loss": out.per_example_loss}
         if self.windows is not None:
             # Scoring: one window a row; the task pools them per document.
-            outputs.update(logits=out.logits, window_scores=out.window_scores,
-                           document_index=features["document_index"])
+            outputs.update(window_logits=out.logits, window_scores=out.window_scores,
+                           window_documents=features["document_index"])
         elif self.target == "regression":
             outputs["value"] = out.logits[:, 0]
         else:
@@ -249,23 +249,67 @@ class ClassificationTask(Task):
     def learning_rate_multipliers(self) -> Dict[str, float]:
         return head_learning_rates(HEAD_VARIABLES, self.head_learning_rate_multiplier)
 
+    @property
+    def serving_inputs(self):
+        # Windows: each row is a window, and `document_index` says whose.
+        return SERVING_INPUTS + (("document_index",) if self.windows is not None else ())
+
+    def serving_settings(self) -> Dict[str, object]:
+        if self.windows is None:
+            settings = {"long_text": "truncate", "truncation": self.truncation}
+            if self.truncation == "head+tail":
+                settings["truncation_head_fraction"] = self.head_fraction
+            return settings
+        return {"long_text": "windows", "window_stride": self.windows.stride,
+                "max_windows": self.windows.max_windows, "window_pooling": self.window_pooling}
+
     def serving_outputs(self, features):
         """single_label: `probabilities` [batch, num_labels] float32 and `label_ids`
         [batch] int32, the index in labels.txt of the most probable label;
         multi_label: `probabilities` [batch, num_labels] (sigmoid); regression:
-        `value` [batch]."""
+        `value` [batch]. Windows: see `_window_serving_outputs`."""
+        complete = serving_features(features, self.feature_spec)
         if self.windows is not None:
-            fail("an export serves one text a row: --long_text=windows models cannot be "
-                 "exported yet; export a truncating model, or score with the checkpoint")
-        out = classifier(self.encoder.config, serving_features(features, self.feature_spec),
-                         self.num_outputs, False, self.encoder.compute_dtype, self.objective,
-                         pooling=self.pooling, remove_padding=self.encoder.remove_padding)
+            return self._window_serving_outputs(complete)
+        out = classifier(self.encoder.config, complete, self.num_outputs, False,
+                         self.encoder.compute_dtype, self.objective, pooling=self.pooling,
+                         remove_padding=self.encoder.remove_padding)
+        return self._served_predictions(out.logits)
+
+    def _served_predictions(self, logits) -> Dict[str, object]:
+        """The head's answer from its logits [rows, outputs], computed as
+        heads.objective_loss computes its probabilities."""
         if self.target == "regression":
-            return {"value": out.logits[:, 0]}
+            return {"value": logits[:, 0]}
         if self.target == "multi_label":
-            return {"probabilities": out.probabilities}
-        return {"probabilities": out.probabilities,
-                "label_ids": tf.argmax(out.probabilities, axis=-1, output_type=tf.int32)}
+            return {"probabilities": tf.sigmoid(logits)}
+        probabilities = tf.exp(tf.nn.log_softmax(logits, axis=-1))
+        return {"probabilities": probabilities,
+                "label_ids": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
+
+    def _window_serving_outputs(self, features):
+        """A windows model's export: each row is one window, `document_index`
+        [windows] the document it belongs to (0-based within the request).
+
+        Serves, per window, its document's answer (`probabilities` /
+        `label_ids` / `value`, pooled over the document's windows in the same
+        request, so send every window of a document together), and the
+        window's own `window_logits`, `window_scores` and `window_documents`
+        (the document_index fed), which --predict_from_export pools across
+        batches on the host as checkpoint scoring does.
+        """
+        rows = tf.shape(features["input_ids"])[0]
+        features["window_document"] = tf.range(rows)    # each window its own segment
+        out = classifier(self.encoder.config, features, self.num_outputs, False,
+                         self.encoder.compute_dtype, self.objective, self.window_pooling,
+                         self.pooling, self.encoder.remove_padding)
+        documents = features["document_index"]
+        pooled = pool_windows(out.logits, out.window_scores, documents,
+                              tf.reduce_max(documents) + 1, self.window_pooling)
+        served = self._served_predictions(tf.gather(pooled, documents))
+        served.update(window_logits=out.logits, window_scores=out.window_scores,
+                      window_documents=tf.identity(documents))
+        return served
 
     # --- results ----------------------------------------------------------------
 
@@ -289,8 +333,9 @@ class ClassificationTask(Task):
             name = "value" if self.target == "regression" else "probabilities"
             return {"predictions": outputs[name],
                     "losses": outputs.get("per_example_loss")}
-        logits = pool_window_rows(outputs["logits"], outputs["window_scores"],
-                                  outputs["document_index"], len(data), self.window_pooling)
+        logits = pool_window_rows(outputs["window_logits"], outputs["window_scores"],
+                                  outputs["window_documents"], len(data),
+                                  self.window_pooling)
         predictions = activate(logits, self.objective)
         if self.target == "regression":
             predictions = predictions[:, 0]
