@@ -177,7 +177,8 @@ def train(task: Task, data: SplitData, settings: RunSettings,
     """
     evaluation = (DuringTrainingEvaluation(task, dev, settings, placement)
                   if settings.eval_every_steps and placement.is_chief else None)
-    if evaluation is not None and evaluation.finished():
+    already_stopped = evaluation is not None and evaluation.finished()
+    if already_stopped and placement.num_workers == 1:
         return TrainResult(evaluation.best.last_step, 0, None, None, 0, 0)
     batches = task.batches(data)
     plan = placement.plan
@@ -234,7 +235,7 @@ def train(task: Task, data: SplitData, settings: RunSettings,
             session_config=(cluster.session_config if cluster is not None
                             else placement.local_session_config()),
             cluster=cluster, evaluate_every_steps=settings.eval_every_steps,
-            evaluate=evaluation)
+            evaluate=evaluation, already_stopped=already_stopped)
         result = train_loop(graph, micro_batches, loop)
     log.info("training done: global step %d, %d examples seen%s", result.global_step,
              result.examples_seen, " (stopped early)" if result.stopped_early else "")
@@ -501,9 +502,6 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
              "set --do_train too")
     during_training = None  # the dev set scored while training
     if settings.eval_every_steps and chief:
-        if placement.num_workers > 1:
-            fail("--eval_every_steps is not supported in a multi-worker run yet; train "
-                 "on one machine or evaluate the checkpoints afterwards")
         during_training = eval_data or _read_dev_for_training(task)
     serving = None  # the export --do_predict scores with
     if predict_data is not None and settings.predict_from_export:

@@ -512,6 +512,56 @@ def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(setup):
 
 
 # ---------------------------------------------------------------------------
+# Evaluation during training: the chief evaluates, every worker stops with it.
+
+
+def test_early_stopping_on_the_chief_stops_every_worker_at_the_same_step(setup):
+    """At learning rate 1e-12 the weights move by about 1e-12 a step, so the dev
+    accuracy of the first evaluation is never beaten (a tie is no improvement): with an
+    evaluation every step and patience 2 the run ends at step 3 of 5, on both
+    workers; relaunched, both train nothing."""
+    root = os.path.join(setup.root, "early_stopping")
+    chief_dir, other_dir = os.path.join(root, "chief"), os.path.join(root, "other")
+    flags = dict(setup.flags, n_gpus=1, learning_rate=1e-12, eval_every_steps=1,
+                 early_stopping_patience=2, keep_best_checkpoint=True)
+    ports = free_ports(2)
+    os.makedirs(root)
+    logs = {}
+    for attempt in ("first", "again"):
+        with Processes() as processes:
+            workers = [processes.start(
+                [sys.executable, CLASSIFIER] + flag_args(dict(
+                    flags, output_dir=chief_dir if index == 0 else other_dir)),
+                os.path.join(root, f"{attempt}_worker_{index}.log"),
+                TF_CONFIG=tf_config(ports, index)) for index in range(2)]
+            for worker in workers:
+                assert wait(worker) == 0, read_text(worker.log_path)
+        logs[attempt] = [read_text(worker.log_path) for worker in workers]
+    chief_log, other_log = logs["first"]
+    assert "early stopping at step 3: 2 evaluations without improvement" in chief_log
+    for log in (chief_log, other_log):
+        assert re.findall(r"\] step (\d+)/5 ", log) == ["1", "2", "3"], log
+        assert "training done: global step 3, 24 examples seen (stopped early)" in log
+    assert "eval at step" in chief_log and "eval at step" not in other_log
+    with open(os.path.join(chief_dir, "best", "best.json"), encoding="utf-8") as f:
+        best = json.load(f)
+    assert best["best_step"] == 1 and [s for s, _ in best["evaluations"]] == [1, 2, 3]
+    assert os.path.exists(os.path.join(chief_dir, "best", "model.ckpt-1.index"))
+    assert os.path.exists(os.path.join(chief_dir, "model.ckpt-3.index"))
+    assert not os.path.exists(os.path.join(chief_dir, "model.ckpt-4.index"))
+    with open(os.path.join(chief_dir, "train_results.txt"), encoding="utf-8") as f:
+        assert "early_stopping_step = 3\n" in f.read()
+    assert os.listdir(other_dir) == ["cache"]
+    # Relaunched: the chief finds the run ended, and the other worker learns it
+    # from the start-up vote.
+    chief_log, other_log = logs["again"]
+    assert "early stopping ended this run at step 3" in chief_log
+    for log in (chief_log, other_log):
+        assert "training done: global step 3, 24 examples seen (stopped early)" in log
+        assert not re.findall(r"\] step (\d+)/5 ", log), log
+
+
+# ---------------------------------------------------------------------------
 # Bad cluster input: one line, exit 2.
 
 

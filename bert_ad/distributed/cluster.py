@@ -40,8 +40,8 @@ from typing import Callable, Sequence
 
 from bert_ad import compat
 from bert_ad.distributed.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
-                                SIGNATURE_INSTANCE_KEY, CollectiveKeys, Collectives,
-                                signature_numbers, variables_checksum)
+                                SIGNATURE_INSTANCE_KEY, STOP_INSTANCE_KEY, CollectiveKeys,
+                                Collectives, signature_numbers, variables_checksum)
 from bert_ad.compat import tf
 from bert_ad.errors import EXIT_USER_ERROR, fail
 from bert_ad.parallel.towers import DevicePlan
@@ -449,6 +449,13 @@ class ClusterRuntime:
         return self._collectives("CPU").all_reduce(
             value, mean=True, instance_key=LOSS_INSTANCE_KEY)
 
+    def build_stop_vote(self) -> dict:
+        """Ops for `agree_to_stop`: this worker's vote in, the cluster's sum out."""
+        vote = tf.placeholder(tf.float32, [], name="stop_vote")
+        votes = self._collectives("CPU").all_reduce(vote, mean=False,
+                                                    instance_key=STOP_INSTANCE_KEY)
+        return {"vote": vote, "votes": votes}
+
     def build_start_sync(self, variables: Sequence, run_signature: str) -> dict:
         """Ops that bring every worker into step; run them with `synchronize`.
 
@@ -507,6 +514,19 @@ class ClusterRuntime:
                          f"broadcast (checksum {row.tolist()} vs {reference.tolist()})")
         log.info("%d workers in step after %.1fs; weights from the chief "
                  "(checksum %.6g)", self.num_workers, time.time() - started, reference[0])
+
+    def agree_to_stop(self, session, ops: dict, stop: bool, what: str) -> bool:
+        """True on every worker when any worker votes to stop (the chief, after
+        an evaluation during training), so all leave the step loop together.
+
+        The others wait here while the chief evaluates, which may take longer
+        than a step: the wait is bounded by the larger of the step and start-up
+        deadlines.
+        """
+        timeout_s = max(self.step_timeout_s, self.start_timeout_s)
+        votes = self.run(session, ops["votes"], {ops["vote"]: float(stop)}, what=what,
+                         timeout_s=timeout_s, flag="--collective_timeout_s")
+        return float(votes) > 0
 
     def wait_for_workers(self, timeout_s: float) -> None:
         """Return once every other worker's server accepts connections."""

@@ -28,6 +28,7 @@ from bert_ad.compat import tf
 SIGNATURE_INSTANCE_KEY = 1
 CHECKSUM_INSTANCE_KEY = 2
 LOSS_INSTANCE_KEY = 3
+STOP_INSTANCE_KEY = 4
 FIRST_FREE_INSTANCE_KEY = 100
 # One group per device type: every worker's CPU:0, or every worker's GPU:0.
 GROUP_KEYS = {"CPU": 1, "GPU": 2}

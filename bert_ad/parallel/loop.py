@@ -52,9 +52,14 @@ class LoopSettings:
     cluster: Any = None
     # Evaluation during training (chief only): every N applied steps and at the
     # last one, `evaluate(step, save_weights)` -> (figures, stop now?); see
-    # bert_ad/parallel/best_checkpoint.py.
+    # bert_ad/parallel/best_checkpoint.py. In a cluster every worker stops
+    # with the chief: they vote after each evaluation (every worker sets
+    # evaluate_every_steps; only the chief has `evaluate`).
     evaluate_every_steps: int = 0
     evaluate: Optional[Callable] = None
+    # Chief of a cluster: early stopping already ended this run (resumed);
+    # the workers vote on it before the first step.
+    already_stopped: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +132,12 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
             f"examples_per_step={graph.examples_per_step} "
             f"gradient_accumulation_steps={graph.gradient_accumulation_steps}")
         run = cluster.run
+    stop_vote = None
+    if cluster is not None and settings.evaluate_every_steps:
+        ops = cluster.build_stop_vote()
+
+        def stop_vote(session, stop: bool, what: str) -> bool:
+            return cluster.agree_to_stop(session, ops, stop, what)
     init_local = tf.local_variables_initializer()
     init_global = tf.global_variables_initializer()
     tf.get_default_graph().finalize()
@@ -150,7 +161,7 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
             if cluster is not None:
                 cluster.synchronize(session, start_sync)
             return _steps(session, graph, batches, settings, saver, summaries, run,
-                          fetches, resume_from, chief, weights_saver)
+                          fetches, resume_from, chief, weights_saver, stop_vote)
     finally:
         if summaries is not None:
             summaries.close()
@@ -158,7 +169,7 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
 
 def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSettings,
            saver, summaries, run, fetches: dict, resume_from: Optional[str],
-           chief: bool, weights_saver=None) -> TrainResult:
+           chief: bool, weights_saver=None, stop_vote=None) -> TrainResult:
     """The step loop of a session whose variables are initialised (or restored)."""
     start_step = int(session.run(graph.global_step))
     examples_seen = int(session.run(graph.examples_seen))
@@ -167,6 +178,11 @@ def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSetti
                  start_step, settings.num_train_steps)
         return TrainResult(start_step, examples_seen, None, resume_from, 0,
                            graph.examples_per_step)
+    if stop_vote is not None and stop_vote(session, settings.already_stopped,
+                                           "the start-up vote on early stopping"):
+        log.info("early stopping ended this run at step %d: nothing to train", start_step)
+        return TrainResult(start_step, examples_seen, None, resume_from, 0,
+                           graph.examples_per_step, stopped_early=True)
     checkpoints = _Checkpoints(session, graph, saver, settings.output_dir, chief,
                                resume_from, start_step)
     stream = batches(examples_seen)
@@ -223,10 +239,15 @@ def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSetti
             if step % settings.save_checkpoints_steps == 0 or \
                     step == settings.num_train_steps:
                 checkpoints.save(step, examples_seen)
-            if weights_saver is not None and (step % settings.evaluate_every_steps == 0
-                                              or step == settings.num_train_steps):
-                stopped_early = _evaluate(session, weights_saver, step, settings,
-                                          summaries)
+            if (weights_saver is not None or stop_vote is not None) and (
+                    step % settings.evaluate_every_steps == 0
+                    or step == settings.num_train_steps):
+                if weights_saver is not None:
+                    stopped_early = _evaluate(session, weights_saver, step, settings,
+                                              summaries)
+                if stop_vote is not None:
+                    stopped_early = stop_vote(session, stopped_early,
+                                              f"the vote on early stopping at step {step}")
                 if stopped_early:
                     checkpoints.save(step, examples_seen)
                     break
