@@ -25,7 +25,7 @@ from bert_ad.compat import tf
 from bert_ad.data.batching import make_batch
 from bert_ad.errors import UserError
 from bert_ad.data import processors
-from bert_ad.data.features import WindowSettings, window_starts
+from bert_ad.data.features import WindowSettings, encode_windows, window_starts
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.model.heads import classifier
 from bert_ad.model.modeling import BertConfig
@@ -270,6 +270,68 @@ def test_the_launcher_trains_on_windows_and_writes_a_line_per_row(setup, tmp_pat
         assert "global_step = 5\n" in f.read()
     reader = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-5"))
     assert reader.has_tensor("window_attention/kernel")
+
+
+# ---------------------------------------------------------------------------
+# Text pairs: the first text rides in every window, the second is cut.
+
+
+@pytest.mark.parametrize("first_words", [6, 40])
+def test_a_pair_keeps_its_first_text_in_every_window(setup, first_words):
+    task = make_task(setup)
+    tokenizer = task.encoder.tokenizer
+    first, second = long_text(first_words, 7), long_text(300, 8)
+    example = processors.InputExample(guid="pair", text_a=first, text_b=second, label="1")
+    windows = encode_windows(example, tokenizer, task.feature_settings())
+    a = tokenizer.tokenize(first)[:(MAX_SEQ - 3) // 2]       # 40 words: cut to 14
+    assert len(a) == min(first_words, 14)
+    b = tokenizer.tokenize(second)
+    head = tokenizer.convert_tokens_to_ids(["[CLS]"] + a + ["[SEP]"])
+    sep = tokenizer.convert_tokens_to_ids(["[SEP]"])[0]
+    covered, parts = np.zeros(len(b), bool), []
+    for ids, segments in windows:
+        assert len(ids) <= MAX_SEQ and ids[:len(head)] == head and ids[-1] == sep
+        assert segments == [0] * len(head) + [1] * (len(ids) - len(head))
+        parts.append(ids[len(head):-1])
+    # Each window's second part is a run of b's pieces; together they cover b,
+    # in order, each overlapping the one before.
+    b_ids = tokenizer.convert_tokens_to_ids(b)
+    window = MAX_SEQ - 3 - len(a)
+    start = end = 0
+    for k, part in enumerate(parts):
+        found = [i for i in range(start, len(b_ids) - len(part) + 1)
+                 if b_ids[i:i + len(part)] == part]
+        assert found and len(part) == window, k
+        assert k == 0 or found[0] < end, f"window {k} does not overlap the one before"
+        covered[found[0]:found[0] + len(part)] = True
+        start, end = found[0] + 1, found[0] + len(part)
+    assert covered.all() and end == len(b_ids)
+    # The stride is --window_stride's share of a single text's window (15/30).
+    stride = round(STRIDE * window / (MAX_SEQ - 2))
+    assert len(windows) == 1 + math.ceil((len(b) - window) / stride)
+
+
+def test_the_launcher_scores_pairs_from_windows(setup, tmp_path):
+    model = setup["model"]
+    data = tmp_path / "pairs"
+    data.mkdir()
+    rows = [(label, long_text(5, 20 + i), text) for i, (label, text) in
+            enumerate(setup["rows"])]
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.tsv").write_text(
+            "".join(f"{label}\t{title}\t{body}\n" for label, title, body in rows),
+            encoding="utf-8")
+    output_dir = str(tmp_path / "out")
+    assert run_classifier(dict(
+        WINDOW_FLAGS, task_name="tsv", text_b_column=2, data_dir=str(data),
+        vocab_file=model.vocab_file, bert_config_file=model.config_file,
+        output_dir=output_dir, max_seq_length=MAX_SEQ, train_batch_size=2,
+        predict_batch_size=8, num_train_epochs=1, learning_rate=1e-3, do_train=True,
+        do_eval=True, do_predict=True)) == 0
+    with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) == len(rows)
+    with open(os.path.join(output_dir, "eval_results.txt"), encoding="utf-8") as f:
+        assert "eval_examples = 5\n" in f.read()
 
 
 # ---------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def main(f: flags.FlagValues) -> int:
                  if f[key].value is not None}
     spec = processors.get_task(f.task_name, overrides)
     target = target_from_flags(f, spec)
-    windows = windows_from_flags(f, spec)
+    windows = windows_from_flags(f)
     task = ClassificationTask(text_encoder_from_flags(f), spec, f.data_dir or "",
                               f.predict_file, f.truncation, f.truncation_head_fraction,
                               f.max_train_examples, f.max_eval_examples, target,
@@ -157,7 +157,7 @@ def target_from_flags(f: flags.FlagValues, spec: processors.TaskSpec) -> str:
     return "multi_label" if f.multi_label else "single_label"
 
 
-def windows_from_flags(f: flags.FlagValues, spec: processors.TaskSpec):
+def windows_from_flags(f: flags.FlagValues):
     """WindowSettings of --long_text=windows (checked), else None."""
     if f.long_text != "windows":
         for name in WINDOW_FLAGS:
@@ -165,9 +165,6 @@ def windows_from_flags(f: flags.FlagValues, spec: processors.TaskSpec):
                 fail(f"--{name} is for --long_text=windows: set it too, or leave "
                      f"--{name} out")
         return None
-    if spec.text_b_column is not None:
-        fail(f"--long_text=windows cuts one text a row, but --task_name={f.task_name} "
-             "reads text pairs (text_b_column); set --text_b_column=none or truncate")
     stride = f.window_stride if f.window_stride is not None else (f.max_seq_length - 2) // 2
     windows = WindowSettings(stride=stride, max_windows=f.max_windows)
     check_window_settings(f.max_seq_length, windows)

@@ -134,15 +134,38 @@ def encode_example(example: InputExample, tokenizer, settings: FeatureSettings):
 
 def encode_windows(example: InputExample, tokenizer,
                    settings: FeatureSettings) -> List[Tuple[List[int], List[int]]]:
-    """[(input_ids, segment_ids)] of the windows of one single-text example."""
+    """[(input_ids, segment_ids)] of the windows of one example.
+
+    A single text is cut into windows of max_seq_length - 2 pieces. A pair
+    (title and body, query and document) keeps its first text in every window,
+    `[CLS] a [SEP] b_k [SEP]`, cut to at most half the room if it is longer,
+    and cuts the second into windows filling the rest; their stride is
+    --window_stride scaled by how much shorter they are than a single text's
+    window, so consecutive windows overlap by the same share.
+    """
     pieces = tokenizer.tokenize(example.text_a)
-    window = settings.max_seq_length - 2
-    out = []
-    for start in window_starts(len(pieces), window, settings.windows.stride,
-                               settings.windows.max_windows):
-        tokens = ["[CLS]"] + pieces[start:start + window] + ["[SEP]"]
-        out.append((tokenizer.convert_tokens_to_ids(tokens), [0] * len(tokens)))
-    return out
+    stride, max_windows = settings.windows.stride, settings.windows.max_windows
+    if not example.text_b:
+        window = settings.max_seq_length - 2
+        return [_window_ids(tokenizer, pieces[start:start + window], None)
+                for start in window_starts(len(pieces), window, stride, max_windows)]
+    room = settings.max_seq_length - 3
+    first = pieces[:room // 2]
+    second = tokenizer.tokenize(example.text_b)
+    window = room - len(first)
+    stride = max(1, min(window - 1, round(stride * window / (settings.max_seq_length - 2))))
+    return [_window_ids(tokenizer, first, second[start:start + window])
+            for start in window_starts(len(second), window, stride, max_windows)]
+
+
+def _window_ids(tokenizer, first: List[str], second: Optional[List[str]]
+                ) -> Tuple[List[int], List[int]]:
+    tokens = ["[CLS]"] + list(first) + ["[SEP]"]
+    segments = [0] * len(tokens)
+    if second is not None:
+        tokens += list(second) + ["[SEP]"]
+        segments += [1] * (len(second) + 1)
+    return tokenizer.convert_tokens_to_ids(tokens), segments
 
 
 def split_labels(label: str, separator: str) -> List[str]:
