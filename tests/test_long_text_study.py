@@ -30,6 +30,10 @@ def test_the_grid_covers_every_strategy_length_and_seed():
                                           "windows-max", "windows-attention"}
     assert [s.seed for s in grid[:12]] == [1] * 12          # seed by seed
     assert len({s.name for s in grid}) == len(grid)
+    # The affordable defaults: 600 training reviews, at most 8 windows a review.
+    assert {(s.max_train_examples, s.max_windows) for s in grid} == {(600, 8)}
+    assert grid[3].name == "windows-mean-len128-w8-n600-ep2-b16-seed1"
+    assert grid[0].name == "head-len128-n600-ep2-b16-seed1"
 
 
 def test_each_strategy_becomes_its_flags():
@@ -70,9 +74,10 @@ def tiny(tmp_path_factory):
 
 
 def test_one_real_run_through_the_launcher(tiny):
-    spec = study.RunSpec("windows-attention", 32, 1, epochs=1.0, batch=4)
+    spec = study.RunSpec("windows-attention", 32, 1, max_train_examples=None, epochs=1.0,
+                         batch=4, max_windows=4)
     record = study.run_one(spec, sys.executable, str(tiny / "model"), str(tiny / "data"),
-                           str(tiny / "runs"), max_windows=4)
+                           str(tiny / "runs"))
     assert record["status"] == "ok", record
     output_dir = tiny / "runs" / spec.name
     dev = study.read_key_values(str(output_dir / "eval_results.txt"))
