@@ -56,10 +56,11 @@ SEEDS = (1, 2, 3)
 BATCH = 16                 # reviews a step
 LEARNING_RATE = 5e-5
 EPOCHS = 2.0
-# What a 2-core CPU affords (docs/long_text.md): MiniLM trains about 1,600
-# pieces a second there, so 1,200 reviews x 13 windows of 128 x 2 epochs would
-# be 3 hours a run. The study trains on the first 600 reviews and reads at most
-# 8 windows a review (evenly spread: the first and the last always).
+# What a 2-core CPU affords (docs/long_text.md): MiniLM trains about 1,670
+# pieces a second there (13 windows of 128 a second, measured), so all 1,200
+# reviews with up to 16 windows would make the 36 runs about 13 hours. The
+# study trains on the first 600 reviews and reads at most 8 windows a review
+# (evenly spread: the first and the last always): about 2 hours a seed.
 MAX_WINDOWS = 8
 TRAIN_REVIEWS = 600
 HEAD_FRACTION = 0.25
