@@ -352,6 +352,13 @@ def run_bad_inputs(cases: Mapping[str, Tuple[Sequence[str], str, Sequence[str]]]
 # In-process entry points.
 
 
+def run_main(cli, flags: Mapping[str, object]) -> int:
+    """A launcher module's main (bert_ad.cli.classifier, ...) on {flag: value}
+    (as flag_args writes them), in this process: a UserError propagates."""
+    argv = ["prog"] + flag_args(flags)
+    return cli.main(parse_flags(cli.define_flags, argv, "", cli.__doc__))
+
+
 def create_pretraining_data(argv: Sequence[str]) -> int:
     """create_pretraining_data.py's main on `argv` (argv[0] the program), in this
     process: a UserError propagates instead of exiting."""

@@ -25,7 +25,6 @@ import pytest
 
 from bert_ad.cli import classifier as classifier_cli
 from bert_ad.cli import rewrite as rewrite_cli
-from bert_ad.cli.runner import parse_flags
 from bert_ad.compat import TF_VERSION, tf
 from bert_ad.data import rewrite_rows
 from bert_ad.data.tokenization import FullTokenizer
@@ -33,6 +32,8 @@ from bert_ad.errors import UserError
 from bert_ad.serving import layout
 from bert_ad.serving.export import build_serving_graph
 from bert_ad.tasks.base import Task
+
+from helpers import run_main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "data", "sample_sentiment")
@@ -54,10 +55,7 @@ MINILM_FP16_BOUND = 5e-3
 # Running launchers and the reader.
 
 
-def run(cli, flags: dict) -> int:
-    """A launcher's main on {flag: value} in this process (UserError propagates)."""
-    argv = ["prog"] + [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
-    return cli.main(parse_flags(cli.define_flags, argv, "", cli.__doc__))
+run = run_main
 
 
 def one_line_error(cli, flags: dict) -> str:

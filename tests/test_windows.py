@@ -20,7 +20,6 @@ import pytest
 
 from bert_ad import driver
 from bert_ad.cli import classifier as classifier_cli
-from bert_ad.cli.runner import parse_flags
 from bert_ad.compat import tf
 from bert_ad.data.batching import make_batch
 from bert_ad.errors import UserError
@@ -35,7 +34,8 @@ from bert_ad.parallel.train_graph import feature_placeholders
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.classification import ClassificationTask
 
-from helpers import REPO, flag_args, run_launcher, sample_sentiment_texts, tiny_model
+from helpers import (REPO, flag_args, run_launcher, run_main, sample_sentiment_texts,
+                     tiny_model)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 MAX_SEQ = 32                       # windows of 30 pieces
@@ -343,9 +343,7 @@ WINDOW_FLAGS = {"long_text": "windows", "window_stride": STRIDE, "max_windows": 
 
 def run_classifier(flags: dict) -> int:
     """run_classifier_mgpu.py's main in this process (UserError propagates)."""
-    argv = ["prog"] + flag_args(flags)
-    return classifier_cli.main(parse_flags(classifier_cli.define_flags, argv, "",
-                                           classifier_cli.__doc__))
+    return run_main(classifier_cli, flags)
 
 
 def read_table(path: str) -> np.ndarray:

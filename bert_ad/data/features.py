@@ -124,11 +124,18 @@ def encode_example(example: InputExample, tokenizer, settings: FeatureSettings):
         tokens_b = []
         tokens_a = truncate_tokens(tokens_a, settings.max_seq_length - 2,
                                    settings.truncation, settings.head_fraction)
-    tokens = ["[CLS]"] + list(tokens_a) + ["[SEP]"]
+    return row_ids(tokenizer, tokens_a, tokens_b)
+
+
+def row_ids(tokenizer, first: Sequence[str], second: Sequence[str] = ()
+            ) -> Tuple[List[int], List[int]]:
+    """(input_ids, segment_ids) of `[CLS] first [SEP]`, plus `second [SEP]` in
+    segment 1 when there is a second text."""
+    tokens = ["[CLS]"] + list(first) + ["[SEP]"]
     segments = [0] * len(tokens)
-    if tokens_b:
-        tokens += list(tokens_b) + ["[SEP]"]
-        segments += [1] * (len(tokens_b) + 1)
+    if second:
+        tokens += list(second) + ["[SEP]"]
+        segments += [1] * (len(second) + 1)
     return tokenizer.convert_tokens_to_ids(tokens), segments
 
 
@@ -147,25 +154,15 @@ def encode_windows(example: InputExample, tokenizer,
     stride, max_windows = settings.windows.stride, settings.windows.max_windows
     if not example.text_b:
         window = settings.max_seq_length - 2
-        return [_window_ids(tokenizer, pieces[start:start + window], None)
+        return [row_ids(tokenizer, pieces[start:start + window])
                 for start in window_starts(len(pieces), window, stride, max_windows)]
     room = settings.max_seq_length - 3
     first = pieces[:room // 2]
     second = tokenizer.tokenize(example.text_b)
     window = room - len(first)
     stride = max(1, min(window - 1, round(stride * window / (settings.max_seq_length - 2))))
-    return [_window_ids(tokenizer, first, second[start:start + window])
+    return [row_ids(tokenizer, first, second[start:start + window])
             for start in window_starts(len(second), window, stride, max_windows)]
-
-
-def _window_ids(tokenizer, first: List[str], second: Optional[List[str]]
-                ) -> Tuple[List[int], List[int]]:
-    tokens = ["[CLS]"] + list(first) + ["[SEP]"]
-    segments = [0] * len(tokens)
-    if second is not None:
-        tokens += list(second) + ["[SEP]"]
-        segments += [1] * (len(second) + 1)
-    return tokenizer.convert_tokens_to_ids(tokens), segments
 
 
 def split_labels(label: str, separator: str) -> List[str]:

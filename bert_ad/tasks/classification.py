@@ -47,7 +47,8 @@ from bert_ad.data.features import (TARGETS, WindowSettings, convert_examples, en
 from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metrics, multi_label_metrics
 from bert_ad.metrics.regression import regression_metrics
-from bert_ad.model.heads import FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier
+from bert_ad.model.heads import (FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier,
+                                 objective_loss)
 from bert_ad.model.windows import activate, objective_losses, pool_window_rows, pool_windows
 from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates,
@@ -274,16 +275,14 @@ class ClassificationTask(Task):
         out = classifier(self.encoder.config, complete, self.num_outputs, False,
                          self.encoder.compute_dtype, self.objective, pooling=self.pooling,
                          remove_padding=self.encoder.remove_padding)
-        return self._served_predictions(out.logits)
+        return self._served_predictions(out.logits, out.probabilities)
 
-    def _served_predictions(self, logits) -> Dict[str, object]:
-        """The head's answer from its logits [rows, outputs], computed as
-        heads.objective_loss computes its probabilities."""
+    def _served_predictions(self, logits, probabilities) -> Dict[str, object]:
+        """The head's answer from its logits and probabilities [rows, outputs]."""
         if self.target == "regression":
             return {"value": logits[:, 0]}
         if self.target == "multi_label":
-            return {"probabilities": tf.sigmoid(logits)}
-        probabilities = tf.exp(tf.nn.log_softmax(logits, axis=-1))
+            return {"probabilities": probabilities}
         return {"probabilities": probabilities,
                 "label_ids": tf.argmax(probabilities, axis=-1, output_type=tf.int32)}
 
@@ -306,7 +305,9 @@ class ClassificationTask(Task):
         documents = features["document_index"]
         pooled = pool_windows(out.logits, out.window_scores, documents,
                               tf.reduce_max(documents) + 1, self.window_pooling)
-        served = self._served_predictions(tf.gather(pooled, documents))
+        logits = tf.gather(pooled, documents)      # each window: its document's
+        _, probabilities = objective_loss(logits, features, self.objective)
+        served = self._served_predictions(logits, probabilities)
         served.update(window_logits=out.logits, window_scores=out.window_scores,
                       window_documents=tf.identity(documents))
         return served
