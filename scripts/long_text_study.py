@@ -15,12 +15,13 @@ the first 600, --train_reviews), once per
                   128 + 382 of 510), windows-mean, windows-max,
                   windows-attention (--long_text=windows --window_pooling=...,
                   stride half a window, at most --max_windows windows a
-                  review, default 8)
+                  review, default 8 at 128 and 4 at 256)
   max_seq_length  128 and 256
   seed            1, 2, 3
 
-at the same settings otherwise: 16 reviews a step on one tower (a review's
-windows all in that step), learning rate 5e-5, 2 epochs. Every run is one CLI
+at the same settings otherwise: 8 reviews a step on one tower (a review's
+windows all in that step), mean pooling, bias-corrected Adam at 5e-5, 3
+epochs (chosen on dev with head-128: docs/long_text.md). Every run is one CLI
 process (--do_train --do_eval --do_predict); its record (dev accuracy from
 eval_results.txt, test accuracy from predict.txt against test.tsv, wall time,
 the command) is appended to --runs, one JSON object a line. Runs already in
@@ -53,15 +54,27 @@ STRATEGIES = ("head", "tail", "head+tail", "windows-mean", "windows-max",
               "windows-attention")
 MAX_SEQ_LENGTHS = (128, 256)
 SEEDS = (1, 2, 3)
-BATCH = 16                 # reviews a step
+# The fine-tuning settings, chosen on the dev set with head-128 (seed 1,
+# docs/long_text.md): on 600 reviews Google's AdamW (no bias correction) and
+# [CLS] pooling left MiniLM at chance (the loss flat at 0.693, the same class
+# for every review) at every learning rate and batch tried; bias-corrected Adam
+# and mean pooling (how this sentence-transformers model was trained to be
+# read) learn, given 3 epochs of batch 8 (225 steps).
+BATCH = 8                  # reviews a step
 LEARNING_RATE = 5e-5
-EPOCHS = 2.0
+EPOCHS = 3.0
+POOLING = "mean"           # --pooling
+OPTIMIZER = "adam"         # --optimizer
+# The settings of the records written before these were fields (the first,
+# collapsed attempt), so old runs files still read.
+LEGACY = dict(batch=16, learning_rate=5e-5, pooling="cls", optimizer="adamw")
 # What a 2-core CPU affords (docs/long_text.md): MiniLM trains about 1,670
 # pieces a second there (13 windows of 128 a second, measured), so all 1,200
-# reviews with up to 16 windows would make the 36 runs about 13 hours. The
-# study trains on the first 600 reviews and reads at most 8 windows a review
-# (evenly spread: the first and the last always): about 2 hours a seed.
-MAX_WINDOWS = 8
+# reviews with up to 16 windows would make the 36 runs about 20 hours. The
+# study trains on the first 600 reviews and reads at most about 1,000 pieces
+# of a review at either length: 8 windows of 128 or 4 of 256 (evenly spread:
+# the first and the last always), about 2.5 hours a seed.
+MAX_WINDOWS = {128: 8, 256: 4}
 TRAIN_REVIEWS = 600
 HEAD_FRACTION = 0.25
 QUICK = dict(max_train_examples=40, max_eval_examples=20, epochs=1.0, seeds=(1,),
@@ -77,7 +90,10 @@ class RunSpec(NamedTuple):
     max_eval_examples: Optional[int] = None
     epochs: float = EPOCHS
     batch: int = BATCH
-    max_windows: int = MAX_WINDOWS      # windows strategies only
+    max_windows: int = 8                # windows strategies only
+    learning_rate: float = LEARNING_RATE
+    pooling: str = POOLING
+    optimizer: str = OPTIMIZER
 
     @property
     def config(self) -> tuple:
@@ -89,14 +105,18 @@ class RunSpec(NamedTuple):
         limit = "" if self.max_train_examples is None else f"-n{self.max_train_examples}"
         windows = f"-w{self.max_windows}" if self.strategy.startswith("windows") else ""
         return (f"{self.strategy.replace('+', '_')}-len{self.max_seq_length}{windows}{limit}-"
-                f"ep{self.epochs:g}-b{self.batch}-seed{self.seed}")
+                f"ep{self.epochs:g}-b{self.batch}-lr{self.learning_rate:g}-{self.pooling}-"
+                f"{self.optimizer}-seed{self.seed}")
 
 
 def study_grid(strategies: Sequence[str], max_seq_lengths: Sequence[int],
-               seeds: Sequence[int], **common) -> List[RunSpec]:
-    """Seed by seed: a stopped study has every cell at fewer seeds."""
-    return [RunSpec(strategy, length, seed, **common) for seed in seeds
-            for length in max_seq_lengths for strategy in strategies]
+               seeds: Sequence[int], max_windows: Optional[int] = None,
+               **common) -> List[RunSpec]:
+    """Seed by seed: a stopped study has every cell at fewer seeds. Windows
+    per review: `max_windows`, else MAX_WINDOWS of the length (8 otherwise)."""
+    return [RunSpec(strategy, length, seed,
+                    max_windows=max_windows or MAX_WINDOWS.get(length, 8), **common)
+            for seed in seeds for length in max_seq_lengths for strategy in strategies]
 
 
 def strategy_flags(strategy: str, max_seq_length: int, max_windows: int) -> List[str]:
@@ -116,7 +136,8 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str, outpu
         f"--bert_config_file={model_dir}/bert_config.json",
         f"--init_checkpoint={model_dir}/bert_model.ckpt",
         f"--max_seq_length={spec.max_seq_length}", f"--train_batch_size={spec.batch}",
-        "--n_gpus=1", f"--learning_rate={LEARNING_RATE}",
+        "--n_gpus=1", f"--learning_rate={spec.learning_rate:g}",
+        f"--pooling={spec.pooling}", f"--optimizer={spec.optimizer}",
         f"--num_train_epochs={spec.epochs:g}", f"--seed={spec.seed}",
         "--save_checkpoints_steps=100000", "--keep_checkpoint_max=1",
         "--log_every_n_steps=20", "--eval_batch_size=32", "--predict_batch_size=32",
@@ -202,29 +223,38 @@ def _cell(values: List[float]) -> str:
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} (n={len(values)})"
 
 
+SETTINGS = ("max_seq_length", "max_train_examples", "epochs", "batch", "learning_rate",
+            "pooling", "optimizer")
+
+
+def settings_of(record: dict) -> tuple:
+    """The column a record belongs to: its settings but strategy, seed and windows."""
+    defaults = dict(RunSpec._field_defaults, **LEGACY, max_train_examples=None)
+    return tuple(record.get(name, defaults.get(name)) or 0 for name in SETTINGS)
+
+
+def _heading(settings: tuple) -> str:
+    length, n, epochs, batch, lr, pooling, optimizer = settings
+    return (f"len {length}" + (f", {n} train rows" if n else "") +
+            f", {epochs:g} ep, b{batch}, lr {lr:g}, {pooling}, {optimizer}")
+
+
 def report(records: List[dict], strategies: Sequence[str] = STRATEGIES) -> str:
     """Markdown tables of dev and test accuracy, one row a strategy, one column per
-    max_seq_length and data size, mean ± sample sd over the seeds."""
+    setting (max_seq_length, data size, training settings), mean ± sample sd over
+    the seeds."""
     done = [r for r in records if r.get("status") == "ok"]
-    columns = sorted({(r["max_seq_length"], r.get("max_train_examples") or 0,
-                       r.get("epochs", EPOCHS)) for r in done})
+    columns = sorted({settings_of(r) for r in done})
     if not columns:
         return "(no finished runs)\n"
-    heads = [f"len {length}" + (f", {n} train rows" if n else "") + f", {epochs:g} ep"
-             for length, n, epochs in columns]
     lines = []
     for metric in ("dev_accuracy", "test_accuracy"):
         lines += [f"{metric.replace('_', ' ')}:", "",
-                  "| strategy | " + " | ".join(heads) + " |",
+                  "| strategy | " + " | ".join(map(_heading, columns)) + " |",
                   "|---|" + "---|" * len(columns)]
         for strategy in strategies:
-            cells = []
-            for length, n, epochs in columns:
-                values = [r[metric] for r in done if r["strategy"] == strategy
-                          and r["max_seq_length"] == length
-                          and (r.get("max_train_examples") or 0) == n
-                          and r.get("epochs", EPOCHS) == epochs]
-                cells.append(_cell(values))
+            cells = [_cell([r[metric] for r in done if r["strategy"] == strategy
+                            and settings_of(r) == column]) for column in columns]
             lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
         lines.append("")
     failed = [r for r in records if r.get("status") != "ok"]
@@ -241,8 +271,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--max_seq_lengths", default=None, help="e.g. 128,256")
     parser.add_argument("--seeds", default=None, help="e.g. 1,2,3")
-    parser.add_argument("--max_windows", type=int, default=MAX_WINDOWS,
-                        help=f"windows read per review at most (default {MAX_WINDOWS})")
+    parser.add_argument("--max_windows", type=int, default=None,
+                        help="windows read per review at most (default 8 at length 128, "
+                             "4 at 256: the same pieces read)")
     parser.add_argument("--train_reviews", type=int, default=TRAIN_REVIEWS,
                         help=f"the first N training reviews (default {TRAIN_REVIEWS}; "
                              "0: all 1,200)")

@@ -30,10 +30,25 @@ def test_the_grid_covers_every_strategy_length_and_seed():
                                           "windows-max", "windows-attention"}
     assert [s.seed for s in grid[:12]] == [1] * 12          # seed by seed
     assert len({s.name for s in grid}) == len(grid)
-    # The affordable defaults: 600 training reviews, at most 8 windows a review.
-    assert {(s.max_train_examples, s.max_windows) for s in grid} == {(600, 8)}
-    assert grid[3].name == "windows-mean-len128-w8-n600-ep2-b16-seed1"
-    assert grid[0].name == "head-len128-n600-ep2-b16-seed1"
+    # The affordable defaults: 600 training reviews, at most about 1,000 pieces
+    # of a review read at either length (8 windows of 128, 4 of 256).
+    assert {(s.max_seq_length, s.max_train_examples, s.max_windows) for s in grid} == {
+        (128, 600, 8), (256, 600, 4)}
+    assert grid[3].name == "windows-mean-len128-w8-n600-ep3-b8-lr5e-05-mean-adam-seed1"
+    assert grid[9].name == "windows-mean-len256-w4-n600-ep3-b8-lr5e-05-mean-adam-seed1"
+    assert grid[0].name == "head-len128-n600-ep3-b8-lr5e-05-mean-adam-seed1"
+    # --max_windows overrides both lengths.
+    assert {s.max_windows for s in study.study_grid(["windows-max"], (128, 256), (1,),
+                                                    max_windows=16)} == {16}
+
+
+def test_the_command_carries_the_training_settings():
+    spec = study.RunSpec("tail", 256, 2)
+    command = study.cli_command(spec, "python", "/m", "/d", "/out/run")
+    for flag in ("--train_batch_size=8", "--learning_rate=5e-05", "--num_train_epochs=3",
+                 "--pooling=mean", "--optimizer=adam", "--seed=2", "--max_seq_length=256",
+                 "--truncation=tail", "--max_train_examples=600"):
+        assert flag in command
 
 
 def test_each_strategy_becomes_its_flags():
@@ -54,6 +69,15 @@ def test_the_report_gives_mean_and_sample_sd_per_cell():
     assert f"| head | {mean:.3f} ± {sd:.3f} (n=3) |" in text
     assert "| tail | - |" in text
     assert "1 failed run(s): tail-len128-seed1: error: boom" in text
+    # Every column names its settings; a record written before the training
+    # settings were fields reads as the first attempt's (b16, AdamW, [CLS]).
+    assert "| strategy | len 128, 2 ep, b16, lr 5e-05, cls, adamw |" in text
+    new = dict(study.RunSpec("head", 128, 1)._asdict(), status="ok", dev_accuracy=0.7,
+               test_accuracy=0.6)
+    text = study.report(records + [new], ["head"])
+    assert ("| strategy | len 128, 2 ep, b16, lr 5e-05, cls, adamw | "
+            "len 128, 600 train rows, 3 ep, b8, lr 5e-05, mean, adam |") in text
+    assert f"| head | {mean:.3f} ± {sd:.3f} (n=3) | 0.700 (n=1) |" in text
 
 
 @pytest.fixture(scope="module")
