@@ -399,6 +399,8 @@ class DuringTrainingEvaluation:
                 shutil.rmtree(staging, ignore_errors=True)
         for line in self.task.describe_metrics(metrics).splitlines():
             log.info("eval at step %d: %s", step, line)
+        for line in self.task.metric_warnings(metrics):
+            log.warning("warning: eval at step %d: %s", step, line)
         log.info("eval at step %d: %s%s%s", step, self.best.describe(),
                  "  (new best" + (", kept in best/)" if self.settings.keep_best_checkpoint
                                   else ")") if improved else "",
@@ -422,6 +424,8 @@ def evaluate(task: Task, data: SplitData, settings: RunSettings,
     write_key_values(os.path.join(settings.output_dir, "eval_results.txt"), metrics)
     for line in task.describe_metrics(metrics).splitlines():
         log.info("eval: %s", line)
+    for line in task.metric_warnings(metrics):
+        log.warning("warning: eval: %s", line)
     return metrics
 
 

@@ -240,6 +240,9 @@ def test_eval_results_match_predictions(setup, trained):
     assert float(results["eval_macro_f1"]) == pytest.approx(np.mean(f1s), abs=1e-6)
     loss = -np.mean(np.log(probabilities[np.arange(ROWS), labels]))
     assert float(results["eval_loss"]) == pytest.approx(loss, abs=1e-4)
+    assert int(results["eval_predicted_labels"]) == len(np.unique(predicted))
+    collapsed = len(np.unique(predicted)) == 1 and np.any(predicted != labels)
+    assert ("the model collapsed to one class" in trained[1].stderr) == collapsed
 
 
 def test_train_results_describe_the_run(trained):

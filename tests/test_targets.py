@@ -351,3 +351,36 @@ def test_an_empty_multi_label_cell_is_a_row_with_no_label(tmp_path):
     single = ClassificationTask(encoder, processors.get_task("tsv"), str(tmp_path))
     with pytest.raises(UserError, match=r"train.tsv line 2: empty label in column 0"):
         single.read("train")
+
+
+def test_a_dev_set_given_one_label_throughout_is_flagged(tmp_path):
+    """A fine-tune stuck at chance answers one label everywhere: its accuracy (the
+    majority share) looks plausible, so the eval says so in a warning line."""
+    (tmp_path / "dev.tsv").write_text("neg\tone\npos\ttwo\npos\tthree\n", encoding="utf-8")
+    encoder = TextEncoder(config=None, tokenizer=None, vocab_file="", do_lower_case=True,
+                          max_seq_length=32)
+    task = ClassificationTask(encoder, processors.get_task("tsv"), str(tmp_path))
+    data = task.read("dev")
+    task.labels = ["neg", "pos"]
+    truth = np.array([0, 1, 1])
+
+    def figures(probabilities):
+        probabilities = np.array(probabilities, np.float32)
+        losses = -np.log(probabilities[np.arange(3), truth])
+        return task.metrics(data, {"probabilities": probabilities, "label_ids": truth,
+                                   "per_example_loss": losses})
+
+    collapsed = figures([[0.4, 0.6], [0.3, 0.7], [0.45, 0.55]])
+    assert collapsed["eval_predicted_labels"] == 1
+    assert collapsed["eval_accuracy"] == pytest.approx(2 / 3)
+    [warning] = task.metric_warnings(collapsed)
+    assert warning.startswith("every one of the 3 dev rows got the same label: the model "
+                              "collapsed to one class. On small data try --optimizer=adam")
+    mixed = figures([[0.6, 0.4], [0.3, 0.7], [0.55, 0.45]])
+    assert mixed["eval_predicted_labels"] == 2 and task.metric_warnings(mixed) == []
+    # One label everywhere, and right everywhere: nothing to warn about.
+    (tmp_path / "dev.tsv").write_text("pos\tone\npos\ttwo\n", encoding="utf-8")
+    data, truth = task.read("dev"), np.array([1, 1])
+    right = task.metrics(data, {"probabilities": np.array([[0.2, 0.8], [0.1, 0.9]]),
+                                "label_ids": truth, "per_example_loss": np.zeros(2)})
+    assert right["eval_predicted_labels"] == 1 and task.metric_warnings(right) == []

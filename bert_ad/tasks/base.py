@@ -180,6 +180,11 @@ class Task(abc.ABC):
         return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in sorted(metrics.items()))
 
+    def metric_warnings(self, metrics: Mapping[str, object]) -> List[str]:
+        """Warnings the dev figures call for (logged after the eval lines), e.g.
+        a classifier that answers one label for every row."""
+        return []
+
 
 def check_head_learning_rate_multiplier(value: float) -> float:
     """--head_learning_rate_multiplier, refused unless positive."""

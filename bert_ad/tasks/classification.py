@@ -354,8 +354,9 @@ class ClassificationTask(Task):
                                           self.labels)
         else:
             labels = outputs["label_ids"] if self.windows is None else self.truth(data)
-            metrics = classification_metrics(labels, np.argmax(predictions, axis=-1),
-                                             self.labels)
+            predicted = np.argmax(predictions, axis=-1)
+            metrics = classification_metrics(labels, predicted, self.labels)
+            metrics["eval_predicted_labels"] = len(np.unique(predicted))
         metrics["eval_loss"] = float(np.mean(rows["losses"]))
         metrics["eval_examples"] = len(data)
         return metrics
@@ -384,6 +385,18 @@ class ClassificationTask(Task):
                     f"  {rows}")
         return (f"accuracy {metrics['eval_accuracy']:.4f}  macro-F1 "
                 f"{metrics['eval_macro_f1']:.4f}  loss {metrics['eval_loss']:.4f}  {rows}")
+
+
+    def metric_warnings(self, metrics) -> List[str]:
+        # A fine-tune that never left chance answers one label for every row; its
+        # accuracy (the majority share) can look plausible, so say it outright.
+        if (metrics.get("eval_predicted_labels") == 1 and metrics["eval_accuracy"] < 1.0
+                and metrics["eval_examples"] > 1):
+            return [f"every one of the {metrics['eval_examples']} dev rows got the same "
+                    "label: the model collapsed to one class. On small data try "
+                    "--optimizer=adam (bias-corrected), a lower --learning_rate or more "
+                    "epochs (README, Optimizers)"]
+        return []
 
 
 def _is_number(text: str) -> bool:
