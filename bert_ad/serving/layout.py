@@ -6,7 +6,8 @@ the tokenizer, the labels and the model's settings in the same places:
   saved_model.pb + variables/     --export_format=saved_model (the default)
   frozen_graph.pb                 --export_format=frozen_graph: variables folded
   frozen_graph.json                 into constants; the input/output tensor names
-  assets/<vocab>                  the vocab.txt (or SentencePiece model) as trained
+  assets/<vocab>                  the vocab.txt (or SentencePiece model, or piece
+                                  list + normalization.tsv) as trained
   assets/labels.txt               the label list, one a line, in the head's order
   assets.extra/bert_config.json   the model's config
   assets.extra/export.json        ExportMetadata: task, labels, max_seq_length,
@@ -61,7 +62,9 @@ class ExportMetadata:
       labels: the label list (labels.txt), or None for a task without one.
       max_seq_length, do_lower_case: the tokenizer settings it was trained with.
       vocab_file: the vocab's file name in assets/.
-      tokenizer: "wordpiece" or "sentencepiece".
+      tokenizer: "wordpiece", "sentencepiece" or "unigram" (a piece list,
+        read through --vocab_file like a vocab.txt; its normalization.tsv
+        sits beside it in assets/).
       vocab_sha256: the vocab file's digest (a different vocab is refused).
       tensorflow_version: the TensorFlow that wrote the export.
       checkpoint, global_step: where the weights came from.
