@@ -113,7 +113,8 @@ def piece_model(tmp_path_factory):
         f.write("0065\t0045\n")  # e -> E
     with open(os.path.join(REPO, "configs", "tiny_bert_config.json")) as f:
         config = json.load(f)
-    config.update(vocab_size=len(pieces), initializer_range=1.0)
+    # Unused rows past the pieces, as multilingual-e5 has (250,037 for 250,002).
+    config.update(vocab_size=len(pieces) + 3, initializer_range=1.0)
     with open(os.path.join(model, "bert_config.json"), "w") as f:
         json.dump(config, f)
     data_dir = os.path.join(root, "data")
@@ -175,3 +176,21 @@ def test_a_piece_list_model_exports_with_its_map_and_scores_the_same(piece_model
                                atol=1e-5)
     assert read_rows(os.path.join(scored, "predict.txt")) == read_rows(
         os.path.join(trained, "predict.txt"))
+
+
+def test_a_piece_list_longer_than_the_embedding_table_is_one_error(piece_model, tmp_path):
+    model, flags, _ = piece_model
+    with open(flags["bert_config_file"]) as f:
+        config = json.load(f)
+    pieces = len(read_rows(flags["vocab_file"]))
+    config["vocab_size"] = pieces - 1
+    small = str(tmp_path / "bert_config.json")
+    with open(small, "w") as f:
+        json.dump(config, f)
+    with pytest.raises(UserError) as caught:
+        run_main(classifier_cli, dict(flags, bert_config_file=small, do_train=True,
+                                      output_dir=str(tmp_path / "out")))
+    assert str(caught.value) == (
+        f"--vocab_file has {pieces} tokens but --bert_config_file says "
+        f"vocab_size={pieces - 1}; use the vocab the model was trained with")
+    assert not os.path.exists(tmp_path / "out" / "checkpoint")

@@ -19,8 +19,8 @@ import os
 
 from absl import flags
 
-from bert_ad.data.tokenization import (TRUNCATION_STRATEGIES, check_max_seq_length,
-                                       make_tokenizer)
+from bert_ad.data.tokenization import (TRUNCATION_STRATEGIES, PieceListTokenizer,
+                                       check_max_seq_length, make_tokenizer)
 from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
 from bert_ad.driver import Placement, RunSettings
 from bert_ad.compat import session_config
@@ -320,8 +320,12 @@ def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
     check_max_seq_length(f.max_seq_length, config.max_position_embeddings)
     tokenizer = make_tokenizer(f.vocab_file or "", f.do_lower_case, f.spm_model_file or "")
     # A vocab of another model maps tokens to the wrong rows silently, so
-    # any difference is refused (released models have exactly vocab_size).
-    if tokenizer.vocab_size != config.vocab_size:
+    # any difference is refused (released models have exactly vocab_size),
+    # except unused rows past an XLM-R piece list (multilingual-e5 has 250,037
+    # rows for 250,002 pieces).
+    padded = (isinstance(tokenizer, PieceListTokenizer)
+              and tokenizer.vocab_size < config.vocab_size)
+    if tokenizer.vocab_size != config.vocab_size and not padded:
         vocab_flag = "--spm_model_file" if f.spm_model_file else "--vocab_file"
         fail(f"{vocab_flag} has {tokenizer.vocab_size} tokens but --bert_config_file "
              f"says vocab_size={config.vocab_size}; use the vocab the model was trained with")
