@@ -50,6 +50,9 @@ def test_a_piece_list_vocab_segments_as_the_unigram_model(tmp_path):
     # after its word.
     assert tokenizer.tokenize("good films!") == ["▁good", "▁film", "s", "!"]
     assert tokenizer.convert_tokens_to_ids(["▁good", "▁film", "s", "!"]) == [5, 6, 8, 9]
+    # BERT's special-token names, as input builders write them, are the control pieces.
+    assert tokenizer.convert_tokens_to_ids(["[CLS]", "▁good", "[MASK]", "[SEP]", "[PAD]",
+                                            "[UNK]", "zz"]) == [0, 5, 15, 2, 1, 3, 3]
     assert (tokenizer.cls_id, tokenizer.pad_id, tokenizer.sep_id, tokenizer.unk_id,
             tokenizer.mask_id) == (0, 1, 2, 3, 15)
     # An uncovered character is one <unk>; --do_lower_case lower-cases first.

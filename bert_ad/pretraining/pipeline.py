@@ -39,7 +39,8 @@ Modes (--mode):
 
 Masking is Google's create_masked_lm_predictions (bert_ad.pretraining.masking), with
 --do_whole_word_mask ("##" pieces go with their word; SentencePiece pieces go
-with the "▁" piece that starts their word) and --chinese_whole_word: the text
+with the "▁" piece that starts their word, a unigram piece list's too) and
+--chinese_whole_word: the text
 is pre-segmented (words separated by spaces, as the People's Daily corpus
 once its /POS tags are stripped) and all characters of a word are masked
 together. --chinese_whole_word only changes how the masks are grouped; the
@@ -70,7 +71,7 @@ import random
 import time
 from typing import IO, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from bert_ad.data.tokenization import SentencePieceTokenizer, make_tokenizer
+from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer, make_tokenizer
 from bert_ad.errors import fail
 from bert_ad.pretraining.instances import (Document, InstanceMaker, InstanceSettings,
                                            Summary, TrainingInstance, derive_seed,
@@ -104,7 +105,7 @@ class ChunkProcessor:
         if settings.chinese_whole_word:
             self.word_ids_from = "spaces"
         elif (settings.do_whole_word_mask
-              and isinstance(self.tokenizer, SentencePieceTokenizer)):
+              and isinstance(self.tokenizer, (SentencePieceTokenizer, PieceListTokenizer))):
             self.word_ids_from = "sentencepiece"
 
     def instances(self, chunk_index: int, raw_documents: Sequence[List[str]]
