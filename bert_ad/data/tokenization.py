@@ -40,12 +40,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import sys
 import unicodedata
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from bert_ad.data.unigram import NORMALIZATION_FILE, UnigramTokenizer, is_piece_list
+from bert_ad.data.unigram import UnigramTokenizer, is_piece_list
 from bert_ad.errors import fail, require_file, run_cli
 
 UNK = "[UNK]"
@@ -56,6 +55,8 @@ MASK = "[MASK]"
 # Every input needs [CLS] and [SEP]; [UNK] stands for words the vocab lacks.
 # [PAD] and [MASK] are only looked up when asked for (pretraining, padding).
 REQUIRED_SPECIAL_TOKENS = (CLS, SEP, UNK)
+# What stands for each special token in an XLM-R style unigram piece list.
+UNIGRAM_SPECIAL_PIECES = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
 
 MAX_INPUT_CHARS_PER_WORD = 100
 TRUNCATION_STRATEGIES = ("head", "tail", "head+tail")
@@ -415,8 +416,6 @@ class PieceListTokenizer(_Tokenizer):
     their place.
     """
 
-    SPECIAL_PIECES = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
-
     def __init__(self, pieces_file: str, do_lower_case: bool = False):
         """Args:
           pieces_file: `piece<TAB>score` per line (normalization.tsv beside it
@@ -430,11 +429,11 @@ class PieceListTokenizer(_Tokenizer):
             (piece, i) for i, piece in enumerate(self.unigram.pieces))
         self.inv_vocab = dict(enumerate(self.unigram.pieces))
         self._special = {token: self.vocab.get(piece)
-                         for token, piece in self.SPECIAL_PIECES.items()}
+                         for token, piece in UNIGRAM_SPECIAL_PIECES.items()}
         missing = [t for t in REQUIRED_SPECIAL_TOKENS if self._special[t] is None]
         if missing:
             fail(f"piece list {pieces_file!r} has no "
-                 f"{', '.join(self.SPECIAL_PIECES[t] for t in missing)} piece, which "
+                 f"{', '.join(UNIGRAM_SPECIAL_PIECES[t] for t in missing)} piece, which "
                  f"stands for {', '.join(missing)}; is it an XLM-R style piece list?")
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
@@ -449,9 +448,8 @@ class PieceListTokenizer(_Tokenizer):
         return ids
 
     def files(self) -> List[str]:
-        beside = os.path.join(os.path.dirname(os.path.abspath(self._source)),
-                              NORMALIZATION_FILE)
-        return [self._source] + ([beside] if os.path.isfile(beside) else [])
+        normalization = self.unigram.normalization_file
+        return [self._source] + ([normalization] if normalization else [])
 
     def tokenize(self, text: str) -> List[str]:
         """Pieces of `text`: "我爱 Paris" -> ["▁我", "爱", "▁Paris"] (as scored)."""

@@ -79,6 +79,8 @@ class UnigramTokenizer:
         self.scores = [_f32(s) for s in scores]
         self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.normalization = normalization
+        # The file `normalization` came from (set by from_file), or "".
+        self.normalization_file = ""
         self._source = source or "unigram piece list"
         if UNK_PIECE not in self.piece_ids:
             fail(f"{self._source} has no {UNK_PIECE} piece; a unigram vocab needs one")
@@ -94,8 +96,11 @@ class UnigramTokenizer:
         """Read `pieces.tsv` (and `normalization.tsv` beside it, when present)."""
         pieces, scores = read_pieces(path)
         norm_path = os.path.join(os.path.dirname(os.path.abspath(path)), NORMALIZATION_FILE)
-        normalization = read_normalization(norm_path) if os.path.isfile(norm_path) else None
-        return cls(pieces, scores, normalization, source=path)
+        found = os.path.isfile(norm_path)
+        tokenizer = cls(pieces, scores, read_normalization(norm_path) if found else None,
+                        source=path)
+        tokenizer.normalization_file = norm_path if found else ""
+        return tokenizer
 
     @property
     def vocab_size(self) -> int:

@@ -386,7 +386,6 @@ class ClassificationTask(Task):
         return (f"accuracy {metrics['eval_accuracy']:.4f}  macro-F1 "
                 f"{metrics['eval_macro_f1']:.4f}  loss {metrics['eval_loss']:.4f}  {rows}")
 
-
     def metric_warnings(self, metrics) -> List[str]:
         # A fine-tune that never left chance answers one label for every row; its
         # accuracy (the majority share) can look plausible, so say it outright.

@@ -68,7 +68,8 @@ from bert_ad.data.unigram import WORD_START, UnigramTokenizer, is_piece_list
 from bert_ad.errors import fail, require_file, run_cli
 from bert_ad.model.modeling import BertConfig
 from bert_ad.data.tokenization import (
-    CLS, MASK, PAD, SEP, UNK, FullTokenizer, _strip_accents, load_vocab)
+    CLS, MASK, PAD, SEP, UNIGRAM_SPECIAL_PIECES, UNK, FullTokenizer, _strip_accents,
+    load_vocab)
 
 WORD_EMBEDDINGS = "bert/embeddings/word_embeddings"
 OUTPUT_BIAS = "cls/predictions/output_bias"
@@ -76,7 +77,6 @@ TRANSPLANT_REPORT = "transplant_report.txt"
 EXTEND_REPORT = "extend_report.txt"
 PIECES = "pieces.tsv"
 SPECIAL_TOKENS = (CLS, SEP, PAD, UNK, MASK)
-UNIGRAM_SPECIALS = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
 _RESERVED = re.compile(r"^(\[[^\[\]]+\]|<[^<>]+>)$")
 _UNUSED = re.compile(r"^\[unused\d+\]$")
 DEFAULT_SEED = 12345
@@ -151,7 +151,7 @@ class UnigramSource:
         return self.tokenizer.vocab_size
 
     def special(self, token: str) -> Optional[int]:
-        return self.tokenizer.special_id(UNIGRAM_SPECIALS[token])
+        return self.tokenizer.special_id(UNIGRAM_SPECIAL_PIECES[token])
 
     def piece(self, text: str, continuation: bool) -> Optional[int]:
         text = self.tokenizer.normalize_chars(text)
