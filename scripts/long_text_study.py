@@ -27,19 +27,22 @@ eval_results.txt, test accuracy from predict.txt against test.tsv, wall time,
 the command) is appended to --runs, one JSON object a line. Runs already in
 that file are skipped, so the study can be stopped and resumed. The report
 prints, per strategy and max_seq_length, the mean and sample standard
-deviation over the seeds.
+deviation over the seeds, then every strategy against head+tail on the same
+test reviews (pooled over the seeds both have, with an exact McNemar p-value):
+with 150 test reviews a seed, that is what tells a difference from noise.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from typing import List, NamedTuple, Optional, Sequence
+from typing import Callable, List, NamedTuple, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -168,9 +171,9 @@ def first_test_rows(data_dir: str, limit: Optional[int], folder: str) -> str:
     return path
 
 
-def test_accuracy(data_dir: str, output_dir: str, limit: Optional[int]) -> dict:
-    """Accuracy of predict.txt against test.tsv's labels (the first `limit` rows,
-    which the run scored)."""
+def test_correctness(data_dir: str, output_dir: str, limit: Optional[int]) -> str:
+    """One character per test review the run scored (test.tsv's first `limit`
+    rows): "1" where predict.txt has its label, "0" where not."""
     from bert_ad.data import processors
     labels = processors.load_label_list(os.path.join(output_dir, "labels.txt"))
     examples = processors.read_examples(processors.get_task("sentiment"), data_dir, "test")
@@ -180,9 +183,15 @@ def test_accuracy(data_dir: str, output_dir: str, limit: Optional[int]) -> dict:
     if len(predicted) != len(examples):
         raise RuntimeError(f"{output_dir}/predict.txt has {len(predicted)} rows, "
                            f"the test rows {len(examples)}")
-    pairs = list(zip(predicted, examples))
-    correct = sum(1 for p, e in pairs if labels[p] == e.label)
-    return {"test_accuracy": correct / len(pairs), "test_examples": len(pairs)}
+    return "".join("1" if labels[p] == e.label else "0" for p, e in zip(predicted, examples))
+
+
+def test_accuracy(data_dir: str, output_dir: str, limit: Optional[int]) -> dict:
+    """Accuracy of predict.txt against test.tsv's labels, and which reviews it
+    got right (`test_correct`, for the paired comparison)."""
+    correct = test_correctness(data_dir, output_dir, limit)
+    return {"test_accuracy": correct.count("1") / len(correct),
+            "test_examples": len(correct), "test_correct": correct}
 
 
 def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str,
@@ -264,6 +273,76 @@ def report(records: List[dict], strategies: Sequence[str] = STRATEGIES) -> str:
     return "\n".join(lines) + "\n"
 
 
+def exact_mcnemar_p(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: b and c are the discordant pairs (right
+    with one strategy only, right with the other only); under no difference
+    each is Binomial(b + c, 1/2)."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    # Exact integers (math.comb is Python 3.8+; TF 1.15's lane is 3.7).
+    choose = [math.factorial(n) // (math.factorial(k) * math.factorial(n - k))
+              for k in range(min(b, c) + 1)]
+    tail = sum(choose) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def _correct_by_seed(records: List[dict], strategy: str, column: tuple,
+                     correct_of: Callable[[dict], Optional[str]]) -> dict:
+    return {r["seed"]: correct_of(r) for r in records
+            if r["strategy"] == strategy and settings_of(r) == column}
+
+
+def paired_report(records: List[dict], correct_of: Callable[[dict], Optional[str]],
+                  strategies: Sequence[str] = STRATEGIES,
+                  reference: str = "head+tail") -> str:
+    """Each strategy against `reference` on the same test reviews: a cell pools
+    the seeds both have, in the same column (settings). With 150 test reviews a
+    seed, one seed's accuracy moves by 0.7 points a review; pairing the
+    reviews and pooling the seeds says whether a difference is more than that
+    noise. `correct_of(record)` is the record's per-review correctness string
+    (test_correctness), or None when it cannot be had."""
+    done = [r for r in records if r.get("status") == "ok"]
+    columns = sorted({settings_of(r) for r in done})
+    lines = [f"test accuracy against {reference}, the same reviews paired, seeds pooled: "
+             f"the difference in points (right only with the strategy / only with "
+             f"{reference}; exact McNemar p; seeds):", "",
+             "| strategy | " + " | ".join(map(_heading, columns)) + " |",
+             "|---|" + "---|" * len(columns)]
+    for strategy in strategies:
+        if strategy == reference:
+            continue
+        cells = []
+        for column in columns:
+            mine, theirs = (_correct_by_seed(done, name, column, correct_of)
+                            for name in (strategy, reference))
+            pairs = [(mine[s], theirs[s]) for s in sorted(set(mine) & set(theirs))
+                     if mine[s] is not None and theirs[s] is not None]
+            if not pairs:
+                cells.append("-")
+                continue
+            b = sum(x == "1" and y == "0" for m, t in pairs for x, y in zip(m, t))
+            c = sum(x == "0" and y == "1" for m, t in pairs for x, y in zip(m, t))
+            reviews = sum(len(m) for m, _ in pairs)
+            cells.append(f"{100 * (b - c) / reviews:+.1f} ({b}/{c}, "
+                         f"p={exact_mcnemar_p(b, c):.2g}, n={len(pairs)})")
+        lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def correctness_from_run_dirs(data_dir: str, runs_root: str) -> Callable[[dict], Optional[str]]:
+    """correct_of for paired_report: the record's test_correct, else recomputed
+    from its run folder's predict.txt (records written before the field)."""
+    def correct_of(record: dict) -> Optional[str]:
+        if record.get("test_correct"):
+            return record["test_correct"]
+        output_dir = os.path.join(runs_root, record["name"])
+        if not os.path.isfile(os.path.join(output_dir, "predict.txt")):
+            return None
+        return test_correctness(data_dir, output_dir, record.get("max_eval_examples"))
+    return correct_of
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -321,7 +400,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f"dev {record['dev_accuracy']:.3f}, test {record['test_accuracy']:.3f}, "
                 f"{record['wall_seconds']:.0f} s" if record["status"] == "ok"
                 else record["error"]), flush=True)
-    print(report(load_runs(runs_path), strategies), end="")
+    records = load_runs(runs_path)
+    print(report(records, strategies), end="")
+    if "head+tail" in strategies:
+        correct_of = correctness_from_run_dirs(args.data_dir,
+                                               os.path.join(args.output_dir, "runs"))
+        print("\n" + paired_report(records, correct_of, strategies), end="")
     return 0
 
 

@@ -80,6 +80,56 @@ def test_the_report_gives_mean_and_sample_sd_per_cell():
     assert f"| head | {mean:.3f} ± {sd:.3f} (n=3) | 0.700 (n=1) |" in text
 
 
+def _two_sided_binomial_p(b, c):
+    """The reference: Binomial(b + c, 1/2) built by repeated convolution (floats),
+    P(X <= min) + P(X >= max), capped at 1."""
+    n = b + c
+    probabilities = [1.0]
+    for _ in range(n):
+        probabilities = [0.5 * ((probabilities[k] if k < len(probabilities) else 0.0) +
+                                (probabilities[k - 1] if k else 0.0))
+                         for k in range(len(probabilities) + 1)]
+    low, high = min(b, c), max(b, c)
+    return min(1.0, sum(probabilities[:low + 1]) + sum(probabilities[high:]))
+
+
+@pytest.mark.parametrize("b, c", [(0, 6), (1, 9), (9, 1), (5, 5), (17, 41), (22, 11),
+                                  (120, 150), (0, 0), (3, 0)])
+def test_exact_mcnemar_p_against_the_binomial_distribution(b, c):
+    assert study.exact_mcnemar_p(b, c) == pytest.approx(_two_sided_binomial_p(b, c),
+                                                        rel=1e-9, abs=1e-15)
+    # Textbook values: 0 vs 6 discordant pairs is 2 / 2^6; 1 vs 9 is 2 x 11 / 2^10.
+    assert study.exact_mcnemar_p(0, 6) == 2 / 64
+    assert study.exact_mcnemar_p(1, 9) == 22 / 1024
+
+
+def test_the_paired_report_pairs_reviews_within_a_seed_and_pools_the_seeds():
+    def record(strategy, seed, correct, length=128):
+        return dict(study.RunSpec(strategy, length, seed)._asdict(), status="ok",
+                    dev_accuracy=0.5, test_accuracy=correct.count("1") / len(correct),
+                    test_correct=correct, name=f"{strategy}-{length}-{seed}")
+    records = [
+        record("head+tail", 1, "110010"), record("windows-mean", 1, "111011"),
+        record("head+tail", 2, "000111"), record("windows-mean", 2, "100101"),
+        # Seed 3 only for windows-mean: nothing to pair it with, left out.
+        record("windows-mean", 3, "000000"),
+        # head at seed 1 cannot be read (None): left out, so its cell is empty.
+        record("head", 1, "unreadable"), record("head+tail", 1, "111111", length=256),
+        record("tail", 1, "011111", length=256)]
+    missing = {"head-128-1"}
+    text = study.paired_report(records, lambda r: None if r["name"] in missing
+                               else r["test_correct"],
+                               ["head", "tail", "head+tail", "windows-mean"])
+    # Seed 1: right only with windows at 2 reviews, only with head+tail at none;
+    # seed 2: 1 and 1. Pooled: 3 / 1 over 12 reviews = +16.7 points.
+    p = study.exact_mcnemar_p(3, 1)
+    assert p == pytest.approx(_two_sided_binomial_p(3, 1))
+    assert f"| windows-mean | +16.7 (3/1, p={p:.2g}, n=2) | - |" in text
+    assert f"| tail | - | -16.7 (0/1, p={study.exact_mcnemar_p(0, 1):.2g}, n=1) |" in text
+    assert "| head | - | - |" in text
+    assert "| head+tail |" not in text                    # the reference has no row
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny 'Google checkpoint' folder and a long-review-like data set."""
@@ -112,6 +162,13 @@ def test_one_real_run_through_the_launcher(tiny):
              (tiny / "data" / "test.tsv").read_text().split("\n")[:-1]]
     assert record["test_accuracy"] == pytest.approx(
         sum(p == t for p, t in zip(predicted, truth)) / 6)
+    assert record["test_correct"] == "".join(
+        "1" if p == t else "0" for p, t in zip(predicted, truth))
+    # The paired report reads an older record's correctness from its folder.
+    older = {k: v for k, v in record.items() if k != "test_correct"}
+    correct_of = study.correctness_from_run_dirs(str(tiny / "data"), str(tiny / "runs"))
+    assert correct_of(older) == record["test_correct"]
+    assert correct_of(dict(older, name="no-such-run")) is None
     assert "--long_text=windows" in record["command"]
     assert not [n for n in os.listdir(output_dir) if n.startswith("model.ckpt")]
     runs = str(tiny / "runs.jsonl")
