@@ -67,20 +67,22 @@ class UnigramTokenizer:
     """
 
     def __init__(self, pieces: Sequence[str], scores: Sequence[float],
-                 normalization: Optional[Dict[str, str]] = None, source: str = ""):
+                 normalization: Optional[Dict[str, str]] = None, source: str = "",
+                 normalization_file: str = ""):
         """Args:
           pieces: the pieces in id order; one of them is `<unk>`.
           scores: their scores, same length.
           normalization: character -> replacement text (may be ""), or None
             for Unicode NFKC.
           source: the file the pieces came from, for messages.
+          normalization_file: the file `normalization` came from, or "" (an
+            export copies it beside the pieces).
         """
         self.pieces = list(pieces)
         self.scores = [_f32(s) for s in scores]
         self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.normalization = normalization
-        # The file `normalization` came from (set by from_file), or "".
-        self.normalization_file = ""
+        self.normalization_file = normalization_file
         self._source = source or "unigram piece list"
         if UNK_PIECE not in self.piece_ids:
             fail(f"{self._source} has no {UNK_PIECE} piece; a unigram vocab needs one")
@@ -96,11 +98,10 @@ class UnigramTokenizer:
         """Read `pieces.tsv` (and `normalization.tsv` beside it, when present)."""
         pieces, scores = read_pieces(path)
         norm_path = os.path.join(os.path.dirname(os.path.abspath(path)), NORMALIZATION_FILE)
-        found = os.path.isfile(norm_path)
-        tokenizer = cls(pieces, scores, read_normalization(norm_path) if found else None,
-                        source=path)
-        tokenizer.normalization_file = norm_path if found else ""
-        return tokenizer
+        if not os.path.isfile(norm_path):
+            return cls(pieces, scores, None, source=path)
+        return cls(pieces, scores, read_normalization(norm_path), source=path,
+                   normalization_file=norm_path)
 
     @property
     def vocab_size(self) -> int:
