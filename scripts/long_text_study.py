@@ -24,7 +24,8 @@ windows all in that step), mean pooling, bias-corrected Adam at 5e-5, 3
 epochs (chosen on dev with head-128: docs/long_text.md). Every run is one CLI
 process (--do_train --do_eval --do_predict); its record (dev accuracy from
 eval_results.txt, test accuracy from predict.txt against test.tsv, wall time,
-the command) is appended to --runs, one JSON object a line. Runs already in
+the command, which test reviews it got right) is appended to --runs
+(docs/long_text_runs.jsonl, committed), one JSON object a line. Runs already in
 that file are skipped, so the study can be stopped and resumed. The report
 prints, per strategy and max_seq_length, the mean and sample standard
 deviation over the seeds, then every strategy against head+tail on the same
@@ -365,12 +366,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                            "movie_reviews_full"),
                         help="movie_reviews_full (built by scripts/prepare_data.py if missing)")
     parser.add_argument("--output_dir", default=os.path.join(cache_dir(), "long_text_study"))
+    # The records live in the repository, as the accuracy study's do: the run
+    # folders are on the machine that ran them, and a new machine starts without.
     parser.add_argument("--runs", default=None, help="the runs file (default: "
-                        "OUTPUT_DIR/runs.jsonl)")
+                        "docs/long_text_runs.jsonl; --quick: OUTPUT_DIR/quick.jsonl)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args(argv)
-    runs_path = args.runs or os.path.join(args.output_dir, "runs.jsonl")
+    runs_path = args.runs or (os.path.join(args.output_dir, "quick.jsonl") if args.quick
+                              else os.path.join(REPO, "docs", "long_text_runs.jsonl"))
     strategies = [s for s in args.strategies.split(",") if s]
     unknown = sorted(set(strategies) - set(STRATEGIES))
     if unknown:
