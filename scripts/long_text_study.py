@@ -305,10 +305,11 @@ def paired_report(records: List[dict], correct_of: Callable[[dict], Optional[str
     (test_correctness), or None when it cannot be had."""
     done = [r for r in records if r.get("status") == "ok"]
     columns = sorted({settings_of(r) for r in done})
-    # (strategy, column) -> seed -> correctness; each run read once.
+    # (strategy, column) -> seed -> correctness; each run read once. The
+    # reference is read whether or not `strategies` lists it.
     correct: Dict[tuple, Dict[int, str]] = collections.defaultdict(dict)
     for r in done:
-        if r["strategy"] in strategies:
+        if r["strategy"] in strategies or r["strategy"] == reference:
             value = correct_of(r)
             if value is not None:
                 correct[(r["strategy"], settings_of(r))][r["seed"]] = value

@@ -128,6 +128,9 @@ def test_the_paired_report_pairs_reviews_within_a_seed_and_pools_the_seeds():
     assert f"| tail | - | -16.7 (0/1, p={study.exact_mcnemar_p(0, 1):.2g}, n=1) |" in text
     assert "| head | - | - |" in text
     assert "| head+tail |" not in text                    # the reference has no row
+    # A list without the reference still pairs against it.
+    alone = study.paired_report(records, lambda r: r["test_correct"], ["windows-mean"])
+    assert f"| windows-mean | +16.7 (3/1, p={p:.2g}, n=2) | - |" in alone
 
 
 @pytest.fixture(scope="module")
