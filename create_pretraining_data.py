@@ -1,9 +1,10 @@
 """Launcher kept at the root so existing shell scripts keep working.
 
-The code lives in bert_ad/cli/create_pretraining_data.py.
+It runs the command registered with launcher=<this file's name>: see
+`bert-ad --help` and bert_ad/cli/registry.py.
 """
 
-from bert_ad.cli.entry_points import create_pretraining_data
+from bert_ad.cli.entry_points import launcher
 
 if __name__ == "__main__":
-    create_pretraining_data()
+    launcher(__file__)

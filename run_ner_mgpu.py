@@ -1,9 +1,10 @@
 """Launcher kept at the root so existing shell scripts keep working.
 
-The code lives in bert_ad/cli/ner.py.
+It runs the command registered with launcher=<this file's name>: see
+`bert-ad --help` and bert_ad/cli/registry.py.
 """
 
-from bert_ad.cli.entry_points import ner
+from bert_ad.cli.entry_points import launcher
 
 if __name__ == "__main__":
-    ner()
+    launcher(__file__)

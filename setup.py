@@ -11,14 +11,32 @@ The checkout's configs/ and data/ ship inside the wheel as bert_ad/configs and
 bert_ad/samples (bert_ad/tools/samples.py finds them in either place).
 """
 
+import importlib.util
 import os
 import re
+import sys
 
 from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "bert_ad", "__init__.py"), encoding="utf-8") as f:
     VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+
+
+
+def registered_console_scripts() -> list:
+    """`bert-ad` and every command's console script, from the command registry.
+
+    bert_ad/cli/registry.py reads the registration lines without importing
+    them (pip builds the wheel without TensorFlow), so it is loaded by path.
+    """
+    path = os.path.join(HERE, "bert_ad", "cli", "registry.py")
+    spec = importlib.util.spec_from_file_location("_bert_ad_registry", path)
+    registry = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = registry  # dataclasses look their module up there
+    spec.loader.exec_module(registry)
+    return registry.console_scripts(os.path.join(HERE, "bert_ad"))
+
 
 # TensorFlow 1.15 reads protobuf's generated code the old way: protobuf 3.21+
 # fails at `import tensorflow`.
@@ -58,16 +76,9 @@ setup(
         "plot": ["matplotlib"],
     },
     entry_points={
-        # Through cli/entry_points.py: the launcher (and TensorFlow) is imported
-        # under run_cli, so a missing TensorFlow is one `error:` line.
-        "console_scripts": [
-            "bert-ad-classifier=bert_ad.cli.entry_points:classifier",
-            "bert-ad-ner=bert_ad.cli.entry_points:ner",
-            "bert-ad-pretrain=bert_ad.cli.entry_points:pretrain",
-            "bert-ad-rewrite=bert_ad.cli.entry_points:rewrite",
-            "bert-ad-create-pretraining-data=bert_ad.cli.entry_points:create_pretraining_data",
-            "bert-ad-convert=bert_ad.cli.entry_points:convert",
-            "bert-ad-vocab=bert_ad.cli.entry_points:vocab",
-        ],
+        # `bert-ad` and one `bert-ad-NAME` per registered command, all through
+        # cli/entry_points.py: the command (and TensorFlow) is imported under
+        # run_cli, so a missing TensorFlow is one `error:` line.
+        "console_scripts": registered_console_scripts(),
     },
 )

@@ -1,6 +1,6 @@
-"""`python -m bert_ad.assets` keeps working: the code is bert_ad/tools/assets.py."""
+"""`python -m bert_ad.assets` keeps working: the same as `bert-ad assets`."""
 
-from bert_ad.cli.entry_points import assets
+from bert_ad.cli.entry_points import module_command
 
 if __name__ == "__main__":
-    assets()
+    module_command("assets", "python -m bert_ad.assets")

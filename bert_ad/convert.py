@@ -1,6 +1,6 @@
-"""`python -m bert_ad.convert` keeps working: the command line is bert_ad/cli/convert.py."""
+"""`python -m bert_ad.convert` keeps working: the same as `bert-ad convert`."""
 
-from bert_ad.cli.entry_points import convert
+from bert_ad.cli.entry_points import module_command
 
 if __name__ == "__main__":
-    convert()
+    module_command("convert", "python -m bert_ad.convert")

@@ -24,147 +24,35 @@ The path of one training step: cli flags -> RunSettings + Placement + a Task
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
-import shutil
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
-from bert_ad.compat import session_config, tf
+from bert_ad.compat import tf
 from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import load_label_list, save_label_list
-from bert_ad.distributed.cluster import ClusterRuntime
 from bert_ad.errors import UserError, fail
-from bert_ad.files import (remove_stale_temporaries, staging_directory, write_key_values,
-                           write_results)
+from bert_ad.evaluation import DuringTrainingEvaluation, score, scoring_checkpoint
+from bert_ad.files import remove_stale_temporaries, write_key_values, write_results
 from bert_ad.locks import OutputDirLock
-from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
-from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint, step_checkpoints
+from bert_ad.parallel.checkpoints import checkpoint_step, step_checkpoints
 from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop
-from bert_ad.parallel.optimization import scale_learning_rate
-from bert_ad.parallel.scoring import Scorer
-from bert_ad.parallel.towers import DevicePlan
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+# RunSettings, Placement and schedule are the driver's vocabulary: callers
+# (bert_ad/cli, tests, benchmarks) name them through it.
+from bert_ad.run_settings import Placement, RunSettings, Schedule, derive, schedule  # noqa: F401
 from bert_ad.serving.export import (ExportSettings, export_dir_for, export_model,
                                     refuse_existing)
 from bert_ad.serving.layout import ExportMetadata, read_metadata
-from bert_ad.serving.load import ExportScorer, check_compatible
+from bert_ad.serving.load import check_compatible
 from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")
 
 LABELS_FILE = "labels.txt"
 TRAIN_RESULTS_FILE = "train_results.txt"
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSettings:
-    """What a run asks for, from the flags every launcher shares.
-
-    Batch sizes are per tower. `num_train_steps` > 0 fixes the step count
-    (pretraining); otherwise it follows from the data and num_train_epochs.
-    `num_warmup_steps` None means warmup_proportion of the steps.
-    `predict_from_export` (a folder written by --do_export) makes --do_predict
-    score with that export instead of a checkpoint.
-
-    Evaluation during training: every `eval_every_steps` applied steps (0:
-    never) the dev set is scored; `best_metric` ("" = the task's
-    `main_metric`) picks the best evaluation, whose weights
-    `keep_best_checkpoint` keeps in output_dir/best/; `early_stopping_patience`
-    K > 0 stops after K evaluations in a row without improvement.
-    `use_best_checkpoint` makes eval, predict and export use best/.
-    """
-    output_dir: str
-    init_checkpoint: str = ""
-    train_batch_size: int = 32
-    eval_batch_size: int = 8
-    predict_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    num_train_epochs: float = 3.0
-    num_train_steps: int = 0
-    warmup_proportion: float = 0.1
-    num_warmup_steps: Optional[int] = None
-    learning_rate: float = 5e-5
-    lr_scaling: str = "none"
-    lr_reference_batch: int = 0
-    optimizer: str = "adamw"
-    sparse_embedding_updates: bool = False
-    weight_decay_rate: float = 0.01
-    clip_norm: float = 1.0
-    seed: int = 12345
-    precision: str = "fp32"
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 5
-    log_every_n_steps: int = 10
-    predict_from_export: str = ""
-    eval_every_steps: int = 0
-    keep_best_checkpoint: bool = False
-    best_metric: str = ""
-    early_stopping_patience: int = 0
-    use_best_checkpoint: bool = False
-
-
-@dataclasses.dataclass
-class Placement:
-    """Where this process computes: its towers and, in a cluster, its place."""
-    plan: DevicePlan
-    cluster: Optional[ClusterRuntime] = None
-    use_xla: bool = False
-
-    @property
-    def num_workers(self) -> int:
-        return 1 if self.cluster is None else self.cluster.num_workers
-
-    @property
-    def worker_index(self) -> int:
-        return 0 if self.cluster is None else self.cluster.task_index
-
-    @property
-    def is_chief(self) -> bool:
-        """True on a single machine and on worker 0: who reads checkpoints and writes."""
-        return self.cluster is None or self.cluster.is_chief
-
-    def local_session_config(self):
-        """For scoring: this machine's towers only."""
-        return session_config(self.plan.num_cpu_devices, use_xla=self.use_xla)
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """How long and how fast to train, decided once for the whole cluster."""
-    global_batch: int        # examples per applied step, all workers and towers
-    num_train_steps: int
-    num_warmup_steps: int
-    learning_rate: float     # after --lr_scaling
-
-
-def schedule(settings: RunSettings, placement: Placement,
-             num_examples: Optional[int]) -> Schedule:
-    """The global batch, step counts and the (scaled) learning rate."""
-    per_tower = settings.train_batch_size
-    global_batch = (per_tower * placement.plan.num_towers
-                    * settings.gradient_accumulation_steps * placement.num_workers)
-    if settings.num_train_steps > 0:
-        steps = settings.num_train_steps
-    else:
-        if num_examples is None:
-            raise ValueError("a stream of examples needs a fixed num_train_steps")
-        steps = max(1, int(num_examples / global_batch * settings.num_train_epochs))
-        if steps >= 2 ** 31:
-            fail(f"--num_train_epochs={settings.num_train_epochs:g} makes {steps} steps of "
-                 f"{global_batch} examples: more than TensorFlow's step counter holds; "
-                 "give a realistic number of epochs")
-    warmup = (settings.num_warmup_steps if settings.num_warmup_steps is not None
-              else int(steps * settings.warmup_proportion))
-    if warmup > steps:
-        fail(f"{warmup} warmup steps exceed the {steps} training steps; lower "
-             "--num_warmup_steps (or --warmup_proportion)")
-    learning_rate = scale_learning_rate(settings.learning_rate, global_batch,
-                                        settings.lr_reference_batch or per_tower,
-                                        settings.lr_scaling)
-    return Schedule(global_batch, steps, warmup, learning_rate)
 
 
 # --- training ------------------------------------------------------------------------
@@ -196,18 +84,14 @@ def train(task: Task, data: SplitData, settings: RunSettings,
         log.info("cluster: %d workers x %d tower(s) each; worker %d trains on %d of every "
                  "%d examples", placement.num_workers, plan.num_towers,
                  placement.worker_index, share, share * placement.num_workers)
-    graph_settings = TrainSettings(
-        learning_rate=plan_.learning_rate, num_train_steps=plan_.num_train_steps,
-        num_warmup_steps=plan_.num_warmup_steps, optimizer=settings.optimizer,
-        weight_decay_rate=settings.weight_decay_rate, clip_norm=settings.clip_norm,
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+    graph_settings = derive(
+        TrainSettings, settings, learning_rate=plan_.learning_rate,
+        num_train_steps=plan_.num_train_steps, num_warmup_steps=plan_.num_warmup_steps,
         # Each worker draws its own dropout masks; the initial weights still
         # agree: every worker gets the chief's at start.
-        seed=settings.seed + placement.worker_index, precision=settings.precision,
-        batch_size_per_tower=settings.train_batch_size,
-        num_workers=placement.num_workers,
-        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()),
-        sparse_embedding_updates=settings.sparse_embedding_updates)
+        seed=settings.seed + placement.worker_index,
+        batch_size_per_tower=settings.train_batch_size, num_workers=placement.num_workers,
+        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()))
     cluster = placement.cluster
 
     def micro_batches(start_example: int):
@@ -226,11 +110,8 @@ def train(task: Task, data: SplitData, settings: RunSettings,
             graph = build_train_graph(cluster.plan(plan), task.feature_spec, tower_loss,
                                       graph_settings,
                                       cross_worker_reduce=cluster.gradient_reducer())
-        loop = LoopSettings(
-            output_dir=settings.output_dir, num_train_steps=plan_.num_train_steps,
-            save_checkpoints_steps=settings.save_checkpoints_steps,
-            keep_checkpoint_max=settings.keep_checkpoint_max,
-            log_every_n_steps=settings.log_every_n_steps,
+        loop = derive(
+            LoopSettings, settings, num_train_steps=plan_.num_train_steps,
             init_checkpoint=settings.init_checkpoint if placement.is_chief else "",
             session_config=(cluster.session_config if cluster is not None
                             else placement.local_session_config()),
@@ -260,167 +141,14 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
              result.train_seconds, values["train_examples_per_sec"])
 
 
-# --- scoring -------------------------------------------------------------------------
-
-def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> str:
-    """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither.
-
-    With settings.use_best_checkpoint: output_dir/best/model.ckpt-N, which
-    must exist.
-    """
-    if settings.use_best_checkpoint:
-        best = best_checkpoint(settings.output_dir)
-        if best is None:
-            fail(f"--use_best_checkpoint: {os.path.join(settings.output_dir, 'best')} "
-                 "holds no checkpoint; train with --eval_every_steps=N "
-                 "--keep_best_checkpoint first")
-        return best
-    found = latest_checkpoint(settings.output_dir)
-    if found:
-        return found
-    if settings.init_checkpoint:
-        return settings.init_checkpoint
-    fail(f"no checkpoint to {purpose}: --output_dir={settings.output_dir} has no "
-         "model.ckpt-N and --init_checkpoint is not set")
-
-
-def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
-          placement: Placement, export: Optional[ExportMetadata] = None,
-          checkpoint: Optional[str] = None) -> Dict[str, np.ndarray]:
-    """The task's per-row outputs for every feature row of `data`, in input order.
-
-    With `export` (settings.predict_from_export's metadata) the rows are
-    scored by that export, batch by batch, and the outputs are its
-    signature's; otherwise by `checkpoint` (default: scoring_checkpoint) on
-    every tower.
-
-    Rows whose outputs have different shapes from batch to batch (a sequence
-    dimension under dynamic padding) come back as an object array of per-row
-    arrays, each padded to its batch's length.
-    """
-    batches = task.batches(data)
-    rows = batches.num_examples if batches.num_examples is not None else "the"
-    if export is not None:
-        checkpoint = export.checkpoint
-        log.info("%s: scoring %s rows with the export %s (%s %s, step %d)", data.split,
-                 rows, settings.predict_from_export, export.format, export.precision,
-                 export.global_step)
-        scorer = ExportScorer(settings.predict_from_export, export,
-                              placement.local_session_config())
-    else:
-        checkpoint = checkpoint or scoring_checkpoint(settings)
-        partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
-        log.info("%s: scoring %s rows with %s on %d tower(s)", data.split, rows,
-                 checkpoint, placement.plan.num_towers)
-
-        def tower(features, i):
-            outputs = dict(task.build_model(features, is_training=False))
-            outputs.pop("loss", None)
-            return outputs
-
-        scorer = Scorer(placement.plan, task.feature_spec, tower, checkpoint,
-                        placement.local_session_config(), partial=partial,
-                        seed=settings.seed)
-
-    per_row: Dict[int, Dict[str, np.ndarray]] = {}
-    with scorer:
-        for tower_indices, tower_batches in batches.scoring(batch_size,
-                                                            placement.plan.num_towers):
-            for indices, values in zip(tower_indices, scorer.run(tower_batches)):
-                for row, index in enumerate(indices):
-                    per_row[int(index)] = {name: value[row] for name, value in values.items()}
-    outputs = _stack_rows(per_row)
-    outputs["_checkpoint"] = checkpoint
-    return outputs
-
-
-def _stack_rows(per_row: Dict[int, Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
-    if not per_row:
-        return {}
-    count = max(per_row) + 1
-    if len(per_row) != count:
-        raise AssertionError(f"scoring covered {len(per_row)} of {count} rows")
-    stacked = {}
-    for name in per_row[0]:
-        values = [per_row[i][name] for i in range(count)]
-        if len({np.shape(v) for v in values}) == 1:
-            stacked[name] = np.stack(values)
-        else:
-            column = np.empty(count, dtype=object)
-            column[:] = values
-            stacked[name] = column
-    return stacked
-
-
-class DuringTrainingEvaluation:
-    """The training loop's evaluation hook: score the dev set with this step's
-    weights on every tower, log and keep the best (bert_ad/parallel/loop.py
-    calls it every settings.eval_every_steps steps and at the last one)."""
-
-    def __init__(self, task: Task, dev: SplitData, settings: RunSettings,
-                 placement: Placement):
-        self.task, self.dev, self.settings, self.placement = task, dev, settings, placement
-        metric = settings.best_metric or task.main_metric
-        if not metric:
-            fail(f"the {task.name} task has no main metric: name one with --best_metric")
-        self.best = BestCheckpoint(settings.output_dir, metric,
-                                   settings.early_stopping_patience,
-                                   keep_weights=settings.keep_best_checkpoint)
-        log.info("evaluating %s every %d steps on %d dev rows: %s (%s)%s", task.name,
-                 settings.eval_every_steps, len(dev), metric,
-                 "lower is better" if lower_is_better(metric) else "higher is better",
-                 f", early stopping after {settings.early_stopping_patience} without "
-                 "improvement" if settings.early_stopping_patience else "")
-
-    def finished(self) -> bool:
-        """A resumed run that early stopping already ended at its newest checkpoint."""
-        latest = latest_checkpoint(self.settings.output_dir)
-        if self.best.should_stop() and latest is not None \
-                and checkpoint_step(latest) == self.best.last_step:
-            log.info("early stopping ended this run at step %d (%s): nothing to train",
-                     self.best.last_step, self.best.describe())
-            return True
-        return False
-
-    def __call__(self, step: int, save_weights) -> tuple:
-        staging = staging_directory(self.best.directory)
-        try:
-            checkpoint = save_weights(staging)
-            outputs = score(self.task, self.dev, self.settings.eval_batch_size,
-                            self.settings, self.placement, checkpoint=checkpoint)
-            metrics = self.task.metrics(self.dev, outputs)
-            metrics["global_step"] = step
-            if self.best.metric not in metrics:
-                fail(f"--best_metric={self.best.metric} is not among the dev figures of the "
-                     f"{self.task.name} task: {', '.join(sorted(metrics))}")
-            improved = self.best.record(step, float(metrics[self.best.metric]), staging)
-        finally:
-            if os.path.isdir(staging):
-                shutil.rmtree(staging, ignore_errors=True)
-        for line in self.task.describe_metrics(metrics).splitlines():
-            log.info("eval at step %d: %s", step, line)
-        for line in self.task.metric_warnings(metrics):
-            log.warning("warning: eval at step %d: %s", step, line)
-        log.info("eval at step %d: %s%s%s", step, self.best.describe(),
-                 "  (new best" + (", kept in best/)" if self.settings.keep_best_checkpoint
-                                  else ")") if improved else "",
-                 f"  {self.best.evaluations_since_best} evaluation(s) without improvement"
-                 if not improved else "")
-        stop = self.best.should_stop()
-        if stop:
-            log.info("early stopping at step %d: %d evaluations without improvement",
-                     step, self.best.evaluations_since_best)
-        figures = {name: value for name, value in metrics.items()
-                   if isinstance(value, (int, float)) and name != "global_step"}
-        return figures, stop
-
-
 def evaluate(task: Task, data: SplitData, settings: RunSettings,
              placement: Placement) -> dict:
     """Score the dev rows and write eval_results.txt (`key = value`, sorted)."""
-    outputs = score(task, data, settings.eval_batch_size, settings, placement)
+    checkpoint = scoring_checkpoint(settings)
+    outputs = score(task, data, settings.eval_batch_size, settings, placement,
+                    checkpoint=checkpoint)
     metrics = task.metrics(data, outputs)
-    metrics["global_step"] = checkpoint_step(outputs["_checkpoint"])
+    metrics["global_step"] = checkpoint_step(checkpoint)
     write_key_values(os.path.join(settings.output_dir, "eval_results.txt"), metrics)
     for line in task.describe_metrics(metrics).splitlines():
         log.info("eval: %s", line)
@@ -445,9 +173,10 @@ def predict(task: Task, data: SplitData, settings: RunSettings, placement: Place
 # --- the whole run -------------------------------------------------------------------
 
 def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings,
-                   export: Optional[ExportMetadata] = None) -> None:
-    """Set task.labels: the training data's (or the task's), else labels.txt's,
-    else those of the export predictions are made with (`export`).
+                   export: Optional[ExportMetadata] = None) -> Optional[List[str]]:
+    """The run's label list: the training data's (or the task's), else
+    labels.txt's, else those of the export predictions are made with
+    (`export`); None for a task without one.
 
     The label list of an output_dir that holds a checkpoint is fixed: the
     head's rows follow it, so another list (other names, or the same names in
@@ -467,7 +196,7 @@ def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings
         fail(f"--predict_from_export={settings.predict_from_export} predicts the labels "
              f"{', '.join(export.labels or ['(none)'])} but this run's are "
              f"{', '.join(labels or ['(none)'])}; score it from a fresh --output_dir")
-    task.labels = labels
+    return labels
 
 
 def export(task: Task, settings: RunSettings, export_settings: ExportSettings) -> str:
@@ -519,7 +248,8 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             if do_export:
                 refuse_existing(export_dir_for(export_settings, settings.output_dir,
                                                checkpoint))
-    resolve_labels(task, train_data, settings, serving)
+    # From here on the task is complete: its label list is part of it.
+    task = task.with_labels(resolve_labels(task, train_data, settings, serving))
     for data in (train_data, eval_data, predict_data,
                  None if during_training is eval_data else during_training):
         if data is not None:

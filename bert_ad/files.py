@@ -90,6 +90,15 @@ def _create_temporary(path: str) -> str:
         return temporary
 
 
+def fsync_path(path: str) -> None:
+    """Flush a file's bytes (or a folder's entries) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _remove_quietly(path: str) -> None:
     try:
         os.remove(path)
@@ -137,10 +146,18 @@ class StagedFiles:
         return temporary
 
     def commit(self) -> List[str]:
-        """Rename every staged file onto its target; returns the targets."""
+        """Rename every staged file onto its target; returns the targets.
+
+        Each file's bytes reach the disk before its rename, and the renames
+        before commit returns (fsync of the files, then of their folders): a
+        power cut leaves the old file or the new one, never an empty one.
+        """
         done = []  # type: List[_Step]
         target = ""
         try:
+            # (`target` names the file in the error if its fsync fails.)
+            for temporary, target in self._staged:  # noqa: B007
+                fsync_path(temporary)
             for temporary, target in self._staged:
                 step = _Step(target, existed=os.path.lexists(target))
                 done.append(step)
@@ -159,6 +176,11 @@ class StagedFiles:
             raise cannot_write(target, e) from e
         targets = self.targets
         self._staged = []
+        for folder in sorted({os.path.dirname(t) for t in targets}):
+            try:
+                fsync_path(folder)
+            except OSError as e:
+                raise cannot_write(folder, e) from e
         return targets
 
     def discard(self) -> None:
@@ -404,9 +426,15 @@ def replace_directory(staging: str, target: str) -> None:
     """
     old = staging + ".old"
     try:
+        # Every file's bytes on the disk before the folder is published.
+        for folder, _, names in os.walk(staging):
+            for name in names:
+                fsync_path(os.path.join(folder, name))
+            fsync_path(folder)
         if os.path.exists(target):
             os.rename(target, old)
         os.rename(staging, target)
+        fsync_path(os.path.dirname(os.path.abspath(target)))
     except OSError as e:
         if os.path.exists(old) and not os.path.exists(target):
             os.rename(old, target)

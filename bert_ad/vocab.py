@@ -1,5 +1,6 @@
-"""`python -m bert_ad.vocab`: transplant or extend a vocabulary (bert_ad/tools/vocab.py)."""
-from bert_ad.cli.entry_points import vocab
+"""`python -m bert_ad.vocab` keeps working: the same as `bert-ad vocab`."""
+
+from bert_ad.cli.entry_points import module_command
 
 if __name__ == "__main__":
-    vocab()
+    module_command("vocab", "python -m bert_ad.vocab")

@@ -22,8 +22,10 @@ LAYERS = [
     {"bert_ad.tasks"},
     # Exports for serving: a task's graph written out, and scored back.
     {"bert_ad.serving"},
-    {"bert_ad.driver"},
-    {"bert_ad.cli", "bert_ad.tools",
+    # The driver, with what a run asks for (run_settings) and how a split is
+    # scored (evaluation).
+    {"bert_ad.driver", "bert_ad.run_settings", "bert_ad.evaluation"},
+    {"bert_ad.cli", "bert_ad.tools", "bert_ad.__main__",
      # `python -m bert_ad.convert / .assets / .vocab`: shims over the tools.
      "bert_ad.convert", "bert_ad.assets", "bert_ad.vocab"},
 ]

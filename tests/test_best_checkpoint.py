@@ -22,7 +22,7 @@ from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.files import read_key_values
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
-from bert_ad.parallel.checkpoints import checkpoint_step
+from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint
 from bert_ad.parallel.towers import plan_devices
 
 from test_driver import ToyRegressionTask, settings, toy_rows
@@ -45,8 +45,16 @@ class ScriptedTask(ToyRegressionTask):
         self.script = script
         self.scored_steps = []
 
+    def build_model(self, features, is_training):
+        outputs = super().build_model(features, is_training)
+        if not is_training:
+            # The scored checkpoint's step, a real output of the restored graph.
+            step = tf.cast(tf.train.get_or_create_global_step(), tf.int64)
+            outputs["global_step"] = tf.fill(tf.shape(outputs["value"]), step)
+        return outputs
+
     def metrics(self, data, outputs):
-        step = checkpoint_step(outputs["_checkpoint"])
+        step = int(outputs["global_step"][0])
         self.scored_steps.append(step)
         figures = super().metrics(data, outputs)
         figures["eval_score"] = self.script[step]
@@ -137,12 +145,12 @@ def test_early_stopping_ends_the_run_at_the_expected_evaluation(tmp_path):
     trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
     assert int(trained["global_step"]) == 10
     assert int(trained["early_stopping_step"]) == 10
-    assert os.path.basename(driver.latest_checkpoint(output_dir)) == "model.ckpt-10"
+    assert os.path.basename(latest_checkpoint(output_dir)) == "model.ckpt-10"
     assert os.path.basename(best_checkpoint(output_dir)) == "model.ckpt-4"
     # Running the same command again trains nothing: the run had ended.
     again = train(output_dir, early_stopping_patience=3)
     assert again.scored_steps == []
-    assert os.path.basename(driver.latest_checkpoint(output_dir)) == "model.ckpt-10"
+    assert os.path.basename(latest_checkpoint(output_dir)) == "model.ckpt-10"
 
 
 def test_a_resumed_run_remembers_the_best_and_the_count(tmp_path):
@@ -171,9 +179,9 @@ def test_predict_with_the_best_checkpoint(tmp_path):
     placement = driver.Placement(plan_devices(1, cuda_visible_devices=""))
     outputs = driver.predict(task, task.read("predict"),
                              settings(output_dir, use_best_checkpoint=True), placement)
-    assert outputs["_checkpoint"] == best_checkpoint(output_dir)
+    assert set(outputs["global_step"]) == {checkpoint_step(best_checkpoint(output_dir))}
     newest = driver.predict(task, task.read("predict"), settings(output_dir), placement)
-    assert os.path.basename(newest["_checkpoint"]) == "model.ckpt-12"
+    assert set(newest["global_step"]) == {12}
     assert not np.allclose(outputs["value"], newest["value"])
     with pytest.raises(UserError, match="--use_best_checkpoint: .* holds no checkpoint"):
         driver.scoring_checkpoint(settings(str(tmp_path / "empty"), use_best_checkpoint=True))

@@ -15,67 +15,11 @@ import pytest
 
 from bert_ad import driver
 from bert_ad.compat import tf
-from bert_ad.data.batching import ExampleBatches, TokenizedExamples
 from bert_ad.errors import UserError
 from bert_ad.files import read_key_values
-from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.parallel.towers import plan_devices
-from bert_ad.tasks.base import SplitData, Task
-
-CONFIG = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
-                    num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
-                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-
-
-def toy_rows(count: int, seed: int) -> list:
-    """(token ids, target): the target is the share of ids above 17."""
-    rng = np.random.RandomState(seed)
-    rows = []
-    for _ in range(count):
-        ids = rng.randint(5, 30, size=rng.randint(3, 12))
-        rows.append((ids, float(np.mean(ids > 17))))
-    return rows
-
-
-class ToyRegressionTask(Task):
-    """Everything a new task writes: its rows, features, head and loss, results."""
-
-    name = "toy_regression"
-    feature_spec = {"input_ids": (tf.int32, [None, None]),
-                    "input_mask": (tf.int32, [None, None]),
-                    "segment_ids": (tf.int32, [None, None]),
-                    "targets": (tf.float32, [None]),
-                    "example_weights": (tf.float32, [None])}
-
-    def __init__(self, splits: dict):
-        self.splits = splits
-
-    def read(self, split):
-        return SplitData(split, self.splits[split], f"<{split}>")
-
-    def batches(self, data):
-        ids = [np.concatenate([[2], ids, [3]]).astype(np.int32) for ids, _ in data.rows]
-        examples = TokenizedExamples(
-            {"input_ids": ids, "segment_ids": [np.zeros_like(i) for i in ids]},
-            row_values={"targets": np.array([t for _, t in data.rows], np.float32)})
-        return ExampleBatches(examples, "dynamic", bucket_by_length=False)
-
-    def build_model(self, features, is_training):
-        pooled = BertModel(CONFIG, is_training, features["input_ids"],
-                           features["input_mask"], features["segment_ids"]).get_pooled_output()
-        kernel = tf.get_variable("regression/kernel", [CONFIG.hidden_size, 1])
-        value = tf.squeeze(tf.matmul(pooled, kernel), -1)
-        weights = features["example_weights"]
-        loss = tf.reduce_sum(weights * tf.square(value - features["targets"])) / tf.maximum(
-            tf.reduce_sum(weights), 1.0)
-        return {"loss": loss, "value": value}
-
-    def metrics(self, data, outputs):
-        targets = np.array([t for _, t in data.rows])
-        return {"eval_mse": float(np.mean((outputs["value"] - targets) ** 2))}
-
-    def prediction_files(self, data, outputs):
-        return {"predict.txt": [f"{v:.6f}" for v in outputs["value"]]}
+from bert_ad.tasks.base import Task
+from toy_task import ToyRegressionTask, toy_rows
 
 
 def settings(output_dir: str, **overrides) -> driver.RunSettings:
@@ -179,8 +123,10 @@ def test_an_output_dir_with_a_checkpoint_keeps_its_label_list(tmp_path):
                                         r"run's are pos, neg"):
         driver.resolve_labels(Labelled(["pos", "neg"]), None, run)
     task = Labelled(["neg", "pos"])
-    driver.resolve_labels(task, None, run)
-    assert task.labels == ["neg", "pos"]
+    assert driver.resolve_labels(task, None, run) == ["neg", "pos"]
+    # The driver builds the complete task from the list; it never writes into one.
+    assert task.with_labels(["neg", "pos"]).labels == ["neg", "pos"]
+    assert task.labels is None
     assert (output_dir / "labels.txt").read_text(encoding="utf-8") == "neg\npos\n"
 
 

@@ -23,7 +23,7 @@ import pytest
 from bert_ad import files
 from bert_ad.data import processors
 from bert_ad.data.batching import TokenizedExamples
-from bert_ad.data.features import write_features
+from bert_ad.data.feature_cache import write_features
 from bert_ad.errors import UserError
 from bert_ad.pretraining.records import ShardWriter
 from bert_ad.tools import safetensors

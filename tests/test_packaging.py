@@ -28,15 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import bert_ad
+from bert_ad.cli import registry
 from bert_ad.data.tokenization import FullTokenizer
 from bert_ad.tools import samples
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads to build the wheel.
 SOURCES = ("setup.py", "bert_ad", "configs", "data")
-ROOT_LAUNCHERS = ("run_classifier_mgpu.py", "run_pretraining_mgpu.py", "rewrite_finetune.py",
-                  "run_ner_mgpu.py",
-                  "create_pretraining_data.py")
+# The root launchers, from the command registry (each command declares its own).
+ROOT_LAUNCHERS = tuple(d.launcher for d in registry.declarations(plugins=False) if d.launcher)
 # `python -m bert_ad.X` commands that need TensorFlow (assets does not).
 MODULE_COMMANDS = ("bert_ad.convert", "bert_ad.vocab")
 EXTRA_COMMANDS = {
@@ -45,7 +45,7 @@ EXTRA_COMMANDS = {
     "tf1-gpu": 'pip install "bert_ad[tf1-gpu]"',
 }
 # Commands whose --help works without TensorFlow (they import it only to run).
-HELP_WITHOUT_TENSORFLOW = ("bert-ad-create-pretraining-data",)
+HELP_WITHOUT_TENSORFLOW = ("bert-ad-create-pretraining-data", "bert-ad")
 TIMEOUT = 900
 IS_TF1_LANE = sys.version_info < (3, 8)
 
@@ -207,9 +207,13 @@ def test_wheel_carries_configs_and_data_as_package_data(wheel):
 def test_console_scripts_go_through_the_lazy_entry_points(wheel):
     from bert_ad.cli import entry_points
     targets = console_script_targets(wheel)
-    assert sorted(targets) == [
-        "bert-ad-classifier", "bert-ad-convert", "bert-ad-create-pretraining-data",
-        "bert-ad-ner", "bert-ad-pretrain", "bert-ad-rewrite", "bert-ad-vocab"]
+    # From the command registry: `bert-ad` and every declared console script,
+    # the users' existing ones among them.
+    assert sorted(targets) == sorted(line.split("=")[0]
+                                     for line in registry.console_scripts())
+    assert set(targets) >= {
+        "bert-ad", "bert-ad-classifier", "bert-ad-convert", "bert-ad-create-pretraining-data",
+        "bert-ad-ner", "bert-ad-pretrain", "bert-ad-rewrite", "bert-ad-vocab"}
     for script, target in targets.items():
         module, function = target.split(":")
         assert module == "bert_ad.cli.entry_points", script
@@ -249,8 +253,10 @@ def test_every_command_says_how_to_install_tensorflow(venv_without_tensorflow, w
         path = os.path.join(venv.bin, script)
         commands.append([path, "--version"])
         # Making pretraining data imports TensorFlow only to write records:
-        # its --help needs none, a run does.
-        if script in HELP_WITHOUT_TENSORFLOW:
+        # its --help needs none, a run does; so does `bert-ad`'s list of commands.
+        if script == "bert-ad":
+            commands.append([path, "classifier", "--help"])
+        elif script in HELP_WITHOUT_TENSORFLOW:
             commands.append([path] + data_run)
         else:
             commands.append([path, "--help"])

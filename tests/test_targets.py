@@ -18,7 +18,7 @@ import pytest
 from bert_ad.compat import tf
 from bert_ad.data import processors
 from bert_ad.data.batching import TokenizedExamples
-from bert_ad.data.features import read_features, write_features
+from bert_ad.data.feature_cache import read_features, write_features
 from bert_ad.errors import UserError
 from bert_ad.metrics.classification import multi_label_metrics
 from bert_ad.metrics.regression import regression_metrics

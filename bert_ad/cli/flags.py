@@ -13,16 +13,17 @@ passed around as `f`; nothing reads a global.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
+from typing import Mapping, Optional, Sequence
 
 from absl import flags
 
 from bert_ad.data.tokenization import (TRUNCATION_STRATEGIES, PieceListTokenizer,
                                        check_max_seq_length, make_tokenizer)
 from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
-from bert_ad.driver import Placement, RunSettings
 from bert_ad.compat import session_config
 from bert_ad.errors import fail
 from bert_ad.model.modeling import BertConfig
@@ -31,6 +32,7 @@ from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.parallel.optimization import LR_SCALING_MODES, OPTIMIZERS
 from bert_ad.parallel.towers import plan_from_environment
 from bert_ad.parallel.train_graph import check_sparse_embedding_updates
+from bert_ad.run_settings import Placement, RunSettings
 from bert_ad.serving import layout
 from bert_ad.serving.export import ExportSettings
 from bert_ad.serving.layout import FORMATS
@@ -39,75 +41,100 @@ from bert_ad.tasks.base import TextEncoder
 
 log = logging.getLogger("bert_ad")
 
-# Flags that must be equal on every worker (compared at start, by hash).
-CLUSTER_AGREED_FLAGS = (
+# The shared flags every worker of a cluster must agree on (compared at start,
+# by hash); each task adds its own (TaskCommand.agreed_flags).
+SHARED_AGREED_FLAGS = (
     "train_batch_size", "n_gpus", "gradient_accumulation_steps", "learning_rate",
     "lr_scaling", "lr_reference_batch", "optimizer", "sparse_embedding_updates",
     "weight_decay_rate", "clip_norm",
     "seed", "precision", "collective_implementation", "collective_pack_mb",
     "collective_fp16", "max_seq_length", "num_train_epochs", "warmup_proportion",
     "num_train_steps", "num_warmup_steps", "max_train_examples", "bucket_by_length",
-    "padding", "do_lower_case", "task_name", "max_predictions_per_seq", "nsp",
-    "doc_stride", "use_crf", "head_learning_rate_multiplier", "tag_scheme", "labels",
-    "token_column", "label_column", "regression", "multi_label", "multi_label_separator",
-    "long_text", "window_stride", "max_windows", "window_pooling", "pooling")
+    "padding", "do_lower_case")
+
+# Each shared flag's default is RunSettings' (bert_ad/run_settings.py): one
+# place, whichever way a run is started.
+RUN_DEFAULTS = RunSettings(output_dir="")
 
 
-def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5e-5) -> None:
-    """The model, optimizer, checkpoint, tower and cluster flags of every launcher."""
+class _Defaults:
+    """A shared flag's default: the task's own (TaskCommand.flag_defaults), else
+    RunSettings'."""
+
+    def __init__(self, overrides: Optional[Mapping[str, object]]):
+        self.overrides = dict(overrides or {})
+
+    def __call__(self, name: str):
+        return self.overrides.get(name, getattr(RUN_DEFAULTS, name))
+
+
+def define_training_flags(fv: flags.FlagValues,
+                          defaults: Optional[Mapping[str, object]] = None) -> None:
+    """The model, optimizer, checkpoint, tower and cluster flags of every task.
+
+    `defaults`: {flag: default} where a task's differ from RunSettings'.
+    """
     d = dict(flag_values=fv)
+    default = _Defaults(defaults)
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.", **d)
     flags.DEFINE_string("output_dir", None, "Where checkpoints and results go.", **d)
     flags.DEFINE_string("init_checkpoint", None,
                         "Checkpoint prefix (or folder) to start from.", **d)
     flags.DEFINE_bool("do_train", False, "Train.", **d)
     flags.DEFINE_bool("do_eval", False, "Evaluate.", **d)
-    flags.DEFINE_integer("train_batch_size", 32, "Batch size PER TOWER.", **d)
-    flags.DEFINE_integer("eval_batch_size", 8, "Eval batch size per tower.", **d)
-    flags.DEFINE_float("learning_rate", default_learning_rate,
+    flags.DEFINE_integer("train_batch_size", default("train_batch_size"),
+                         "Batch size PER TOWER.", **d)
+    flags.DEFINE_integer("eval_batch_size", default("eval_batch_size"),
+                         "Eval batch size per tower.", **d)
+    flags.DEFINE_float("learning_rate", default("learning_rate"),
                        "Peak learning rate (before --lr_scaling).", **d)
-    flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every N steps.", **d)
+    flags.DEFINE_integer("save_checkpoints_steps", default("save_checkpoints_steps"),
+                         "Checkpoint every N steps.", **d)
     flags.DEFINE_integer("n_gpus", 1, "Towers: one per visible GPU (round-robin if more "
                          "towers than cards), or logical CPU devices without GPUs.", **d)
-    flags.DEFINE_integer("gradient_accumulation_steps", 1,
+    flags.DEFINE_integer("gradient_accumulation_steps", default("gradient_accumulation_steps"),
                          "Micro-batches per applied step.", **d)
-    flags.DEFINE_enum("optimizer", "adamw", list(OPTIMIZERS),
+    flags.DEFINE_enum("optimizer", default("optimizer"), list(OPTIMIZERS),
                       "adamw = Google's AdamWeightDecay; lamb for large batches.", **d)
-    flags.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.", **d)
-    flags.DEFINE_bool("sparse_embedding_updates", False,
+    flags.DEFINE_float("weight_decay_rate", default("weight_decay_rate"),
+                       "Decoupled weight decay.", **d)
+    flags.DEFINE_bool("sparse_embedding_updates", default("sparse_embedding_updates"),
                       "Update only the word-embedding rows the batch uses (lazy Adam): "
                       "rows not in the batch keep their weights and Adam moments (no "
                       "momentum step, no weight decay), unlike Google's dense AdamW, "
                       "which moves every row every step. Faster with large vocabularies; "
                       "not with lamb, gradient accumulation or several workers.", **d)
-    flags.DEFINE_float("clip_norm", 1.0, "Clip gradients to this global norm (0: off).", **d)
+    flags.DEFINE_float("clip_norm", default("clip_norm"),
+                       "Clip gradients to this global norm (0: off).", **d)
     # docs/accuracy.md: none and sqrt keep the same accuracy at 4-16x the
     # batch, linear made AdamW diverge; none stays the default (Google's and
     # the predecessor's behaviour).
-    flags.DEFINE_enum("lr_scaling", "none", list(LR_SCALING_MODES),
+    flags.DEFINE_enum("lr_scaling", default("lr_scaling"), list(LR_SCALING_MODES),
                       "Scale --learning_rate by (global batch / --lr_reference_batch): "
                       "none (default), sqrt, or linear (see docs/accuracy.md).", **d)
-    flags.DEFINE_integer("lr_reference_batch", 0,
+    flags.DEFINE_integer("lr_reference_batch", default("lr_reference_batch"),
                          "Batch --learning_rate was tuned for (0: --train_batch_size, "
                          "i.e. one tower without accumulation).", **d)
-    flags.DEFINE_integer("seed", 12345, "Seed for data order, init and dropout.", **d)
-    flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.", **d)
-    flags.DEFINE_integer("log_every_n_steps", 10, "Log and summarise every N steps.", **d)
+    flags.DEFINE_integer("seed", default("seed"), "Seed for data order, init and dropout.", **d)
+    flags.DEFINE_integer("keep_checkpoint_max", default("keep_checkpoint_max"),
+                         "Checkpoints kept in output_dir.", **d)
+    flags.DEFINE_integer("log_every_n_steps", default("log_every_n_steps"),
+                         "Log and summarise every N steps.", **d)
     # Evaluation during training (bert_ad/parallel/best_checkpoint.py).
-    flags.DEFINE_integer("eval_every_steps", 0,
+    flags.DEFINE_integer("eval_every_steps", default("eval_every_steps"),
                          "Score the dev set on all towers every N steps and at the last "
                          "one, with --do_train (0: never).", **d)
-    flags.DEFINE_bool("keep_best_checkpoint", False,
+    flags.DEFINE_bool("keep_best_checkpoint", default("keep_best_checkpoint"),
                       "With --eval_every_steps: keep the weights of the best evaluation "
                       "in output_dir/best/ (and the record in best/best.json).", **d)
     flags.DEFINE_string("best_metric", None,
                         "The dev figure that decides the best checkpoint (default: the "
                         "task's main one, e.g. eval_accuracy). Lower is better for names "
                         "with loss, mse, error or perplexity; higher otherwise.", **d)
-    flags.DEFINE_integer("early_stopping_patience", 0,
+    flags.DEFINE_integer("early_stopping_patience", default("early_stopping_patience"),
                          "With --eval_every_steps: stop after K evaluations in a row "
                          "without improvement (0: never).", **d)
-    flags.DEFINE_bool("use_best_checkpoint", False,
+    flags.DEFINE_bool("use_best_checkpoint", default("use_best_checkpoint"),
                       "Eval, predict and export with output_dir/best/ instead of the "
                       "newest checkpoint.", **d)
     flags.DEFINE_bool("use_xla", False, "Session-level XLA JIT (off by default on CPU).", **d)
@@ -116,7 +143,7 @@ def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5
                       "the real tokens only (attention still sees the padded batch): the "
                       "same outputs, less work with padded batches. Off under --use_xla.",
                       **d)
-    flags.DEFINE_enum("precision", "fp32", list(PRECISIONS),
+    flags.DEFINE_enum("precision", default("precision"), list(PRECISIONS),
                       "Activation precision; weights, slots and checkpoints stay fp32. "
                       "fp16 uses dynamic loss scaling.", **d)
     # Several machines (docs/multi_worker.md); TF_CONFIG works as well.
@@ -138,19 +165,24 @@ def define_training_flags(fv: flags.FlagValues, default_learning_rate: float = 5
                        "Every worker must be up and in step within this many seconds.", **d)
 
 
-def define_finetuning_flags(fv: flags.FlagValues) -> None:
-    """The flags of a fine-tuning launcher on top of the training ones:
-    tokenizer, lengths, epochs, prediction and padding."""
+def define_finetuning_flags(fv: flags.FlagValues,
+                            defaults: Optional[Mapping[str, object]] = None) -> None:
+    """The flags of a fine-tuning task on top of the training ones:
+    tokenizer, lengths, epochs, prediction, padding and export."""
     d = dict(flag_values=fv)
+    default = _Defaults(defaults)
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt of the model.", **d)
     flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models).", **d)
     flags.DEFINE_integer("max_seq_length", 128, "Longest sequence after WordPiece.", **d)
     flags.DEFINE_bool("do_predict", False, "Score --predict_file (default: the test file).",
                       **d)
-    flags.DEFINE_integer("predict_batch_size", 8, "Predict batch size per tower.", **d)
-    flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training file.", **d)
-    flags.DEFINE_float("warmup_proportion", 0.1, "Share of steps with linear warmup.", **d)
-    define_training_flags(fv)
+    flags.DEFINE_integer("predict_batch_size", default("predict_batch_size"),
+                         "Predict batch size per tower.", **d)
+    flags.DEFINE_float("num_train_epochs", default("num_train_epochs"),
+                       "Epochs over the training file.", **d)
+    flags.DEFINE_float("warmup_proportion", default("warmup_proportion"),
+                       "Share of steps with linear warmup.", **d)
+    define_training_flags(fv, defaults)
     flags.DEFINE_string("predict_file", None, "File to score with --do_predict.", **d)
     flags.DEFINE_integer("max_train_examples", None, "Use only the first N training rows.",
                          **d)
@@ -259,11 +291,13 @@ def _check_number(f: flags.FlagValues, name: str, low: float, high: float = math
              + (f" ({note})" if note else ""))
 
 
-def placement_from_flags(f: flags.FlagValues) -> Placement:
+def placement_from_flags(f: flags.FlagValues,
+                         agreed_flags: Sequence[str] = SHARED_AGREED_FLAGS) -> Placement:
     """This process's towers and, with a cluster (flags or TF_CONFIG), its place.
 
     Nothing happens without a cluster. A training worker's server starts
-    here, before any data is read, so a port in use is reported at once.
+    here, before any data is read, so a port in use is reported at once;
+    `agreed_flags` are compared with every other worker's.
     """
     plan = plan_from_environment(f.n_gpus)
     placement = Placement(plan, None, f.use_xla)
@@ -273,8 +307,7 @@ def placement_from_flags(f: flags.FlagValues) -> Placement:
     if f.sparse_embedding_updates:
         check_sparse_embedding_updates(f.optimizer, f.gradient_accumulation_steps,
                                        spec.num_workers)
-    agreed = " ".join(f"{name}={f[name].value!r}" for name in CLUSTER_AGREED_FLAGS
-                      if name in f)
+    agreed = " ".join(f"{name}={f[name].value!r}" for name in agreed_flags if name in f)
     runtime = ClusterRuntime(spec, session_config(plan.num_cpu_devices, use_xla=f.use_xla),
                              plan.uses_gpu, f.collective_implementation,
                              f.collective_pack_mb, f.collective_fp16,
@@ -290,28 +323,16 @@ def placement_from_flags(f: flags.FlagValues) -> Placement:
 
 
 def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSettings:
-    """RunSettings from the shared flags (the launcher's own ones where it has them)."""
+    """RunSettings from the flags of the same names (the task's where it has them)."""
+    values = {field.name: f[field.name].value for field in dataclasses.fields(RunSettings)
+              if field.name in f}
     # Only the chief reads it; the other workers receive its weights.
-    init = (resolve_checkpoint(f.init_checkpoint)
-            if f.init_checkpoint and placement.is_chief else "")
-    own = {name: f[name].value for name in
-           ("predict_batch_size", "num_train_epochs", "warmup_proportion",
-            "num_train_steps", "num_warmup_steps") if name in f}
-    if "predict_from_export" in f:
-        own["predict_from_export"] = f.predict_from_export or ""
-    return RunSettings(
-        output_dir=f.output_dir, init_checkpoint=init,
-        train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
-        gradient_accumulation_steps=f.gradient_accumulation_steps,
-        learning_rate=f.learning_rate, lr_scaling=f.lr_scaling,
-        lr_reference_batch=f.lr_reference_batch, optimizer=f.optimizer,
-        sparse_embedding_updates=f.sparse_embedding_updates,
-        weight_decay_rate=f.weight_decay_rate, clip_norm=f.clip_norm, seed=f.seed,
-        precision=f.precision, save_checkpoints_steps=f.save_checkpoints_steps,
-        keep_checkpoint_max=f.keep_checkpoint_max, log_every_n_steps=f.log_every_n_steps,
-        eval_every_steps=f.eval_every_steps, keep_best_checkpoint=f.keep_best_checkpoint,
-        best_metric=f.best_metric or "", early_stopping_patience=f.early_stopping_patience,
-        use_best_checkpoint=f.use_best_checkpoint, **own)
+    values["init_checkpoint"] = (resolve_checkpoint(f.init_checkpoint)
+                                 if f.init_checkpoint and placement.is_chief else "")
+    for name in ("best_metric", "predict_from_export"):  # unset string flags are None
+        if name in values:
+            values[name] = values[name] or ""
+    return RunSettings(**values)
 
 
 def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:

@@ -19,11 +19,16 @@ def wants_help(argv: Sequence[str]) -> bool:
     return any(arg in HELP_ARGS for arg in argv[1:])
 
 
-def flags_help(flag_values, module_prefix: str = "bert_ad") -> str:
-    """`--name: help (default: value)` for the flags our modules defined."""
+# Modules whose flags are not the command's (absl's and TensorFlow's own).
+FOREIGN_FLAG_MODULES = ("absl", "tensorflow")
+
+
+def flags_help(flag_values) -> str:
+    """`--name: help (default: value)` for the flags the command defined (ours, or a
+    plugin task's)."""
     lines = []
     for module, module_flags in sorted(flag_values.flags_by_module_dict().items()):
-        if not module.startswith(module_prefix):
+        if module.split(".")[0] in FOREIGN_FLAG_MODULES:
             continue
         for flag in sorted(module_flags, key=lambda f: f.name):
             lines.append(f"  --{flag.name}: {flag.help} (default: {flag.default_as_str})")
@@ -32,8 +37,14 @@ def flags_help(flag_values, module_prefix: str = "bert_ad") -> str:
 
 def print_help(usage: str, description: str, flag_values) -> None:
     """Print usage, description and flags to stdout, then exit 0."""
+    print_text(f"usage: {usage}\n\n{description.strip()}\n\nflags:\n"
+               f"{flags_help(flag_values)}")
+
+
+def print_text(text: str) -> None:
+    """Print a help text to stdout, then exit 0."""
     try:
-        print(f"usage: {usage}\n\n{description.strip()}\n\nflags:\n{flags_help(flag_values)}")
+        print(text)
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader (head, less) went away: not an error of ours.

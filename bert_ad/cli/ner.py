@@ -23,11 +23,8 @@ import logging
 
 from absl import flags
 
-from bert_ad import driver
-from bert_ad.cli.flags import (check_training_flags, define_finetuning_flags,
-                               placement_from_flags, run_settings_from_flags,
-                               text_encoder_from_flags)
-from bert_ad.cli.runner import run_launcher
+from bert_ad.cli.registry import register_task
+from bert_ad.cli import task_runner
 from bert_ad.data.tag_schemes import SCHEMES
 from bert_ad.errors import fail
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
@@ -35,10 +32,15 @@ from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationT
 log = logging.getLogger("bert_ad")
 
 
-def define_flags(fv: flags.FlagValues) -> None:
+# NER's flags every worker of a cluster must agree on.
+AGREED_FLAGS = ("doc_stride", "use_crf", "head_learning_rate_multiplier", "tag_scheme",
+                "labels", "token_column", "label_column")
+
+
+def define_task_flags(fv: flags.FlagValues) -> None:
+    """Token classification's own flags (the training and fine-tuning ones are shared)."""
     d = dict(flag_values=fv)
     flags.DEFINE_string("data_dir", None, "Folder of the CoNLL train/dev/test files.", **d)
-    define_finetuning_flags(fv)
     flags.DEFINE_string("train_file", "train.txt", "Training file (in --data_dir).", **d)
     flags.DEFINE_string("dev_file", "dev.txt", "File --do_eval scores (in --data_dir).", **d)
     flags.DEFINE_string("test_file", "test.txt",
@@ -62,26 +64,40 @@ def define_flags(fv: flags.FlagValues) -> None:
                        **d)
 
 
-def main(f: flags.FlagValues) -> int:
-    if not (f.do_train or f.do_eval or f.do_predict):
-        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict")
-    check_training_flags(f, "predict_batch_size")
+def check_flags(f: flags.FlagValues) -> None:
     if f.doc_stride < 0:
         fail(f"--doc_stride={f.doc_stride} must be positive (or 0 for half a window)")
-    placement = placement_from_flags(f)
+
+
+def build(f: flags.FlagValues, encoder) -> TokenClassificationTask:
     files = ConllFormat(data_dir=f.data_dir or "", train_file=f.train_file,
                         dev_file=f.dev_file, test_file=f.test_file,
                         predict_file=f.predict_file, token_column=f.token_column,
                         label_column=f.label_column)
     doc_stride = f.doc_stride or max(1, (f.max_seq_length - 2) // 2)
-    task = TokenClassificationTask(text_encoder_from_flags(f), files, f.tag_scheme, f.labels,
-                                   doc_stride, f.use_crf, f.head_learning_rate_multiplier,
+    return TokenClassificationTask(encoder, files, f.tag_scheme, f.labels, doc_stride,
+                                   f.use_crf, f.head_learning_rate_multiplier,
                                    f.max_train_examples, f.max_eval_examples)
-    settings = run_settings_from_flags(f, placement)
-    log.info("%s", placement.plan.describe())
-    return driver.run(task, settings, placement, f.do_train, f.do_eval, f.do_predict)
+
+
+COMMAND = register_task(
+    "ner", "token classification: NER, word segmentation, tagging (CoNLL files)",
+    define_flags=define_task_flags, build=build, check_flags=check_flags,
+    agreed_flags=AGREED_FLAGS, positive_flags=("predict_batch_size",), description=__doc__,
+    aliases=("token_classification",), launcher="run_ner_mgpu.py",
+    console_script="bert-ad-ner")
+
+
+# The launcher's contract (tests and callers parse flags and run in-process):
+# every flag of the command, and the run.
+def define_flags(fv: flags.FlagValues) -> None:
+    task_runner.define_flags(COMMAND, fv)
+
+
+def main(f: flags.FlagValues) -> int:
+    return task_runner.main(COMMAND, f)
 
 
 def cli(argv=None) -> None:
-    """Console entry point (run_ner_mgpu.py, bert-ad-ner)."""
-    run_launcher(define_flags, main, __doc__, argv=argv)
+    """run_ner_mgpu.py, bert-ad-ner, bert-ad ner."""
+    task_runner.run_task(COMMAND, argv)

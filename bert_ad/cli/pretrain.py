@@ -14,11 +14,9 @@ import logging
 
 from absl import flags
 
-from bert_ad import driver
-from bert_ad.cli.flags import (check_training_flags, define_training_flags,
-                               placement_from_flags, remove_padding_from_flags,
-                               run_settings_from_flags)
-from bert_ad.cli.runner import run_launcher
+from bert_ad.cli.flags import remove_padding_from_flags
+from bert_ad.cli.registry import register_task
+from bert_ad.cli import task_runner
 from bert_ad.errors import fail
 from bert_ad.model.modeling import BertConfig
 from bert_ad.model.precision import compute_dtype
@@ -28,7 +26,8 @@ from bert_ad.tasks.pretraining import PretrainingTask
 log = logging.getLogger("bert_ad")
 
 
-def define_flags(fv: flags.FlagValues) -> None:
+def define_task_flags(fv: flags.FlagValues) -> None:
+    """Pretraining's own flags (the training ones are shared)."""
     d = dict(flag_values=fv)
     flags.DEFINE_string("input_file", None,
                         "Training shards: glob, comma list or directory.", **d)
@@ -43,17 +42,16 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("max_eval_steps", 100, "Eval batches (global) at most.", **d)
     flags.DEFINE_enum("nsp", "auto", ["auto", "true", "false"],
                       "Next-sentence head: auto = on unless the data is MLM-only.", **d)
-    define_training_flags(fv, default_learning_rate=1e-4)
 
 
-def main(f: flags.FlagValues) -> int:
-    if not (f.do_train or f.do_eval):
-        fail("nothing to do: set --do_train and/or --do_eval")
-    check_training_flags(f, "max_predictions_per_seq", "num_train_steps")
+def check_flags(f: flags.FlagValues) -> None:
     if f.num_warmup_steps < 0 or f.num_warmup_steps > f.num_train_steps:
         fail(f"--num_warmup_steps={f.num_warmup_steps} must be between 0 and "
              f"--num_train_steps={f.num_train_steps}")
-    placement = placement_from_flags(f)
+
+
+def build(f: flags.FlagValues, encoder) -> PretrainingTask:
+    del encoder  # pretraining reads token ids, not text
     config = BertConfig.from_json_file(f.bert_config_file)
     if f.max_seq_length > config.max_position_embeddings:
         fail(f"--max_seq_length={f.max_seq_length} exceeds the model's "
@@ -66,12 +64,30 @@ def main(f: flags.FlagValues) -> int:
     task = PretrainingTask(config, train_files, eval_files, f.max_seq_length,
                            f.max_predictions_per_seq, f.nsp, f.max_eval_steps,
                            compute_dtype(f.precision), remove_padding_from_flags(f))
-    settings = run_settings_from_flags(f, placement)
-    log.info("%s", placement.plan.describe())
     log.info("objective: %s", task.describe())
-    return driver.run(task, settings, placement, f.do_train, f.do_eval, do_predict=False)
+    return task
+
+
+COMMAND = register_task(
+    "pretrain", "masked-LM (+ next-sentence) pretraining on TFRecord shards",
+    define_flags=define_task_flags, build=build, check_flags=check_flags, text=False,
+    actions=("do_train", "do_eval"), agreed_flags=("max_predictions_per_seq", "nsp"),
+    positive_flags=("max_predictions_per_seq", "num_train_steps"),
+    flag_defaults=(("learning_rate", 1e-4),), description=__doc__,
+    aliases=("run_pretraining",), launcher="run_pretraining_mgpu.py",
+    console_script="bert-ad-pretrain")
+
+
+# The launcher's contract (tests and callers parse flags and run in-process):
+# every flag of the command, and the run.
+def define_flags(fv: flags.FlagValues) -> None:
+    task_runner.define_flags(COMMAND, fv)
+
+
+def main(f: flags.FlagValues) -> int:
+    return task_runner.main(COMMAND, f)
 
 
 def cli(argv=None) -> None:
-    """Console entry point (run_pretraining_mgpu.py, bert-ad-pretrain)."""
-    run_launcher(define_flags, main, __doc__, argv=argv)
+    """run_pretraining_mgpu.py, bert-ad-pretrain, bert-ad pretrain."""
+    task_runner.run_task(COMMAND, argv)

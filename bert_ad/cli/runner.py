@@ -1,22 +1,27 @@
-"""Running a launcher: parse its flags, set up logging, turn bad input into one line.
+"""Parsing every command line: absl flags into a fresh FlagValues, one line for bad input.
 
-Every launcher (bert_ad/cli/*.py) is `define_flags(fv)` + `main(f) -> int`;
+Every command is `define_flags(fv)` + `main(f) -> int`, tasks and tools alike:
 `run_launcher` parses argv into a fresh absl FlagValues (so `--flagfile`,
-Google's `--do_train=true` and `--nodo_lower_case` work, and a launcher can
-run twice in one process), answers --help with only our flags, and runs
-main under `run_cli`: a UserError is `error: ...` on stderr, exit 2.
+Google's `--do_train=true`, `--nodo_lower_case` and `--name value` work, and a
+command can run twice in one process), answers --help with the command's
+flags, and runs main under `run_cli`: a UserError is `error: ...` on stderr,
+exit 2. A tool with subcommands (`convert hf2google`, `vocab extend`) lists
+them as `Subcommand`s; `parse_subcommand` picks one by its first argument and
+parses the rest the same way. absl's is the only flag parser and the only
+true/false parser.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from absl import flags
 
-from bert_ad.cli.help import flag_error_message, print_help, wants_help
+from bert_ad.cli.help import HELP_ARGS, flag_error_message, print_help, print_text, wants_help
 from bert_ad.errors import fail, run_cli
 
 log = logging.getLogger("bert_ad")
@@ -32,11 +37,22 @@ def configure_logging() -> None:
 
 def parse_flags(define_flags: Callable[[flags.FlagValues], None], argv: Sequence[str],
                 usage: str, description: str) -> flags.FlagValues:
-    """A fresh FlagValues with the launcher's flags, parsed from argv (argv[0]: program).
+    """A fresh FlagValues with the command's flags, parsed from argv (argv[0]: program).
 
     --help prints usage, description and the flags, then exits 0; a parse
-    error is a UserError.
+    error, or an argument that is not a flag, is a UserError.
     """
+    fv, rest = parse_flags_and_arguments(define_flags, argv, usage, description)
+    if rest:
+        fail(f"unexpected argument {rest[0]!r}; flags look like --name=value")
+    return fv
+
+
+def parse_flags_and_arguments(define_flags: Callable[[flags.FlagValues], None],
+                              argv: Sequence[str], usage: str, description: str
+                              ) -> Tuple[flags.FlagValues, List[str]]:
+    """parse_flags for a command that also takes arguments (`assets NAME ...`):
+    (the flags, the arguments that are not flags)."""
     fv = flags.FlagValues()
     define_flags(fv)
     if wants_help(argv):
@@ -45,9 +61,80 @@ def parse_flags(define_flags: Callable[[flags.FlagValues], None], argv: Sequence
         rest = fv(list(argv))
     except flags.Error as e:
         fail(flag_error_message(e))
-    if len(rest) > 1:
-        fail(f"unexpected argument {rest[1]!r}; flags look like --name=value")
-    return fv
+    return fv, list(rest[1:])
+
+
+def require_flags(f: flags.FlagValues, *names: str) -> None:
+    """One line for the first of `names` not given."""
+    for name in names:
+        if f[name].value in (None, ""):
+            fail(f"--{name} is required")
+
+
+@dataclasses.dataclass(frozen=True)
+class Subcommand:
+    """One subcommand of a tool: `PROGRAM NAME --flag=value ...`.
+
+    Attributes:
+      name, summary: as listed by the tool's --help.
+      define_flags: its absl flags.
+      main: (parsed flags) -> exit code.
+      required: flags it cannot run without (one `error:` line names the first
+        missing one).
+      usage: what follows `PROGRAM NAME` in its usage line.
+    """
+    name: str
+    summary: str
+    define_flags: Callable[[flags.FlagValues], None]
+    main: Callable[[flags.FlagValues], int]
+    required: Tuple[str, ...] = ()
+    usage: str = "--flag=value ..."
+
+
+def subcommands_help(program: str, subcommands: Sequence[Subcommand],
+                     description: str) -> str:
+    width = max(len(s.name) for s in subcommands)
+    lines = [f"usage: {program} {{{','.join(s.name for s in subcommands)}}} [flags]", "",
+             description.strip(), "", "commands:"]
+    lines += [f"  {s.name.ljust(width)}  {s.summary}" for s in subcommands]
+    lines += ["", f"`{program} COMMAND --help` lists a command's flags."]
+    return "\n".join(lines)
+
+
+def parse_subcommand(subcommands: Sequence[Subcommand], argv: Sequence[str],
+                     description: str) -> Tuple[Subcommand, flags.FlagValues]:
+    """The subcommand argv[1] names and its parsed flags (argv[0]: the program).
+
+    `PROGRAM --help` (or no argument) lists the subcommands and exits 0
+    (--help) or fails with one line (nothing given).
+    """
+    program = argv[0]
+    if len(argv) < 2 or argv[1] in HELP_ARGS:
+        if len(argv) >= 2:
+            print_text(subcommands_help(program, subcommands, description))
+        fail(f"{program}: name a command: {', '.join(s.name for s in subcommands)} "
+             f"(`{program} --help` says what each does)")
+    by_name = {s.name: s for s in subcommands}
+    if argv[1] not in by_name:
+        fail(f"{program}: unknown command {argv[1]!r}; choose one of "
+             f"{', '.join(by_name)}")
+    chosen = by_name[argv[1]]
+    f = parse_flags(chosen.define_flags, [f"{program} {chosen.name}"] + list(argv[2:]),
+                    chosen.usage, chosen.summary)
+    require_flags(f, *chosen.required)
+    return chosen, f
+
+
+def run_subcommand(subcommands: Sequence[Subcommand], argv: Sequence[str],
+                   description: str) -> int:
+    """Parse argv (see parse_subcommand) and run the chosen subcommand's main."""
+    chosen, f = parse_subcommand(subcommands, argv, description)
+    return chosen.main(f)
+
+
+def split_list(value: Optional[str]) -> List[str]:
+    """A comma list flag's items, blanks dropped."""
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
 
 
 def run_launcher(define_flags: Callable[[flags.FlagValues], None],

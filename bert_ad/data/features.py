@@ -1,11 +1,9 @@
-"""Examples -> token ids ([CLS] a [SEP] b [SEP]), tokenised once and cached.
+"""Examples -> token ids ([CLS] a [SEP] b [SEP]), for the classifier and rewrite tasks.
 
-The cache is a TFRecord file per split (Google's feature names: input_ids,
-segment_ids, label_ids; unpadded; per-row values such as regression targets
-as `row_float:NAME`/`row_int:NAME` with their shape in `row_dims:NAME`) whose
-name is a hash of the input file's bytes and of every setting that changes
-the features (vocab, casing, length, truncation or windows, labels and their
-kind, columns), so an edited file or flag never reuses a stale cache.
+The features are cached by bert_ad/data/feature_cache.py under a hash of the
+input file's bytes and of every setting that changes them (vocab, casing,
+length, truncation or windows, labels and their kind), so an edited file or
+flag never reuses a stale cache.
 
 What a row's label becomes (`FeatureSettings.target`):
 
@@ -25,21 +23,16 @@ document_index [] int32 says which input row it came from.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import math
-import os
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from bert_ad.data.batching import TokenizedExamples
-from bert_ad.compat import tf
 from bert_ad.data.processors import InputExample
 from bert_ad.data.tokenization import truncate_pair, truncate_tokens
 from bert_ad.errors import fail
-from bert_ad.files import atomic_path, cannot_write
 
 log = logging.getLogger("bert_ad")
 
@@ -61,20 +54,20 @@ class WindowSettings:
     max_windows: int = 0
 
 
+@dataclasses.dataclass
 class FeatureSettings:
-    """Everything besides the examples that decides the token ids and targets."""
+    """Everything besides the examples that decides the token ids and targets
+    (and so the feature cache's key)."""
+    max_seq_length: int
+    truncation: str = "head"
+    head_fraction: float = 0.25
+    label_list: Sequence[str] = ()
+    target: str = "single_label"
+    label_separator: str = "|"
+    windows: Optional[WindowSettings] = None
 
-    def __init__(self, max_seq_length: int, truncation: str = "head",
-                 head_fraction: float = 0.25, label_list: Sequence[str] = (),
-                 target: str = "single_label", label_separator: str = "|",
-                 windows: Optional[WindowSettings] = None):
-        self.max_seq_length = max_seq_length
-        self.truncation = truncation
-        self.head_fraction = head_fraction
-        self.label_list = list(label_list)
-        self.target = target
-        self.label_separator = label_separator
-        self.windows = windows
+    def __post_init__(self):
+        self.label_list = list(self.label_list)
 
 
 def check_window_settings(max_seq_length: int, windows: WindowSettings) -> None:
@@ -211,101 +204,4 @@ def convert_examples(examples: Sequence[InputExample], tokenizer,
                 row_values.setdefault(name, []).append(value)
     return TokenizedExamples({"input_ids": input_ids, "segment_ids": segment_ids},
                              np.array(labels, np.int32),
-                             {name: np.stack(v) for name, v in row_values.items()})
-
-
-def file_digest(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def cache_key(data_file: str, vocab_file: str, do_lower_case: bool,
-              settings: FeatureSettings, task_description: str) -> str:
-    """A hash of the input file's bytes and every setting that shapes the features."""
-    parts = {
-        "data": file_digest(data_file),
-        "vocab": file_digest(vocab_file) if vocab_file else "",
-        "do_lower_case": bool(do_lower_case),
-        "max_seq_length": settings.max_seq_length,
-        "truncation": settings.truncation,
-        "head_fraction": settings.head_fraction,
-        "labels": settings.label_list,
-        "task": task_description,
-        "format": 1,
-    }
-    if settings.target != "single_label" or settings.windows is not None:
-        # Only then: the caches of earlier runs keep their names.
-        parts.update(target=settings.target, label_separator=settings.label_separator,
-                     windows=dataclasses.asdict(settings.windows)
-                     if settings.windows is not None else None)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def cached_features(cache_dir: str, split: str, key: str, build) -> TokenizedExamples:
-    """Load `<cache_dir>/<split>-<key>.tf_record`, or `build()` and write it."""
-    path = os.path.join(cache_dir, f"{split}-{key}.tf_record")
-    if os.path.exists(path):
-        features = read_features(path)
-        log.info("%s features: %d examples from cache %s", split, len(features), path)
-        return features
-    features = build()
-    write_features(path, features)
-    log.info("%s features: %d examples, cached in %s", split, len(features), path)
-    return features
-
-
-def _int_feature(values) -> "tf.train.Feature":
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def write_features(path: str, features: TokenizedExamples) -> None:
-    """Write unpadded features as tf.train.Examples, atomically (bert_ad.files).
-
-    Raises:
-      UserError: "cannot write PATH: CAUSE" (e.g. the disk is full).
-    """
-    with atomic_path(path) as temporary:
-        try:
-            with tf.io.TFRecordWriter(temporary) as writer:
-                for i in range(len(features)):
-                    feature = {name: _int_feature(column[i])
-                               for name, column in features.columns.items()}
-                    feature["label_ids"] = _int_feature([features.labels[i]])
-                    for name, values in features.row_values.items():
-                        value = np.asarray(values[i])
-                        if np.issubdtype(value.dtype, np.integer):
-                            feature[f"row_int:{name}"] = _int_feature(value.reshape(-1))
-                        else:
-                            feature[f"row_float:{name}"] = tf.train.Feature(
-                                float_list=tf.train.FloatList(value=value.reshape(-1)))
-                        feature[f"row_dims:{name}"] = _int_feature(value.shape)
-                    example = tf.train.Example(features=tf.train.Features(feature=feature))
-                    writer.write(example.SerializeToString())
-        except tf.errors.OpError as e:
-            raise cannot_write(path, e) from e
-
-
-def read_features(path: str) -> TokenizedExamples:
-    columns = {"input_ids": [], "segment_ids": []}
-    labels = []
-    row_values = {}
-    for record in tf.io.tf_record_iterator(path):
-        feature = tf.train.Example.FromString(record).features.feature
-        for name, column in columns.items():
-            column.append(np.array(feature[name].int64_list.value, np.int32))
-        labels.append(feature["label_ids"].int64_list.value[0])
-        for key in feature:
-            kind, _, name = key.partition(":")
-            if kind == "row_int":
-                value = np.array(feature[key].int64_list.value, np.int32)
-            elif kind == "row_float":
-                value = np.array(feature[key].float_list.value, np.float32)
-            else:
-                continue
-            shape = tuple(feature[f"row_dims:{name}"].int64_list.value)
-            row_values.setdefault(name, []).append(value.reshape(shape))
-    return TokenizedExamples(columns, np.array(labels, np.int32),
                              {name: np.stack(v) for name, v in row_values.items()})

@@ -45,6 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from bert_ad.data.batching import TokenizedExamples
+from bert_ad.data.feature_cache import Codec, DamagedCache, decode_examples, encode_examples
 from bert_ad.errors import UserError
 from bert_ad.data.tokenization import CLS, SEP, UNK
 
@@ -86,6 +87,39 @@ class TokenFeatures:
     examples: TokenizedExamples
     windows: List[Window]
     sentence_lengths: List[int]
+
+
+# --- the feature cache's view of TokenFeatures (bert_ad/data/feature_cache.py) ---------
+
+_WINDOW = "window:"
+
+
+def _encode_token_features(features: TokenFeatures) -> dict:
+    arrays = encode_examples(features.examples)
+    arrays[_WINDOW + "sentence"] = np.array([w.sentence for w in features.windows], np.int64)
+    arrays[_WINDOW + "first_word"] = np.array([w.first_word for w in features.windows],
+                                              np.int64)
+    arrays[_WINDOW + "max_context"] = [np.asarray(w.max_context, bool)
+                                       for w in features.windows]
+    arrays["sentence_lengths"] = np.array(features.sentence_lengths, np.int64)
+    return arrays
+
+
+def _decode_token_features(arrays) -> TokenFeatures:
+    windows = [Window(int(sentence), int(first_word), np.asarray(context, bool))
+               for sentence, first_word, context in zip(
+                   arrays[_WINDOW + "sentence"], arrays[_WINDOW + "first_word"],
+                   arrays[_WINDOW + "max_context"])]
+    examples = decode_examples({name: value for name, value in arrays.items()
+                                if not name.startswith(_WINDOW)})
+    if len(windows) != len(examples):
+        raise DamagedCache(f"{len(windows)} windows for {len(examples)} rows")
+    return TokenFeatures(examples, windows,
+                         [int(n) for n in arrays["sentence_lengths"]])
+
+
+TOKEN_FEATURES = Codec(_encode_token_features, _decode_token_features,
+                       lambda features: len(features.examples))
 
 
 def check_window_settings(max_seq_length: int, doc_stride: int) -> None:

@@ -23,14 +23,13 @@ head keeps its float32 weights and outputs are float32. The inputs stay int32.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import os
 import shutil
 import tempfile
-from typing import Dict, Iterator
+from typing import Dict
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer
 from bert_ad.errors import fail
 from bert_ad.files import cannot_write, staging_directory
 from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
-from bert_ad.data.features import file_digest
+from bert_ad.data.feature_cache import file_digest
 from bert_ad.serving import layout
 from bert_ad.tasks.base import Task
 
@@ -107,17 +106,6 @@ def _half_encoder_weights(getter, name, *args, **kwargs):
     return getter(name, *args, **kwargs)
 
 
-@contextlib.contextmanager
-def _compute_dtype(task: Task, dtype) -> Iterator[None]:
-    """The task's encoder computes in `dtype` inside the block (restored after)."""
-    encoder = task.encoder
-    task.encoder = dataclasses.replace(encoder, compute_dtype=dtype)
-    try:
-        yield
-    finally:
-        task.encoder = encoder
-
-
 def build_serving_graph(task: Task, precision: str = "fp32") -> ServingGraph:
     """The task's `serving_outputs` in a fresh graph, dropout off.
 
@@ -140,9 +128,11 @@ def build_serving_graph(task: Task, precision: str = "fp32") -> ServingGraph:
         if half:
             tf.get_variable_scope().set_custom_getter(_half_encoder_weights)
         # Model ops under model/, so the root names stay free for the outputs.
-        with _compute_dtype(task, tf.float16 if half else tf.float32), \
-                tf.name_scope("model"):
-            served = task.serving_outputs(dict(inputs))
+        # The same task computing in the export's dtype (a copy: the
+        # caller's task is not touched).
+        serving_task = task.with_compute_dtype(tf.float16 if half else tf.float32)
+        with tf.name_scope("model"):
+            served = serving_task.serving_outputs(dict(inputs))
         outputs = {}
         for name in sorted(served):
             tensor = tf.convert_to_tensor(served[name])

@@ -21,7 +21,7 @@ from typing import Dict, List
 
 from bert_ad.compat import TF_VERSION, tf
 from bert_ad.errors import fail
-from bert_ad.data.features import file_digest
+from bert_ad.data.feature_cache import file_digest
 from bert_ad.serving import layout
 from bert_ad.tasks.base import Task
 

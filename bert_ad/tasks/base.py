@@ -21,6 +21,7 @@ it never touches the driver, the loop or the tower code.
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -28,7 +29,8 @@ import numpy as np
 
 from bert_ad.compat import tf
 from bert_ad.data.batching import Batches, ExampleBatches, TokenizedExamples
-from bert_ad.data.features import FeatureSettings, cache_key, cached_features
+from bert_ad.data.feature_cache import EXAMPLES, Codec, cache_key, cached
+from bert_ad.data.features import FeatureSettings
 from bert_ad.errors import fail
 
 # What an export's serving signature takes by default: int32 [batch, seq],
@@ -82,6 +84,36 @@ class Task(abc.ABC):
     encoder: Optional["TextEncoder"] = None
     serving_inputs: Sequence[str] = SERVING_INPUTS
     main_metric: str = ""
+
+    # --- completing the task --------------------------------------------------
+
+    def with_labels(self, labels: Optional[Sequence[str]]) -> "Task":
+        """This task with its label list: the complete task the driver runs.
+
+        The driver resolves the list once every split is read (training data,
+        labels.txt, an export) and then works only with the task this returns;
+        nothing writes into a task after it is built.
+        """
+        labels = None if labels is None else list(labels)
+        if labels == self.labels:
+            return self
+        return self._replaced(labels=labels)
+
+    def with_compute_dtype(self, dtype) -> "Task":
+        """This task with its encoder computing in `dtype` (an fp16 export)."""
+        if self.encoder is None:
+            return self
+        return self._replaced(encoder=dataclasses.replace(self.encoder,
+                                                          compute_dtype=dtype))
+
+    def _replaced(self, **fields) -> "Task":
+        """A copy with `fields` set; a dataclass task is rebuilt through its fields."""
+        if dataclasses.is_dataclass(self):
+            return dataclasses.replace(self, **fields)
+        task = copy.copy(self)
+        for name, value in fields.items():
+            setattr(task, name, value)
+        return task
 
     # --- inputs ---------------------------------------------------------------
 
@@ -265,12 +297,15 @@ class TextEncoder:
         return FeatureSettings(self.max_seq_length, truncation, head_fraction, list(labels),
                                **targets_and_windows)
 
-    def cached(self, data: SplitData, settings: FeatureSettings, description: str,
-               build) -> TokenizedExamples:
-        """`build()`'s features, cached under a hash of the file and every setting."""
-        key = cache_key(data.source, self.vocab_file, self.do_lower_case, settings,
-                        f"{description}|{data.split}|{len(data.rows)}")
-        return cached_features(self.cache_dir, data.split, key, build)
+    def cached(self, data: SplitData, parts: Mapping[str, object], build,
+               codec: Codec = EXAMPLES):
+        """`build()`'s features (any kind `codec` stores), cached under a hash of the
+        input file, this encoder's tokenizer and length, and `parts`: every
+        other setting the task knows to shape them (bert_ad/data/feature_cache.py)."""
+        key = cache_key(data.source, self.vocab_file, self.do_lower_case,
+                        dict(parts, max_seq_length=self.max_seq_length, split=data.split,
+                             rows=len(data.rows)))
+        return cached(self.cache_dir, data.split, key, build, codec)
 
     def batches(self, examples: TokenizedExamples) -> ExampleBatches:
         return ExampleBatches(examples, self.padding, self.bucket_by_length)

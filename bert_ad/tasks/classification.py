@@ -65,10 +65,11 @@ MAIN_METRIC = {"single_label": "eval_accuracy", "multi_label": "eval_micro_f1",
                "regression": "eval_pearson"}
 
 
+@dataclasses.dataclass(eq=False)
 class ClassificationTask(Task):
     """One task spec of bert_ad.data.processors, classified from [CLS].
 
-    Args:
+    Attributes:
       encoder: the model and tokenizer.
       spec: the task spec (processors.get_task).
       data_dir: --data_dir.
@@ -86,33 +87,40 @@ class ClassificationTask(Task):
         learn this many times faster than the encoder.
     """
 
+    # (A field of its own: Task's class-level `encoder = None` is no default here.)
+    encoder: TextEncoder = dataclasses.field()
+    spec: processors.TaskSpec
+    data_dir: str
+    predict_file: Optional[str] = None
+    truncation: str = "head"
+    head_fraction: float = 0.25
+    max_train_examples: Optional[int] = None
+    max_eval_examples: Optional[int] = None
+    target: str = "single_label"
+    label_separator: str = "|"
+    threshold: float = 0.5
+    windows: Optional[WindowSettings] = None
+    window_pooling: str = "mean"
+    pooling: str = "cls"
+    head_learning_rate_multiplier: float = 1.0
+    labels: Optional[List[str]] = None  # the driver completes the task with them
+
     name = "classifier"
 
-    def __init__(self, encoder: TextEncoder, spec: processors.TaskSpec, data_dir: str,
-                 predict_file: Optional[str] = None, truncation: str = "head",
-                 head_fraction: float = 0.25, max_train_examples: Optional[int] = None,
-                 max_eval_examples: Optional[int] = None, target: str = "single_label",
-                 label_separator: str = "|", threshold: float = 0.5,
-                 windows: Optional[WindowSettings] = None, window_pooling: str = "mean",
-                 pooling: str = "cls", head_learning_rate_multiplier: float = 1.0):
-        if target not in TARGETS:
-            raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
-        self.encoder = encoder
-        self.spec = spec
-        self.data_dir = data_dir
-        self.predict_file = predict_file
-        self.truncation = truncation
-        self.head_fraction = head_fraction
-        self.limits = {"train": max_train_examples, "dev": max_eval_examples}
-        self.target = target
-        self.objective = OBJECTIVE[target]
-        self.label_separator = label_separator
-        self.threshold = threshold
-        self.windows = windows
-        self.window_pooling = window_pooling if windows is not None else ""
-        self.pooling = pooling
-        self.head_learning_rate_multiplier = check_head_learning_rate_multiplier(
-            head_learning_rate_multiplier)
+    def __post_init__(self):
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, got {self.target!r}")
+        if self.windows is None:
+            self.window_pooling = ""
+        check_head_learning_rate_multiplier(self.head_learning_rate_multiplier)
+
+    @property
+    def limits(self) -> Dict[str, Optional[int]]:
+        return {"train": self.max_train_examples, "dev": self.max_eval_examples}
+
+    @property
+    def objective(self) -> str:
+        return OBJECTIVE[self.target]
 
     @property
     def main_metric(self) -> str:
@@ -217,7 +225,7 @@ class ClassificationTask(Task):
     def batches(self, data: SplitData) -> Batches:
         settings = self.feature_settings()
         features = self.encoder.cached(
-            data, settings, repr(self.spec),
+            data, {"features": settings, "task": repr(self.spec)},
             lambda: convert_examples(data.rows, self.encoder.tokenizer, settings))
         if self.windows is None:
             return self.encoder.batches(features)

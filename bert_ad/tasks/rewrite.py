@@ -32,6 +32,7 @@ Results in output_dir:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 from typing import List, Optional, Sequence
@@ -49,10 +50,11 @@ log = logging.getLogger("bert_ad")
 FEATURE_FORMAT = "rewrite-1"  # bump when encode_row changes
 
 
+@dataclasses.dataclass(eq=False)
 class RewriteTask(Task):
     """Rewrite rows scored by a pair classifier (labels 0 and 1).
 
-    Args:
+    Attributes:
       encoder: the model and tokenizer.
       data_dir: the folder with train.tsv and dev.tsv.
       predict_file: the file --do_predict scores (default: data_dir/dev.tsv).
@@ -64,14 +66,21 @@ class RewriteTask(Task):
     main_metric = "eval_accuracy"
     feature_spec = FEATURE_SPEC
 
-    def __init__(self, encoder: TextEncoder, data_dir: str, predict_file: Optional[str] = None,
-                 rank: bool = False, max_train_examples: Optional[int] = None,
-                 max_eval_examples: Optional[int] = None):
-        self.encoder = encoder
-        self.data_dir = data_dir or ""
-        self.predict_file = predict_file
-        self.rank = rank
-        self.limits = {"train": max_train_examples, "dev": max_eval_examples}
+    # (A field of its own: Task's class-level `encoder = None` is no default here.)
+    encoder: TextEncoder = dataclasses.field()
+    data_dir: str = ""
+    predict_file: Optional[str] = None
+    rank: bool = False
+    max_train_examples: Optional[int] = None
+    max_eval_examples: Optional[int] = None
+    labels: Optional[List[str]] = None  # the driver completes the task with them
+
+    def __post_init__(self):
+        self.data_dir = self.data_dir or ""
+
+    @property
+    def limits(self) -> dict:
+        return {"train": self.max_train_examples, "dev": self.max_eval_examples}
 
     def data_file(self, split: str) -> str:
         return os.path.join(self.data_dir, f"{split}.tsv")
@@ -102,9 +111,8 @@ class RewriteTask(Task):
         return list(LABELS)
 
     def batches(self, data: SplitData) -> Batches:
-        settings = self.encoder.feature_settings("slot", 0.0, self.labels)
         features = self.encoder.cached(
-            data, settings, FEATURE_FORMAT,
+            data, {"task": FEATURE_FORMAT, "labels": self.labels},
             lambda: convert_rows(data.rows, self.encoder.tokenizer,
                                  self.encoder.max_seq_length))
         return self.encoder.batches(features)

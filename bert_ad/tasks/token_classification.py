@@ -17,9 +17,8 @@ most context. Results in output_dir:
                            eval_loss (per window), eval_sentences,
                            eval_windows, global_step
 
-Features are rebuilt on every run, not cached: tokenising is fast here (one
-lookup per distinct word) and the windows' bookkeeping would not fit the
-classifier's feature cache.
+Features (each window's columns and where it comes from) are cached as
+every task's are (bert_ad/data/feature_cache.py, the TOKEN_FEATURES codec).
 """
 
 from __future__ import annotations
@@ -37,7 +36,8 @@ from bert_ad.data.conll import ConllFile, read_conll, prediction_lines, token_se
 from bert_ad.data.tag_schemes import (TagScheme, detect_scheme, get_scheme, label_list,
                                       span_records, span_types, validate_label_list,
                                       validate_tags)
-from bert_ad.data.token_features import TokenFeatures, convert_sentences, words_from_windows
+from bert_ad.data.token_features import (TOKEN_FEATURES, TokenFeatures, convert_sentences,
+                                         words_from_windows)
 from bert_ad.errors import fail
 from bert_ad.metrics.entities import entity_metrics
 from bert_ad.model.heads import TOKEN_FEATURE_SPEC, token_classifier
@@ -192,9 +192,13 @@ class TokenClassificationTask(Task):
         if data.features is None:
             # Prediction needs no tags (and the file may have none).
             tags = [s.tags for s in data.rows] if data.split != "predict" else None
-            data.features = convert_sentences(
-                [s.tokens for s in data.rows], tags, self.encoder.tokenizer, self.labels,
-                self.encoder.max_seq_length, self.doc_stride)
+            data.features = self.encoder.cached(
+                data, {"task": "token_classification", "labels": self.labels,
+                       "doc_stride": self.doc_stride, "tagged": tags is not None},
+                lambda: convert_sentences([s.tokens for s in data.rows], tags,
+                                          self.encoder.tokenizer, self.labels,
+                                          self.encoder.max_seq_length, self.doc_stride),
+                TOKEN_FEATURES)
             windows = len(data.features.windows)
             log.info("%s: %d sentences -> %d windows of at most %d pieces (%d sentences "
                      "split, doc_stride %d)", data.split, len(data), windows,

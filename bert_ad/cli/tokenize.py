@@ -1,0 +1,75 @@
+"""bert-ad tokenize: each input line as the model's tokenizer cuts it.
+
+For each line of --input_file (default: standard input), or each TEXT
+argument, one line of space-separated pieces; with --ids, their ids instead.
+The tokenizer is the one a fine-tuning run builds from the same flags
+(WordPiece vocab.txt, a unigram piece list, or a SentencePiece .model).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterator, List, Optional, Sequence
+
+from absl import flags
+
+from bert_ad.cli.registry import register_tool
+from bert_ad.cli.runner import parse_flags_and_arguments
+from bert_ad.data.tokenization import make_tokenizer
+from bert_ad.errors import fail, run_cli
+
+USAGE = "--vocab_file=FILE [--ids] [--input_file=FILE | TEXT ...]"
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt or unigram pieces.tsv.", **d)
+    flags.DEFINE_string("spm_model_file", None,
+                        "SentencePiece .model (instead of --vocab_file).", **d)
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents "
+                      "(--do_lower_case=false for cased models).", **d)
+    flags.DEFINE_bool("ids", False, "Print the pieces' ids instead of the pieces.", **d)
+    flags.DEFINE_string("input_file", None,
+                        "Text to tokenize, one text a line (default: standard input, or "
+                        "the TEXT arguments).", **d)
+
+
+def _lines(input_file: Optional[str], texts: List[str]) -> Iterator[str]:
+    if texts and input_file:
+        fail("give texts as arguments or --input_file, not both")
+    if texts:
+        yield from texts
+        return
+    if input_file in (None, "", "-"):
+        for line in sys.stdin:
+            yield line.rstrip("\r\n")
+        return
+    try:
+        with open(input_file, encoding="utf-8") as f:
+            for line in f:
+                yield line.rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        fail(f"--input_file={input_file} is not UTF-8 text ({e.reason} at byte "
+             f"{e.start}); convert it to UTF-8")
+
+
+def main(argv: Sequence[str]) -> int:
+    f, texts = parse_flags_and_arguments(define_flags, argv, USAGE, __doc__)
+    tokenizer = make_tokenizer(f.vocab_file or "", f.do_lower_case, f.spm_model_file or "")
+    for text in _lines(f.input_file, texts):
+        pieces = tokenizer.tokenize(text)
+        if f.ids:
+            print(" ".join(str(i) for i in tokenizer.convert_tokens_to_ids(pieces)))
+        else:
+            print(" ".join(pieces))
+    return 0
+
+
+def cli(argv: Optional[Sequence[str]] = None) -> None:
+    """bert-ad tokenize (argv[0]: the program as typed; default sys.argv)."""
+    argv = sys.argv if argv is None else argv
+    run_cli(lambda: main(argv))
+
+
+register_tool("tokenize", "print each input line's pieces (or ids, --ids) as a model's "
+              "tokenizer cuts it", cli=cli)

@@ -1,0 +1,91 @@
+"""bert-ad vocab: move a checkpoint onto another vocabulary, or add words to its own.
+
+  transplant  checkpoint + its tokenizer + a new vocab.txt -> a checkpoint for
+              the new vocab (bert_ad/tools/vocab.py)
+  extend      add domain words to a model's vocab (bert_ad/tools/vocab.py)
+
+Also `bert-ad-vocab` and `python -m bert_ad.vocab`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from absl import flags
+
+from bert_ad.cli.registry import register_tool
+from bert_ad.cli.runner import Subcommand, run_subcommand
+from bert_ad.errors import run_cli
+from bert_ad.tools import vocab
+
+PROGRAM = "python -m bert_ad.vocab"
+DESCRIPTION = ("Move a BERT checkpoint onto another vocab (transplant) or add words to its "
+               "own (extend).")
+
+
+def _model_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("checkpoint", None, "Checkpoint prefix, or a folder holding "
+                        "bert_model.ckpt (required).", **d)
+    flags.DEFINE_string("bert_config_file", None,
+                        "Default: bert_config.json beside the checkpoint.", **d)
+    flags.DEFINE_string("output_dir", None, "A new folder (required).", **d)
+    flags.DEFINE_integer("seed", vocab.DEFAULT_SEED, "For freshly initialised rows.", **d)
+
+
+def _transplant_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("target_vocab", None, "The new vocab.txt (required).", **d)
+    flags.DEFINE_string("source_vocab", None,
+                        "The checkpoint's tokenizer: WordPiece vocab.txt or a unigram "
+                        "pieces.tsv (default: vocab.txt, else pieces.tsv beside it).", **d)
+    flags.DEFINE_bool("source_do_lower_case", False,
+                      "Lower-case target tokens for an uncased WordPiece source.", **d)
+    _model_flags(fv)
+
+
+def _extend_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("words", None, "One word per line (required).", **d)
+    flags.DEFINE_string("vocab_file", None, "Default: vocab.txt beside the checkpoint.", **d)
+    flags.DEFINE_bool("do_lower_case", True,
+                      "The model is uncased (--do_lower_case=false for a cased one).", **d)
+    _model_flags(fv)
+
+
+def _transplant(f: flags.FlagValues) -> int:
+    print(vocab.transplant(f.checkpoint, f.target_vocab, f.output_dir, f.source_vocab,
+                           f.bert_config_file, f.source_do_lower_case, f.seed).summary())
+    return 0
+
+
+def _extend(f: flags.FlagValues) -> int:
+    print(vocab.extend(f.checkpoint, f.words, f.output_dir, f.vocab_file,
+                       f.bert_config_file, f.do_lower_case, f.seed).summary())
+    return 0
+
+
+SUBCOMMANDS = (
+    Subcommand("transplant", "checkpoint + its tokenizer + a new vocab.txt -> a checkpoint "
+               "for the new vocab", _transplant_flags, _transplant,
+               required=("checkpoint", "target_vocab", "output_dir")),
+    Subcommand("extend", "add domain words to a model's vocab", _extend_flags, _extend,
+               required=("checkpoint", "words", "output_dir")),
+)
+
+
+def main(argv: Optional[Sequence[str]] = None, program: str = PROGRAM) -> int:
+    """`argv`: the arguments after the program name (extend --words=...)."""
+    return run_subcommand(SUBCOMMANDS, [program] + list(argv or ()), DESCRIPTION)
+
+
+def cli(argv: Optional[Sequence[str]] = None) -> None:
+    """bert-ad vocab, bert-ad-vocab, python -m bert_ad.vocab (argv[0]: the program as
+    the user typed it; default sys.argv)."""
+    argv = sys.argv if argv is None else argv
+    run_cli(lambda: main(argv[1:], argv[0]))
+
+
+register_tool("vocab", "vocabularies: transplant a model onto another vocab, extend one",
+              cli=cli, console_script="bert-ad-vocab")

@@ -1,0 +1,180 @@
+"""Scoring a split on every tower, and the evaluation the training loop runs.
+
+`score` gives a task's per-row outputs for every row of a split, exactly
+once and in input order, from a checkpoint on all towers (or from an export,
+batch by batch); `scoring_checkpoint` says which checkpoint a run scores
+with. `DuringTrainingEvaluation` is the loop's hook for --eval_every_steps:
+the dev set scored with the current weights, the best kept in best/.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Dict, Optional
+
+import numpy as np
+
+from bert_ad.errors import fail
+from bert_ad.files import staging_directory
+from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
+from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint
+from bert_ad.parallel.scoring import Scorer
+from bert_ad.run_settings import Placement, RunSettings
+from bert_ad.serving.layout import ExportMetadata
+from bert_ad.serving.load import ExportScorer
+from bert_ad.tasks.base import SplitData, Task
+
+log = logging.getLogger("bert_ad")
+
+
+def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> str:
+    """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither.
+
+    With settings.use_best_checkpoint: output_dir/best/model.ckpt-N, which
+    must exist.
+    """
+    if settings.use_best_checkpoint:
+        best = best_checkpoint(settings.output_dir)
+        if best is None:
+            fail(f"--use_best_checkpoint: {os.path.join(settings.output_dir, 'best')} "
+                 "holds no checkpoint; train with --eval_every_steps=N "
+                 "--keep_best_checkpoint first")
+        return best
+    found = latest_checkpoint(settings.output_dir)
+    if found:
+        return found
+    if settings.init_checkpoint:
+        return settings.init_checkpoint
+    fail(f"no checkpoint to {purpose}: --output_dir={settings.output_dir} has no "
+         "model.ckpt-N and --init_checkpoint is not set")
+
+
+def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
+          placement: Placement, export: Optional[ExportMetadata] = None,
+          checkpoint: Optional[str] = None) -> Dict[str, np.ndarray]:
+    """The task's per-row outputs for every feature row of `data`, in input order.
+
+    With `export` (settings.predict_from_export's metadata) the rows are
+    scored by that export, batch by batch, and the outputs are its
+    signature's; otherwise by `checkpoint` (default: scoring_checkpoint) on
+    every tower. Which model scored is the caller's to know: it chose it.
+
+    Rows whose outputs have different shapes from batch to batch (a sequence
+    dimension under dynamic padding) come back as an object array of per-row
+    arrays, each padded to its batch's length.
+    """
+    batches = task.batches(data)
+    rows = batches.num_examples if batches.num_examples is not None else "the"
+    if export is not None:
+        checkpoint = export.checkpoint
+        log.info("%s: scoring %s rows with the export %s (%s %s, step %d)", data.split,
+                 rows, settings.predict_from_export, export.format, export.precision,
+                 export.global_step)
+        scorer = ExportScorer(settings.predict_from_export, export,
+                              placement.local_session_config())
+    else:
+        checkpoint = checkpoint or scoring_checkpoint(settings)
+        partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
+        log.info("%s: scoring %s rows with %s on %d tower(s)", data.split, rows,
+                 checkpoint, placement.plan.num_towers)
+
+        def tower(features, i):
+            outputs = dict(task.build_model(features, is_training=False))
+            outputs.pop("loss", None)
+            return outputs
+
+        scorer = Scorer(placement.plan, task.feature_spec, tower, checkpoint,
+                        placement.local_session_config(), partial=partial,
+                        seed=settings.seed)
+
+    per_row: Dict[int, Dict[str, np.ndarray]] = {}
+    with scorer:
+        for tower_indices, tower_batches in batches.scoring(batch_size,
+                                                            placement.plan.num_towers):
+            for indices, values in zip(tower_indices, scorer.run(tower_batches)):
+                for row, index in enumerate(indices):
+                    per_row[int(index)] = {name: value[row] for name, value in values.items()}
+    return _stack_rows(per_row)
+
+
+def _stack_rows(per_row: Dict[int, Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    if not per_row:
+        return {}
+    count = max(per_row) + 1
+    if len(per_row) != count:
+        raise AssertionError(f"scoring covered {len(per_row)} of {count} rows")
+    stacked = {}
+    for name in per_row[0]:
+        values = [per_row[i][name] for i in range(count)]
+        if len({np.shape(v) for v in values}) == 1:
+            stacked[name] = np.stack(values)
+        else:
+            column = np.empty(count, dtype=object)
+            column[:] = values
+            stacked[name] = column
+    return stacked
+
+
+class DuringTrainingEvaluation:
+    """The training loop's evaluation hook: score the dev set with this step's
+    weights on every tower, log and keep the best (bert_ad/parallel/loop.py
+    calls it every settings.eval_every_steps steps and at the last one)."""
+
+    def __init__(self, task: Task, dev: SplitData, settings: RunSettings,
+                 placement: Placement):
+        self.task, self.dev, self.settings, self.placement = task, dev, settings, placement
+        metric = settings.best_metric or task.main_metric
+        if not metric:
+            fail(f"the {task.name} task has no main metric: name one with --best_metric")
+        self.best = BestCheckpoint(settings.output_dir, metric,
+                                   settings.early_stopping_patience,
+                                   keep_weights=settings.keep_best_checkpoint)
+        log.info("evaluating %s every %d steps on %d dev rows: %s (%s)%s", task.name,
+                 settings.eval_every_steps, len(dev), metric,
+                 "lower is better" if lower_is_better(metric) else "higher is better",
+                 f", early stopping after {settings.early_stopping_patience} without "
+                 "improvement" if settings.early_stopping_patience else "")
+
+    def finished(self) -> bool:
+        """A resumed run that early stopping already ended at its newest checkpoint."""
+        latest = latest_checkpoint(self.settings.output_dir)
+        if self.best.should_stop() and latest is not None \
+                and checkpoint_step(latest) == self.best.last_step:
+            log.info("early stopping ended this run at step %d (%s): nothing to train",
+                     self.best.last_step, self.best.describe())
+            return True
+        return False
+
+    def __call__(self, step: int, save_weights) -> tuple:
+        staging = staging_directory(self.best.directory)
+        try:
+            checkpoint = save_weights(staging)
+            outputs = score(self.task, self.dev, self.settings.eval_batch_size,
+                            self.settings, self.placement, checkpoint=checkpoint)
+            metrics = self.task.metrics(self.dev, outputs)
+            metrics["global_step"] = step
+            if self.best.metric not in metrics:
+                fail(f"--best_metric={self.best.metric} is not among the dev figures of the "
+                     f"{self.task.name} task: {', '.join(sorted(metrics))}")
+            improved = self.best.record(step, float(metrics[self.best.metric]), staging)
+        finally:
+            if os.path.isdir(staging):
+                shutil.rmtree(staging, ignore_errors=True)
+        for line in self.task.describe_metrics(metrics).splitlines():
+            log.info("eval at step %d: %s", step, line)
+        for line in self.task.metric_warnings(metrics):
+            log.warning("warning: eval at step %d: %s", step, line)
+        log.info("eval at step %d: %s%s%s", step, self.best.describe(),
+                 "  (new best" + (", kept in best/)" if self.settings.keep_best_checkpoint
+                                  else ")") if improved else "",
+                 f"  {self.best.evaluations_since_best} evaluation(s) without improvement"
+                 if not improved else "")
+        stop = self.best.should_stop()
+        if stop:
+            log.info("early stopping at step %d: %d evaluations without improvement",
+                     step, self.best.evaluations_since_best)
+        figures = {name: value for name, value in metrics.items()
+                   if isinstance(value, (int, float)) and name != "global_step"}
+        return figures, stop
