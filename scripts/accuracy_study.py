@@ -508,8 +508,8 @@ def prepare_inputs(args) -> None:
                         args.model_dir], check=True, env=env, stdout=subprocess.DEVNULL)
     for dataset in args.datasets:
         if not os.path.exists(os.path.join(args.data_root, dataset, "train.tsv")):
-            subprocess.run([sys.executable, os.path.join(REPO, "scripts", "prepare_data.py"),
-                            dataset, "--output_dir", os.path.join(args.data_root, dataset)],
+            subprocess.run([sys.executable, "-m", "bert_ad", "data", "prepare", dataset,
+                            f"--output_dir={os.path.join(args.data_root, dataset)}"],
                            check=True, env=env)
 
 
