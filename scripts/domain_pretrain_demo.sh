@@ -70,4 +70,4 @@ for seed in $SEEDS; do
   if [ "${MINILM:-0}" = 1 ]; then finetune minilm "$seed" MODEL=minilm; fi
 done
 
-"$PYTHON" "$REPO/scripts/domain_pretrain_report.py" "$OUTPUT_ROOT" "$REVIEWS"
+"$PYTHON" -m benchmarks.domain_pretrain_report "$OUTPUT_ROOT" "$REVIEWS"
