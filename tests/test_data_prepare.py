@@ -102,3 +102,5 @@ def test_help_lists_every_flag(capsys):
     assert out.startswith(f"usage: {PROGRAM} {USAGE}\n")
     for flag in parsed():
         assert f"  --{flag}: " in out, flag
+    for name in prepare.DATASETS:               # an example command of every data set
+        assert f"  bert-ad data prepare {name} --" in out, name

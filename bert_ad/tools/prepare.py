@@ -47,8 +47,11 @@ from typing import Callable, Dict, List, Tuple
 
 from absl import flags
 
-from bert_ad.data import datasets, peoples_daily
+from bert_ad import files
+from bert_ad.data import datasets, peoples_daily, rewrite_rows
+from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import fail
+from bert_ad.pretraining.chinese_words import build_lexicon, forward_max_match
 
 SUMMARY = "build a real data set (sentiment, NER, similarity, rewrite rows, domain text)"
 
@@ -87,8 +90,7 @@ REQUIRED: Dict[str, Tuple[str, ...]] = {
 
 def define_flags(fv: flags.FlagValues) -> None:
     """Every flag of every data set, on `fv`; main refuses those NAME does not take."""
-    from bert_ad.data.rewrite_rows import PrepareSettings
-    rewrite = PrepareSettings()
+    rewrite = rewrite_rows.PrepareSettings()
     d = dict(flag_values=fv)
     flags.DEFINE_string("output_dir", None, "Folder to create (all data sets).", **d)
     # Shared by data sets whose own code has the same defaults (a test checks).
@@ -200,8 +202,6 @@ def build_peoples_daily(f: flags.FlagValues, name: str) -> int:
 
 def build_rewrite(f: flags.FlagValues, name: str) -> int:
     """Rewrite rows (train.tsv, dev.tsv) from raw texts, one per line."""
-    from bert_ad.data import rewrite_rows
-    from bert_ad.data.tokenization import make_tokenizer
     settings = rewrite_rows.PrepareSettings(
         negatives=f.negatives, length_match=f.length_match,
         dev_fraction=f.dev_fraction, seed=f.seed,
@@ -223,8 +223,6 @@ def build_rewrite(f: flags.FlagValues, name: str) -> int:
 
 def build_domain_text(f: flags.FlagValues, name: str) -> int:
     """Domain pretraining text: reviews and news, cut into words, train and held out."""
-    from bert_ad import files
-    from bert_ad.pretraining.chinese_words import build_lexicon, forward_max_match
     fraction = f.heldout_fraction
     if not 0 < fraction < 1:
         fail(f"--heldout_fraction={fraction} must be between 0 and 1")
@@ -249,7 +247,8 @@ def build_domain_text(f: flags.FlagValues, name: str) -> int:
         f"train.txt:   {len(review_train)} reviews + {len(news_train)} paragraphs\n"
         f"heldout.txt: {len(review_held)} reviews + {len(news_held)} paragraphs "
         f"(the last {fraction:g} of each source)\n")
-    outputs = {name: [" ".join(words) for words in docs] for name, docs in documents.items()}
+    outputs = {file_name: [" ".join(words) for words in docs]
+               for file_name, docs in documents.items()}
     outputs["README.txt"] = readme.splitlines()
     os.makedirs(f.output_dir, exist_ok=True)
     files.write_results(f.output_dir, outputs)
