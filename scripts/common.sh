@@ -23,11 +23,11 @@ fetch_chinese_model() {
   PYTHON="$PYTHON" bash "$REPO/scripts/fetch_chinese_model.sh" "$CHINESE_MODEL_DIR" >/dev/null
 }
 
-# prepare_dataset NAME: build a real data set once (scripts/prepare_data.py); print its folder.
+# prepare_dataset NAME: build a real data set once (bert-ad data prepare); print its folder.
 prepare_dataset() {
   local dir="$CACHE/data/$1"
   if [ ! -f "$dir/train.tsv" ]; then
-    "$PYTHON" "$REPO/scripts/prepare_data.py" "$1" --output_dir "$dir" >&2
+    "$PYTHON" -m bert_ad data prepare "$1" --output_dir="$dir" >&2
   fi
   echo "$dir"
 }

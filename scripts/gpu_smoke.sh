@@ -4,7 +4,7 @@
 # examples/sec per tower count and the scaling efficiency
 # (examples/sec with N cards / (N x examples/sec with 1 card)).
 #
-#   bash scripts/gpu_smoke.sh [extra scripts/bench_train.py flags]
+#   bash scripts/gpu_smoke.sh [extra benchmarks/bench_train.py flags]
 #   CUDA_VISIBLE_DEVICES=0,1,2,3 bash scripts/gpu_smoke.sh --seq 128 --batch 32
 #
 # Environment: PYTHON (default python), BERT_AD_CACHE (downloads, default
@@ -29,6 +29,6 @@ DATA_DIR="$(prepare_dataset movie_reviews)"
 COUNTS=1
 if [ "$GPUS" -gt 1 ]; then COUNTS="1,$GPUS"; fi
 echo "gpu_smoke: $GPUS GPU(s) visible; towers: $COUNTS"
-"$PYTHON" "$REPO/scripts/bench_train.py" --towers_scaling "$COUNTS" \
+"$PYTHON" -m benchmarks.bench_train --towers_scaling "$COUNTS" \
   --model_dir "$MODEL_DIR" --data_dir "$DATA_DIR" \
   --seq 128 --batch 32 --padding max_length --warmup 5 --steps 30 "$@"

@@ -33,7 +33,7 @@ fi
 
 DATA_DIR="$CACHE/data/peoples_daily_ner"
 if [ ! -f "$DATA_DIR/test.txt" ]; then
-  "$PYTHON" "$REPO/scripts/prepare_data.py" peoples_daily_ner --output_dir "$DATA_DIR" >&2
+  "$PYTHON" -m bert_ad data prepare peoples_daily_ner --output_dir="$DATA_DIR" >&2
 fi
 
 run() {  # run NAME MODEL_DIR CHECKPOINT [flags]

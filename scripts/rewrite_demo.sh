@@ -40,8 +40,8 @@ fi
 # 2. Rows: one slot per text, 3 length-matched negatives, 10% of texts held out.
 DATA="$OUTPUT_DIR/data"
 if [ ! -f "$DATA/dev.tsv" ]; then
-  step "prepare_rewrite_data.py -> $DATA"
-  "$PYTHON" "$REPO/scripts/prepare_rewrite_data.py" --input_file="$CORPUS" \
+  step "bert-ad data prepare rewrite -> $DATA"
+  "$PYTHON" -m bert_ad data prepare rewrite --input_file="$CORPUS" \
     --vocab_file="$VOCAB" --output_dir="$DATA" --negatives=3 --length_match=true \
     --dev_fraction=0.1 --seed=12345
 fi

@@ -1,8 +1,7 @@
-"""scripts/accuracy_study.py: the grid, one real run through the CLI, the report."""
+"""benchmarks/accuracy_study.py: the grid, one real run through the CLI, the report."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -12,18 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO, SAMPLE_SENTIMENT as SAMPLE, save_initial_checkpoint, tiny_model
-
-
-def _load_study():
-    spec = importlib.util.spec_from_file_location(
-        "accuracy_study", os.path.join(REPO, "scripts", "accuracy_study.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-study = _load_study()
+from benchmarks import accuracy_study as study
+from benchmarks import study_runner
+from helpers import SAMPLE_SENTIMENT as SAMPLE, save_initial_checkpoint, tiny_model
 
 
 # ---------------------------------------------------------------------------
@@ -138,9 +128,9 @@ def test_failed_run_is_recorded_with_its_error(tmp_path):
 def test_runs_file_resumes(tmp_path, one_run):
     record = one_run[0]
     path = str(tmp_path / "runs.jsonl")
-    study.append_run(path, record)
-    study.append_run(path, dict(record, seed=4))
-    loaded = study.load_runs(path)
+    study_runner.append_run(path, record)
+    study_runner.append_run(path, dict(record, seed=4))
+    loaded = study_runner.load_runs(path)
     assert [study.spec_of(r).seed for r in loaded] == [3, 4]
     assert study.spec_of(loaded[0]) == study.make_spec("movie_reviews", 2, 1, "radam",
                                                        "linear", 3, None)

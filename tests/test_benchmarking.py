@@ -6,7 +6,7 @@ docs/benchmarks.md, not tested.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 import os
 import sys
@@ -18,7 +18,7 @@ from bert_ad.tools import benchmarking as bench
 from bert_ad.data.batching import TokenizedExamples, make_batch
 from bert_ad.compat import tf
 from bert_ad.model.modeling import BertConfig
-from helpers import run_command
+from helpers import launcher_env, run_command, run_many, run_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -118,12 +118,13 @@ def test_run_worker_returns_the_emitted_result_and_reports_failures(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {REPO!r})\n"
         "from bert_ad.tools import benchmarking as b\n"
         "print('noise before')\n"
         "b.emit_result({'rate': 1.5, 'name': sys.argv[1]})\n"
         "print('noise after')\n")
-    assert bench.run_worker([sys.executable, str(script), "x"]) == {
+    # This checkout's bert_ad, as the benchmarks give their workers.
+    env = {"PYTHONPATH": launcher_env()["PYTHONPATH"]}
+    assert bench.run_worker([sys.executable, str(script), "x"], env=env) == {
         "rate": 1.5, "name": "x"}
     failing = tmp_path / "failing.py"
     failing.write_text("print('about to fail')\nraise SystemExit(3)\n")
@@ -147,11 +148,8 @@ def test_machine_description_names_cores_and_cpu():
 
 
 def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(REPO, "scripts", name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/NAME.py, imported as `python -m benchmarks.NAME` runs it."""
+    return importlib.import_module("benchmarks." + name)
 
 
 def test_bench_train_counts_real_tokens_of_real_rows_only():
@@ -182,6 +180,25 @@ def test_bench_train_plan_has_every_comparison_the_tables_need():
         assert ("ours", 64, padding, 1, 32) in plan
     Args.quick, Args.skip_hf = True, True
     assert {run[0] for run in bench_train.suite_plan(Args)} == {"ours"}
+
+
+BENCHMARKS = ("accuracy_study", "long_text_study", "bench_train", "bench_predict",
+              "bench_export", "exchange_bytes")
+
+
+def test_every_benchmark_runs_as_a_module_of_the_checkout(tmp_path):
+    # From another folder with this checkout on PYTHONPATH, as scripts/*.sh run them.
+    runs = run_many({name: ["benchmarks." + name, "--help"] for name in BENCHMARKS},
+                    run=lambda argv: run_module(argv[0], argv[1:], cwd=str(tmp_path)))
+    for run in runs.values():
+        assert run.returncode == 0 and run.stdout.startswith("usage:"), run.describe()
+    report = run_module("benchmarks.domain_pretrain_report", cwd=str(tmp_path))
+    assert report.returncode == 1, report.describe()
+    assert report.stderr.strip() == (
+        "python -m benchmarks.domain_pretrain_report OUTPUT_ROOT REVIEWS_DIR")
+    # Their workers start as `python -m WORKER_MODULE`: the module itself.
+    for name in ("bench_train", "bench_predict", "bench_export"):
+        assert _load_script(name).WORKER_MODULE == "benchmarks." + name
 
 
 def test_bench_train_reads_the_bucket_window_without_importing_tensorflow():

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from bert_ad.pretraining.chinese_words import build_lexicon, forward_max_match
-from helpers import REPO, assert_one_error_line, run_command
+from helpers import assert_one_error_line
+from prepare_command import run_prepare
 
 
 def test_the_lexicon_keeps_frequent_short_chinese_words():
@@ -48,9 +48,9 @@ def test_domain_text_uses_only_training_text_and_holds_out_the_tail(tmp_path):
     corpus = str(tmp_path / "199801.txt")
     _write(corpus, "".join(f"手机/n  很/d  好/a  段落{i}/m  。/w\n" for i in range(10)))
     out = tmp_path / "text"
-    command = [sys.executable, "scripts/prepare_domain_text.py", "--reviews_dir", str(reviews),
+    command = ["domain_text", "--reviews_dir", str(reviews),
                "--peoples_daily", corpus, "--output_dir", str(out)]
-    run = run_command(command + ["--heldout_fraction", "0.25"], cwd=REPO)
+    run = run_prepare(*command, "--heldout_fraction", "0.25")
     assert run.returncode == 0, run.describe()
 
     def lines(name):
@@ -66,6 +66,6 @@ def test_domain_text_uses_only_training_text_and_holds_out_the_tail(tmp_path):
     assert "开发" not in everything and "测试" not in everything
     assert "段落8" not in everything and "段落9" not in everything
 
-    again = run_command(command, cwd=REPO)
+    again = run_prepare(*command)
     assert_one_error_line(again, f"{out}/train.txt exists; give a new --output_dir")
     assert lines("heldout.txt") == expected_reviews[15:] + paragraphs[6:]

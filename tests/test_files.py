@@ -140,9 +140,8 @@ def test_the_mode_follows_the_umask(tmp_path):
 
 
 DISK_FULL = """
-import json, os, resource, signal, sys
-sys.path.insert(0, {here!r})
-import test_files  # imports TensorFlow, before the limit as in a run
+import json, os, resource, signal
+import test_files  # (tests/ on PYTHONPATH) imports TensorFlow, before the limit as in a run
 from bert_ad.errors import UserError, run_cli
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write fails with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
@@ -174,7 +173,8 @@ def disk_full(tmp_path_factory) -> dict:
         for name in ("result", "result-2", "eval_results.txt"):
             (root / writer / name).write_text("earlier run\n")
         before[writer] = snapshot(root / writer)
-    run = run_command([sys.executable, "-c", DISK_FULL.format(here=HERE, root=str(root))],
+    run = run_command([sys.executable, "-c", DISK_FULL.format(root=str(root))],
+                      PYTHONPATH=os.pathsep.join((HERE, launcher_env()["PYTHONPATH"])),
                       PYTHONDONTWRITEBYTECODE="1", TF_CPP_MIN_LOG_LEVEL="3")
     messages = dict(json.loads(line) for line in run.stdout.splitlines())
     out = {w: (messages.get(w, run.stderr), root / w, before[w]) for w in WRITERS}

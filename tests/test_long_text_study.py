@@ -1,26 +1,17 @@
-"""scripts/long_text_study.py: the grid, each strategy's flags, the report, one real run."""
+"""benchmarks/long_text_study.py: the grid, each strategy's flags, the report, one real run."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
 import sys
 
 import pytest
 
-from helpers import REPO, sample_sentiment_texts, save_initial_checkpoint, tiny_model
-
-
-def _load_study():
-    spec = importlib.util.spec_from_file_location(
-        "long_text_study", os.path.join(REPO, "scripts", "long_text_study.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-study = _load_study()
+from benchmarks import long_text_study as study
+from benchmarks import study_runner
+from bert_ad.files import read_key_values
+from helpers import sample_sentiment_texts, save_initial_checkpoint, tiny_model
 
 
 def test_the_grid_covers_every_strategy_length_and_seed():
@@ -157,7 +148,7 @@ def test_one_real_run_through_the_launcher(tiny):
                            str(tiny / "runs"))
     assert record["status"] == "ok", record
     output_dir = tiny / "runs" / spec.name
-    dev = study.read_key_values(str(output_dir / "eval_results.txt"))
+    dev = read_key_values(str(output_dir / "eval_results.txt"))
     assert record["dev_accuracy"] == float(dev["eval_accuracy"])
     assert record["global_step"] == 3                       # 12 reviews / 4, 1 epoch
     predicted = (output_dir / "predict.txt").read_text().split("\n")[:-1]
@@ -175,5 +166,5 @@ def test_one_real_run_through_the_launcher(tiny):
     assert "--long_text=windows" in record["command"]
     assert not [n for n in os.listdir(output_dir) if n.startswith("model.ckpt")]
     runs = str(tiny / "runs.jsonl")
-    study.append_run(runs, record)
-    assert study.load_runs(runs) == [record]
+    study_runner.append_run(runs, record)
+    assert study_runner.load_runs(runs) == [record]

@@ -36,7 +36,8 @@ import pytest
 from bert_ad.compat import IS_TF1, tf
 from helpers import (
     REPO, SAMPLE_SENTIMENT as SAMPLE, TIMEOUT, Processes, assert_one_error_line, flag_args,
-    logged_run, read_text, sample_sentiment_texts, save_initial_checkpoint, tiny_model, wait)
+    launcher_env, logged_run, read_text, sample_sentiment_texts, save_initial_checkpoint,
+    tiny_model, wait)
 
 TESTS = os.path.join(REPO, "tests")
 CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
@@ -113,10 +114,11 @@ def run_check(tmp_path, check: str) -> dict:
     """This file's function `check`(out_path) run in a fresh Python (servers
     cannot be stopped, so they live and die with it); the arrays it saved."""
     out = str(tmp_path / "results.npz")
-    code = (f"import sys; sys.path.insert(0, {TESTS!r}); "
-            f"from test_multiworker import {check}; {check}({out!r})")
+    code = f"from test_multiworker import {check}; {check}({out!r})"
+    tests_first = os.pathsep.join((TESTS, launcher_env()["PYTHONPATH"]))
     with Processes() as processes:
-        process = processes.start([sys.executable, "-c", code], str(tmp_path / "log"))
+        process = processes.start([sys.executable, "-c", code], str(tmp_path / "log"),
+                                  PYTHONPATH=tests_first)
         assert wait(process) == 0, read_text(process.log_path)
     return dict(np.load(out, allow_pickle=True))
 

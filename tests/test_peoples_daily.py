@@ -15,9 +15,7 @@ from bert_ad.data.peoples_daily import (bio_characters, bmes_characters, entity_
                                         split_by_order, split_sentences)
 from bert_ad.data.tag_schemes import detect_scheme, label_list, validate_tags
 from bert_ad.errors import UserError
-from helpers import run_launcher
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from prepare_command import run_prepare
 
 
 def ner(line: str):
@@ -208,14 +206,13 @@ def test_full_corpus_files_pass_the_reader_and_the_scheme(full_ner):
 def test_cli_refuses_a_non_empty_folder(tmp_path, peoples_daily_corpus):
     source = _write_head(peoples_daily_corpus, tmp_path / "199801.txt", 40)
     out = str(tmp_path / "out")
-    script = [os.path.join(REPO, "scripts", "prepare_data.py"),
-              "peoples_daily_ner", "--output_dir", out, "--source", source]
-    done = run_launcher(script)
+    command = ["peoples_daily_ner", "--output_dir", out, "--source", source]
+    done = run_prepare(*command)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == f"wrote {out}"
     assert re.match(r"  train: 32 paragraphs, \d+ sentences, \d+ characters \(LOC: \d+",
                     done.stdout.splitlines()[0])
-    again = run_launcher(script)
+    again = run_prepare(*command)
     assert again.returncode == 2
     assert again.stderr.startswith("error: --output_dir") and len(
         again.stderr.splitlines()) == 1

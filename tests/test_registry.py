@@ -27,7 +27,7 @@ def test_every_declaration_matches_what_its_module_registers():
     declared = registry.declarations(plugins=False)
     names = [d.name for d in declared]
     for expected in ("classifier", "ner", "pretrain", "rewrite", "create-pretraining-data",
-                     "convert", "vocab", "assets", "tokenize"):
+                     "convert", "vocab", "assets", "tokenize", "data"):
         assert expected in names
     for declaration in declared:
         command = registry.command(declaration)

@@ -24,11 +24,10 @@ from bert_ad.data.rewrite_rows import (SEGMENT_PUNCTUATION, PrepareSettings, bla
                                        encode_row, fit_context, parse_row, parse_slot,
                                        read_rows, segment_spans, split_segments)
 from bert_ad.pretraining.rewrite_spans import span_instance, span_tokens
-from helpers import create_pretraining_data, run_launcher
+from helpers import create_pretraining_data
+from prepare_command import run_prepare
 from bert_ad.data.tokenization import CLS, MASK, SEP, FullTokenizer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PREPARE = os.path.join(REPO, "scripts", "prepare_rewrite_data.py")
 ZH_TEXTS = 400   # real reviews used by the preparation tests
 
 
@@ -373,8 +372,8 @@ def test_without_length_matching(raw_file, zh_tokenizer, tmp_path):
 
 def test_prepare_command_line(raw_file, chinese_vocab, tmp_path):
     output = tmp_path / "out"
-    run = run_launcher([PREPARE, f"--input_file={raw_file}", f"--vocab_file={chinese_vocab}",
-                        f"--output_dir={output}", "--negatives=2", "--dev_fraction=0.3"])
+    run = run_prepare("rewrite", f"--input_file={raw_file}", f"--vocab_file={chinese_vocab}",
+                      f"--output_dir={output}", "--negatives=2", "--dev_fraction=0.3")
     assert run.returncode == 0, run.stderr
     assert "train slots:" in run.stdout
     readme = (output / "README.txt").read_text(encoding="utf-8")
@@ -383,8 +382,8 @@ def test_prepare_command_line(raw_file, chinese_vocab, tmp_path):
     # A blank line in the middle is an empty text: one error line naming it.
     bad = tmp_path / "blank.txt"
     bad.write_text("好，很好\n\n不错，真不错\n", encoding="utf-8")
-    run = run_launcher([PREPARE, f"--input_file={bad}", f"--vocab_file={chinese_vocab}",
-                        f"--output_dir={tmp_path / 'x'}"])
+    run = run_prepare("rewrite", f"--input_file={bad}", f"--vocab_file={chinese_vocab}",
+                      f"--output_dir={tmp_path / 'x'}")
     assert run.returncode == 2
     assert run.stderr.splitlines() == [f"error: {bad} line 2: empty text; the input is "
                                        "one text per line, so remove blank lines (e.g. "

@@ -33,7 +33,7 @@ Modes (--mode):
        where S packs consecutive sentences of one document up to the target
        length; segment_ids and next_sentence_labels are all 0. A sentence
        longer than the sequence is cut, from the front or the back at random.
-  rewrite  rewrite rows (scripts/prepare_rewrite_data.py), not documents:
+  rewrite  rewrite rows (bert-ad data prepare rewrite), not documents:
        [CLS] candidate [SEP] text [SEP] with the candidate put in the text's
        slot and masked there as one span; see bert_ad/data/rewrite_rows.py.
 

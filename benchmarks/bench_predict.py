@@ -1,8 +1,8 @@
 """Batch-scoring throughput (rows/sec) of run_classifier_mgpu.py --do_predict.
 
-    python scripts/bench_predict.py            # full: 4,000 rows, 3 rounds
-    python scripts/bench_predict.py --quick    # 1,000 rows, 1 round, batch 32 only
-    python scripts/bench_predict.py --compare  # ours (oneDNN on / off, padding kept) vs HF
+    python -m benchmarks.bench_predict            # full: 4,000 rows, 3 rounds
+    python -m benchmarks.bench_predict --quick    # 1,000 rows, 1 round, batch 32 only
+    python -m benchmarks.bench_predict --compare  # ours (oneDNN on / off, padding kept) vs HF
 
 Scores the real movie-review sentences (train + dev + test, 4,000 rows) with
 the real MiniLM-L6 plus a classifier head, at max_seq_length 64, on 1 and 2
@@ -34,12 +34,13 @@ import sys
 import tempfile
 import time
 
+from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+from bert_ad.tools.assets import cache_dir  # (no TensorFlow import)
+
+# The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from bert_ad.tools import benchmarking as bench  # noqa: E402  (no TensorFlow import)
-from bert_ad.tools.assets import cache_dir  # noqa: E402  (no TensorFlow import)
-
+# Each configuration is `python -m WORKER_MODULE --worker ...` with PYTHONPATH=REPO.
+WORKER_MODULE = "benchmarks.bench_predict"
 WARMUP_BATCHES = 3
 
 
@@ -177,7 +178,7 @@ COMPARISONS = (("ours, default (oneDNN on, padding removed)", "ours", {}),
 
 
 def worker_command(args, impl: str, towers: int, batch: int, padding: str) -> list:
-    command = [sys.executable, os.path.abspath(__file__), "--worker", impl,
+    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
                "--towers", str(towers), "--batch", str(batch), "--padding", padding,
                "--rows", str(args.rows), "--seq", str(args.seq),
                "--model_dir", args.model_dir, "--data_dir", args.data_dir]
@@ -265,7 +266,7 @@ def main(argv=None) -> int:
                  os.path.join(args.data_dir, "test.tsv")):
         if not os.path.exists(path):
             print(f"error: {path} not found (run scripts/fetch_minilm.sh and "
-                  "scripts/prepare_data.py movie_reviews)", file=sys.stderr)
+                  "bert-ad data prepare movie_reviews)", file=sys.stderr)
             return 2
 
     info = bench.machine_description()

@@ -6,20 +6,17 @@ and ring all-reduce's traffic: each worker sends and receives 2 (N-1)/N of the
 packed bytes. The scaling-efficiency bound assumes no overlap of compute and
 exchange: t_compute / (t_compute + t_exchange).
 
-    python scripts/exchange_bytes.py [--config base|minilm] [--step_seconds 0.3]
+    python -m benchmarks.exchange_bytes [--config base|minilm] [--step_seconds 0.3]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bert_ad.distributed.collective import pack_plan  # noqa: E402
-from bert_ad.tools.convert import google_variable_shapes  # noqa: E402
-from bert_ad.model.modeling import BertConfig  # noqa: E402
+from bert_ad.distributed.collective import pack_plan
+from bert_ad.tools.convert import google_variable_shapes
+from bert_ad.model.modeling import BertConfig
 
 CONFIGS = {
     "base": BertConfig(vocab_size=30522),  # BERT-base: 12 x 768, 12 heads, 3072

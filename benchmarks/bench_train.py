@@ -1,23 +1,23 @@
 """Training throughput of run_classifier_mgpu.py vs Hugging Face transformers (PyTorch CPU).
 
-    python scripts/bench_train.py --json train.json --profile_after
+    python -m benchmarks.bench_train --json train.json --profile_after
                                      # the full suite (docs/benchmarks.md)
-    python scripts/bench_train.py --quick
+    python -m benchmarks.bench_train --quick
                                      # a few minutes: seq 64, 1 round, fewer runs
-    python scripts/bench_train.py --seqs 64 --repeats 5
+    python -m benchmarks.bench_train --seqs 64 --repeats 5
                                      # the suite for some sequence lengths only
-    python scripts/bench_train.py --tables_from train.json
+    python -m benchmarks.bench_train --tables_from train.json
                                      # print the tables of an earlier run again
-    python scripts/bench_train.py --profile --seq 64 --padding dynamic
+    python -m benchmarks.bench_train --profile --seq 64 --padding dynamic
                                      # where the time of one step goes
-    python scripts/bench_train.py --experiments --seq 64 --padding bucketed
+    python -m benchmarks.bench_train --experiments --seq 64 --padding bucketed
                                      # the library vs the suggested speed-ups
-    python scripts/bench_train.py --towers_scaling 1,4 --seq 128 --batch 32
+    python -m benchmarks.bench_train --towers_scaling 1,4 --seq 128 --batch 32
                                      # towers scaling (scripts/gpu_smoke.sh)
 
 The suite fine-tunes the real MiniLM-L6 (Google checkpoint from
 scripts/fetch_minilm.sh) on the real movie-review sentences
-(scripts/prepare_data.py movie_reviews) and prints markdown tables:
+(bert-ad data prepare movie_reviews) and prints markdown tables:
 
   1. ours: examples/sec at max_seq_length 64 and 128, batch 16 per tower,
      1 and 2 towers, padding to max_length, dynamic (the default) and
@@ -53,12 +53,14 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+from bert_ad.tools.assets import cache_dir  # (no TensorFlow import)
+from bert_ad.files import atomic_open  # (no TensorFlow import)
 
-from bert_ad.tools import benchmarking as bench  # noqa: E402  (no TensorFlow import)
-from bert_ad.tools.assets import cache_dir  # noqa: E402  (no TensorFlow import)
-from bert_ad.files import atomic_open  # noqa: E402  (no TensorFlow import)
+# The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Each measurement is `python -m WORKER_MODULE --worker ...` with PYTHONPATH=REPO.
+WORKER_MODULE = "benchmarks.bench_train"
 
 SEED = 12345
 LEARNING_RATE = 5e-5
@@ -101,7 +103,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face MiniLM folder (default: the minilm asset)")
     parser.add_argument("--data_dir", default=os.path.join(cache, "data", "movie_reviews"),
                         help="train.tsv of --task_name=sentiment "
-                             "(scripts/prepare_data.py movie_reviews)")
+                             "(bert-ad data prepare movie_reviews)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
 
@@ -603,7 +605,7 @@ def run_profile_comparison(args) -> int:
 
 def worker_command(args, impl: str, seq: int, padding: str, towers: int, batch: int,
                    extra: list | None = None, variant: str = "library") -> list:
-    command = [sys.executable, os.path.abspath(__file__), "--worker", impl,
+    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
                "--seq", str(seq), "--padding", padding, "--towers", str(towers),
                "--batch", str(batch), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--model_dir", args.model_dir,
@@ -1007,8 +1009,8 @@ def main(argv=None) -> int:
     for path, what in ((os.path.join(args.model_dir, "bert_model.ckpt.index"),
                         "MiniLM Google checkpoint (run scripts/fetch_minilm.sh)"),
                        (os.path.join(args.data_dir, "train.tsv"),
-                        "movie-review sentences (run scripts/prepare_data.py "
-                        "movie_reviews --output_dir DIR)")):
+                        "movie-review sentences (run bert-ad data prepare "
+                        "movie_reviews --output_dir=DIR)")):
         if not os.path.exists(path):
             print(f"error: {path} not found: the {what}", file=sys.stderr)
             return 2

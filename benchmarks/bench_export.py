@@ -1,6 +1,6 @@
 """Scoring speed of an export vs in-process predict, and fp16's difference to fp32.
 
-    python scripts/bench_export.py --output_dir FT_DIR --data_dir MR_DIR [--rounds 3]
+    python -m benchmarks.bench_export --output_dir FT_DIR --data_dir MR_DIR [--rounds 3]
 
 FT_DIR is a fine-tuned classifier's output_dir (model.ckpt-N, labels.txt),
 e.g. MiniLM fine-tuned on the movie reviews (docs/serving.md has the
@@ -30,10 +30,12 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
 
-from bert_ad.tools import benchmarking as bench  # noqa: E402  (no TensorFlow import)
+# The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Each configuration is `python -m WORKER_MODULE --worker ...` with PYTHONPATH=REPO.
+WORKER_MODULE = "benchmarks.bench_export"
 
 WARMUP_BATCHES = 3
 CONFIGURATIONS = ("checkpoint", "saved_model", "frozen_graph", "saved_model_fp16")
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
         export_all(args, exports)
         for round_index in range(args.rounds):
             for name in (plan if round_index % 2 == 0 else plan[::-1]):
-                command = [sys.executable, os.path.abspath(__file__), "--worker",
+                command = [sys.executable, "-m", WORKER_MODULE, "--worker",
                            "--configuration", name, "--exports", exports,
                            "--output_dir", args.output_dir, "--data_dir", args.data_dir,
                            "--vocab_file", args.vocab_file, "--bert_config_file",
