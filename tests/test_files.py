@@ -85,7 +85,7 @@ def _features_cache(path):
     ids = [np.arange(1, 201, dtype=np.int32)] * 100
     write_features(path, TokenizedExamples({"input_ids": ids, "segment_ids": ids},
                                            np.zeros(100, np.int32)))
-    return [path]
+    return [path, path + ".json"]  # the cache and its record
 
 
 def _shards(path):
