@@ -69,8 +69,8 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from bert_ad.data.datasets import clean_text
 from bert_ad.errors import fail
-from bert_ad.pretraining.instances import derive_seed
 from bert_ad.files import write_lines
+from bert_ad.seeds import derive_seed
 from bert_ad.data.tokenization import CLS, MASK, SEP
 
 SEGMENT_PUNCTUATION = "。！!？?，,：:"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import random
 from typing import (Iterable, List, NamedTuple, Optional,
                     Sequence)
@@ -337,13 +336,6 @@ def instance_features(instance: TrainingInstance, tokenizer, max_seq_length: int
     features["masked_lm_weights"] = [1.0] * m + [0.0] * pad_m
     features["next_sentence_labels"] = [1 if instance.is_random_next else 0]
     return features
-
-
-def derive_seed(random_seed: int, chunk_index: int, purpose: str) -> int:
-    """A 64-bit seed for one chunk's generator, the same in every process
-    and Python version."""
-    text = f"{random_seed}/{chunk_index}/{purpose}".encode("ascii")
-    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
 
 
 class Summary(NamedTuple):

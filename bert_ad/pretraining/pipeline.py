@@ -74,11 +74,12 @@ from typing import IO, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
 from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer, make_tokenizer
 from bert_ad.errors import fail
 from bert_ad.pretraining.instances import (Document, InstanceMaker, InstanceSettings,
-                                           Summary, TrainingInstance, derive_seed,
-                                           instance_features, tokenize_document)
+                                           Summary, TrainingInstance, instance_features,
+                                           tokenize_document)
 from bert_ad.pretraining.records import ShardWriter, check_outputs, encode_example
 from bert_ad.pretraining.rewrite_spans import write_span_instances
 from bert_ad.pretraining.text import chunked, read_documents
+from bert_ad.seeds import derive_seed
 
 
 # ----------------------------------------------------------------------------
