@@ -13,7 +13,7 @@ import sys
 import time
 from typing import IO, Optional, Sequence
 
-from bert_ad.data.rewrite_rows import RewriteRow, fit_context, read_rows
+from bert_ad.data.rewrite_format import RewriteRow, fit_context, read_rows
 from bert_ad.data.tokenization import CLS, SEP
 from bert_ad.errors import fail
 from bert_ad.pretraining.instances import Summary, TrainingInstance, instance_features
