@@ -21,10 +21,10 @@ from bert_ad.data import tokenization
 from bert_ad.errors import UserError
 from bert_ad.files import atomic_open
 from helpers import run_module
-from bert_ad.data.tokenization import (FullTokenizer, SentencePieceTokenizer,
-                                  TRUNCATION_STRATEGIES, check_max_seq_length,
-                                  load_vocab, make_tokenizer, truncate_pair,
-                                  truncate_tokens)
+from bert_ad.data.tokenization import (FullTokenizer, SentencePieceTokenizer, load_vocab,
+                                       make_tokenizer)
+from bert_ad.data.truncation import (TRUNCATION_STRATEGIES, check_max_seq_length,
+                                     truncate_pair, truncate_tokens)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_TSV = os.path.join(REPO, "tests", "data", "tokenizer_reference.tsv")

@@ -37,7 +37,7 @@ import numpy as np
 from bert_ad.data.batching import TokenizedExamples
 from bert_ad.compat import tf
 from bert_ad.data.processors import InputExample
-from bert_ad.data.tokenization import truncate_pair, truncate_tokens
+from bert_ad.data.truncation import truncate_pair, truncate_tokens
 from bert_ad.errors import fail
 from bert_ad.files import atomic_path, cannot_write
 

@@ -16,7 +16,8 @@ from typing import (Iterable, List, NamedTuple, Optional,
 
 from bert_ad.errors import fail
 from bert_ad.pretraining.masking import mask_tokens
-from bert_ad.data.tokenization import (CLS, SEP, check_max_seq_length)
+from bert_ad.data.tokenization import CLS, SEP
+from bert_ad.data.truncation import check_max_seq_length
 
 MODES = ("nsp", "mlm", "rewrite")
 # [CLS] A [SEP] B [SEP] needs two tokens of text, and the short-sequence
