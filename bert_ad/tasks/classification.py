@@ -1,8 +1,9 @@
 """Sentence (pair) classification: Google's run_classifier.py task on the driver.
 
 Rows are `bert_ad.data.processors.InputExample`s of a task spec (tasks as
-data: file names, columns, labels). The head is Google's `create_model`
-(bert_ad/model/heads.py) with one of three targets (`TARGETS`):
+data: file names, columns, labels; bert_ad/data/task_specs.py). The head is
+Google's `create_model` (bert_ad/model/heads.py) with one of three targets
+(`TARGETS`):
 
   single_label  one label a row, softmax (the default)
   multi_label   any labels of the list a row, joined by a separator in the
@@ -44,6 +45,7 @@ from bert_ad.data import processors
 from bert_ad.data.batching import WindowBatches
 from bert_ad.data.features import (TARGETS, WindowSettings, convert_examples, encode_target,
                                    split_labels)
+from bert_ad.data.task_specs import TaskSpec
 from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metrics, multi_label_metrics
 from bert_ad.metrics.regression import regression_metrics
@@ -88,7 +90,7 @@ class ClassificationTask(Task):
 
     name = "classifier"
 
-    def __init__(self, encoder: TextEncoder, spec: processors.TaskSpec, data_dir: str,
+    def __init__(self, encoder: TextEncoder, spec: TaskSpec, data_dir: str,
                  predict_file: Optional[str] = None, truncation: str = "head",
                  head_fraction: float = 0.25, max_train_examples: Optional[int] = None,
                  max_eval_examples: Optional[int] = None, target: str = "single_label",
