@@ -21,7 +21,8 @@ from absl import flags
 
 from bert_ad.data.tokenization import PieceListTokenizer, make_tokenizer
 from bert_ad.data.truncation import TRUNCATION_STRATEGIES, check_max_seq_length
-from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
+from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime
+from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.driver import Placement, RunSettings
 from bert_ad.compat import session_config
 from bert_ad.errors import fail
