@@ -43,7 +43,7 @@ from bert_ad.locks import OutputDirLock
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
 from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint, step_checkpoints
 from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop
-from bert_ad.parallel.optimization import scale_learning_rate
+from bert_ad.parallel.learning_rate import scale_learning_rate
 from bert_ad.parallel.scoring import Scorer
 from bert_ad.parallel.towers import DevicePlan
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph

@@ -29,7 +29,8 @@ from bert_ad.errors import fail
 from bert_ad.model.modeling import BertConfig
 from bert_ad.model.precision import PRECISIONS, compute_dtype
 from bert_ad.parallel.checkpoints import resolve_checkpoint
-from bert_ad.parallel.optimization import LR_SCALING_MODES, OPTIMIZERS
+from bert_ad.parallel.learning_rate import LR_SCALING_MODES
+from bert_ad.parallel.optimization import OPTIMIZERS
 from bert_ad.parallel.towers import plan_from_environment
 from bert_ad.parallel.train_graph import check_sparse_embedding_updates
 from bert_ad.serving import layout
