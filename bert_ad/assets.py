@@ -1,4 +1,4 @@
-"""`python -m bert_ad.assets` keeps working: the code is bert_ad/tools/assets.py."""
+"""`python -m bert_ad.assets` keeps working: the command is bert_ad/tools/assets.py."""
 
 from bert_ad.cli.entry_points import assets
 

@@ -14,9 +14,10 @@ PACKAGE = os.path.join(REPO, "bert_ad")
 
 # Low to high. A module may import its own layer and the layers below it.
 LAYERS = [
-    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files",
-     # Leaf tools: numpy and the standard library only, used by the data code.
-     "bert_ad.tools.assets", "bert_ad.tools.safetensors", "bert_ad.tools.samples"},
+    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.seeds",
+     # Assets, packaged samples, safetensors: numpy and the standard library only,
+     # used by the data code.
+     "bert_ad.resources"},
     {"bert_ad.model", "bert_ad.data", "bert_ad.metrics", "bert_ad.pretraining"},
     {"bert_ad.parallel", "bert_ad.distributed"},
     {"bert_ad.tasks"},

@@ -13,7 +13,7 @@ import pytest
 
 from bert_ad.cli import convert as convert_cli
 from bert_ad.tools import convert
-from bert_ad.tools import safetensors
+from bert_ad.resources import safetensors
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel

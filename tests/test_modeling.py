@@ -18,7 +18,7 @@ import pytest
 
 from bert_ad.tools import convert
 from bert_ad.model import modeling
-from bert_ad.tools import safetensors
+from bert_ad.resources import safetensors
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.model.modeling import BertConfig, BertModel

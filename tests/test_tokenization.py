@@ -244,7 +244,7 @@ def test_pinned_reference_is_what_hf_gives(minilm_vocab):
 
 def write_reference() -> None:
     """Regenerate REFERENCE_TSV from Hugging Face (needs transformers)."""
-    from bert_ad.tools import assets
+    from bert_ad.resources import assets
     import transformers
     slow, _ = _hf_classes()
     minilm = assets.path("minilm", assets.MINILM_MODEL_DIR)

@@ -30,7 +30,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from bert_ad.tools import safetensors
+from bert_ad.resources import safetensors
 from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import fail, require_file

