@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad.tools import convert
+from bert_ad.tools import convert, weight_names
 from bert_ad.parallel.checkpoints import WarmStart
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.data.unigram import UnigramTokenizer
@@ -71,7 +71,7 @@ def tiny_model(folder, vocab_size: int, seed: int = 0, heads: bool = True,
     config = BertConfig(vocab_size=vocab_size, **TINY)
     rng = np.random.RandomState(seed)
     tensors = {name: rng.normal(0, 0.5, shape).astype(np.float32)
-               for name, shape in convert.google_variable_shapes(config, heads).items()}
+               for name, shape in weight_names.google_variable_shapes(config, heads).items()}
     if optimizer_state:
         tensors[WORDS + "/adam_m"] = np.ones([vocab_size, 8], np.float32)
         tensors["global_step"] = np.zeros([], np.float32)

@@ -50,10 +50,11 @@ from typing import Dict, List, NamedTuple, Tuple
 import numpy as np
 
 from bert_ad.tools.convert import (
-    CHECKPOINT_NAME, GOOGLE_CONFIG, Converted, check_model_output_dir,
-    google_variable_shapes, staged_output, write_tf_checkpoint)
+    CHECKPOINT_NAME, GOOGLE_CONFIG, Converted, check_model_output_dir, staged_output,
+    write_tf_checkpoint)
 from bert_ad.errors import fail, require_file
 from bert_ad.model.modeling import BertConfig
+from bert_ad.tools.weight_names import google_variable_shapes
 
 log = logging.getLogger("bert_ad")
 
