@@ -16,7 +16,7 @@ A long text is truncated (head, tail, head+tail) or, with windows
 (--long_text=windows), cut into overlapping windows whose logits are pooled
 per document (bert_ad/model/windows.py; training: a document's windows in
 one tower and one step; scoring: windows dealt as rows to every tower, pooled
-afterwards). Results in output_dir, one line per input row, in input order:
+afterwards by the same graph ops). Results in output_dir, one line per input row, in input order:
 
   predict.txt       single_label: the predicted label's index in labels.txt;
                     multi_label: the indices of the predicted labels joined by
@@ -51,7 +51,8 @@ from bert_ad.metrics.classification import classification_metrics, multi_label_m
 from bert_ad.metrics.regression import regression_metrics
 from bert_ad.model.heads import (FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier,
                                  objective_loss)
-from bert_ad.model.windows import activate, objective_losses, pool_window_rows, pool_windows
+from bert_ad.model.windows import (activate, objective_losses, pool_scored_windows,
+                                   pool_windows)
 from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates,
                                  serving_features)
@@ -336,9 +337,9 @@ class ClassificationTask(Task):
             name = "value" if self.target == "regression" else "probabilities"
             return {"predictions": outputs[name],
                     "losses": outputs.get("per_example_loss")}
-        logits = pool_window_rows(outputs["window_logits"], outputs["window_scores"],
-                                  outputs["window_documents"], len(data),
-                                  self.window_pooling)
+        logits = pool_scored_windows(outputs["window_logits"], outputs["window_scores"],
+                                     outputs["window_documents"], len(data),
+                                     self.window_pooling)
         predictions = activate(logits, self.objective)
         if self.target == "regression":
             predictions = predictions[:, 0]
