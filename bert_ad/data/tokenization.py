@@ -25,6 +25,9 @@ strings such as "[CLS]" in the text whole (Google splits them like any other
 text). Google's own `WordpieceTokenizer` gives up at 200 characters; released
 vocabularies were made with 100 and Hugging Face uses 100, as we do.
 
+Steps 1-4 (Google's basic tokenization, character by character) are
+bert_ad/data/basic_tokenization.py; step 5 is `FullTokenizer.wordpiece_tokenize`.
+
 `SentencePieceTokenizer` has the same interface for ALBERT-style models and
 `make_tokenizer` picks one of the two from the command-line flags. Cutting
 tokens to a sequence length is bert_ad/data/truncation.py.
@@ -39,9 +42,9 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
-import unicodedata
 from typing import Iterable, List, Optional, Sequence
 
+from bert_ad.data.basic_tokenization import basic_tokenize, to_text
 from bert_ad.data.unigram import UnigramTokenizer, is_piece_list
 from bert_ad.errors import fail, require_file, run_cli
 
@@ -119,55 +122,6 @@ def load_vocab(path: str) -> "collections.OrderedDict[str, int]":
         fail(f"vocab file {path!r} lacks {', '.join(missing)}; a BERT vocab.txt "
              f"has [PAD], [UNK], [CLS], [SEP] and [MASK] lines")
     return vocab
-
-
-# ----------------------------------------------------------------------------
-# Character classes (Google's definitions)
-# ----------------------------------------------------------------------------
-
-def _is_whitespace(char: str) -> bool:
-    # Tab, newline and CR are control characters to Unicode; we treat them
-    # as spaces, like Google.
-    if char in (" ", "\t", "\n", "\r"):
-        return True
-    return unicodedata.category(char) == "Zs"
-
-
-def _is_control(char: str) -> bool:
-    if char in ("\t", "\n", "\r"):
-        return False
-    # Google's test is Cc/Cf only: private-use (Co) and unassigned (Cn)
-    # characters stay, and become [UNK].
-    return unicodedata.category(char) in ("Cc", "Cf")
-
-
-def _is_punctuation(char: str) -> bool:
-    cp = ord(char)
-    # All non-letter/number ASCII counts, even "^", "$" and "`" which Unicode
-    # calls symbols.
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(char).startswith("P")
-
-
-def is_chinese_char(cp: int) -> bool:
-    """CJK Unified Ideographs (and extensions, compatibility ideographs).
-
-    Hangul, Hiragana and Katakana are not in these blocks: those scripts
-    separate words with spaces and are tokenized like any other language.
-    """
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF
-            or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
-            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
-def _to_text(text) -> str:
-    if isinstance(text, str):
-        return text
-    if isinstance(text, bytes):
-        return text.decode("utf-8", "ignore")  # as Google's convert_to_unicode
-    raise TypeError(f"expected str or bytes, got {type(text).__name__}")
 
 
 # ----------------------------------------------------------------------------
@@ -271,15 +225,7 @@ class FullTokenizer(_Tokenizer):
 
     def basic_tokenize(self, text: str) -> List[str]:
         """Steps 1-4 of the module docstring: words and punctuation marks."""
-        text = _clean_text(_to_text(text))
-        text = _space_out_chinese_chars(text)
-        words = []
-        for word in text.split():
-            if self.do_lower_case:
-                word = _strip_accents(word.lower())
-            words.extend(_split_on_punctuation(word))
-        # Stripping accents can leave a word empty (a lone combining mark).
-        return [w for w in words if w]
+        return basic_tokenize(text, self.do_lower_case)
 
     def wordpiece_tokenize(self, word: str) -> List[str]:
         """Greedy longest-match-first pieces of one word: "unaffable" ->
@@ -304,46 +250,6 @@ class FullTokenizer(_Tokenizer):
             pieces.append(piece)
             start = end
         return pieces
-
-
-def _clean_text(text: str) -> str:
-    out = []
-    for char in text:
-        if char == "\x00" or char == "\ufffd" or _is_control(char):
-            continue
-        out.append(" " if _is_whitespace(char) else char)
-    return "".join(out)
-
-
-def _space_out_chinese_chars(text: str) -> str:
-    out = []
-    for char in text:
-        if is_chinese_char(ord(char)):
-            out.extend((" ", char, " "))
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def _strip_accents(word: str) -> str:
-    return "".join(c for c in unicodedata.normalize("NFD", word)
-                   if unicodedata.category(c) != "Mn")
-
-
-def _split_on_punctuation(word: str) -> List[str]:
-    out = []  # type: List[str]
-    current = []  # type: List[str]
-    for char in word:
-        if _is_punctuation(char):
-            if current:
-                out.append("".join(current))
-                current = []
-            out.append(char)
-        else:
-            current.append(char)
-    if current:
-        out.append("".join(current))
-    return out
 
 
 class SentencePieceTokenizer(_Tokenizer):
@@ -396,7 +302,7 @@ class SentencePieceTokenizer(_Tokenizer):
 
     def tokenize(self, text: str) -> List[str]:
         """SentencePiece pieces of `text` (str, or UTF-8 bytes)."""
-        text = _to_text(text)
+        text = to_text(text)
         if self.do_lower_case:
             text = text.lower()
         return list(self.sp.EncodeAsPieces(text))
@@ -450,7 +356,7 @@ class PieceListTokenizer(_Tokenizer):
 
     def tokenize(self, text: str) -> List[str]:
         """Pieces of `text`: "我爱 Paris" -> ["▁我", "爱", "▁Paris"] (as scored)."""
-        text = _to_text(text)
+        text = to_text(text)
         if self.do_lower_case:
             text = text.lower()
         return self.unigram.tokenize(text)

@@ -46,7 +46,8 @@ from bert_ad.tools.convert import (
     CHECKPOINT_NAME, GOOGLE_CONFIG, VOCAB, staged_output, write_tf_checkpoint)
 from bert_ad.errors import fail, require_file, run_cli
 from bert_ad.model.modeling import BertConfig
-from bert_ad.data.tokenization import UNK, FullTokenizer, _strip_accents, load_vocab
+from bert_ad.data.basic_tokenization import strip_accents
+from bert_ad.data.tokenization import UNK, FullTokenizer, load_vocab
 from bert_ad.tools.vocab_sources import (AVERAGED, COPIED, FRESH, SPECIAL_TOKENS, RowPlan,
                                          load_source, plan_row)
 
@@ -325,7 +326,7 @@ def extend(checkpoint: str, words_file: str, output_dir: str,
     new_rows, new_bias = [], []
     fresh = truncated_normal(len(words), rows.shape[1], config.initializer_range, seed)
     for n, word in enumerate(words):
-        token = _strip_accents(word.lower()) if do_lower_case else word
+        token = strip_accents(word.lower()) if do_lower_case else word
         if token in added:
             report.append(f"{token}\t{added[token]}\trepeated in --words\t")
             continue

@@ -32,8 +32,9 @@ from __future__ import annotations
 import re
 from typing import List, NamedTuple, Optional
 
+from bert_ad.data.basic_tokenization import strip_accents
 from bert_ad.data.tokenization import (CLS, MASK, PAD, SEP, UNIGRAM_SPECIAL_PIECES, UNK,
-                                       _strip_accents, load_vocab)
+                                       load_vocab)
 from bert_ad.data.unigram import WORD_START, UnigramTokenizer, is_piece_list
 from bert_ad.errors import require_file
 
@@ -69,7 +70,7 @@ class WordPieceSource:
         return self.vocab.get(token)
 
     def _text(self, text: str) -> str:
-        return _strip_accents(text.lower()) if self.do_lower_case else text
+        return strip_accents(text.lower()) if self.do_lower_case else text
 
     def piece(self, text: str, continuation: bool) -> Optional[int]:
         text = self._text(text)
