@@ -1,1 +1,2 @@
-"""Tools around the trainer: checkpoint converter, safetensors, real-asset fetcher, benchmarks."""
+"""Tools around the trainer (top layer): checkpoint converters, vocab transplant, the asset
+command, benchmarks."""
