@@ -44,7 +44,7 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 from benchmarks.study_runner import (CLASSIFIER, REPO, append_run, load_runs,
                                      read_test_predictions, recorded, run_launcher)
-from bert_ad.tools.assets import cache_dir  # (no TensorFlow import)
+from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
 from bert_ad.files import atomic_open, atomic_path  # (no TensorFlow import)
 
 PER_TOWER_BATCH = 16

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     parser.add_argument("--configuration", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--exports", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from bert_ad.tools.assets import cache_dir
+    from bert_ad.resources.assets import cache_dir
     model_dir = os.path.join(cache_dir(), "minilm_google")
     args.vocab_file = args.vocab_file or os.path.join(model_dir, "vocab.txt")
     args.bert_config_file = args.bert_config_file or os.path.join(model_dir,

@@ -35,7 +35,7 @@ import tempfile
 import time
 
 from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
-from bert_ad.tools.assets import cache_dir  # (no TensorFlow import)
+from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
 
 # The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,7 +133,7 @@ def worker_hf(args) -> dict:
     import transformers
     from transformers import (AutoTokenizer, BertForSequenceClassification,
                               DataCollatorWithPadding)
-    from bert_ad.tools import assets
+    from bert_ad.resources import assets
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(os.cpu_count() or 1)
     hf_dir = args.hf_dir or assets.path("minilm", assets.MINILM_MODEL_DIR)

@@ -54,7 +54,7 @@ import tempfile
 import time
 
 from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
-from bert_ad.tools.assets import cache_dir  # (no TensorFlow import)
+from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
 from bert_ad.files import atomic_open  # (no TensorFlow import)
 
 # The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
@@ -334,7 +334,7 @@ def worker_cli(args) -> dict:
 def hf_model_dir(args) -> str:
     if args.hf_dir:
         return args.hf_dir
-    from bert_ad.tools import assets
+    from bert_ad.resources import assets
     return assets.path("minilm", assets.MINILM_MODEL_DIR)
 
 

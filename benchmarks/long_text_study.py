@@ -47,7 +47,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 from benchmarks.study_runner import (CLASSIFIER, REPO, append_run, load_runs,
                                      read_test_predictions, recorded, run_launcher)
 from bert_ad.files import atomic_open  # (no TensorFlow import)
-from bert_ad.tools.assets import cache_dir
+from bert_ad.resources.assets import cache_dir
 
 STRATEGIES = ("head", "tail", "head+tail", "windows-mean", "windows-max",
               "windows-attention")

@@ -16,7 +16,7 @@ from typing import Optional
 from bert_ad.compat import session_config
 from bert_ad.distributed.cluster import ClusterRuntime
 from bert_ad.errors import fail
-from bert_ad.parallel.optimization import scale_learning_rate
+from bert_ad.parallel.learning_rate import scale_learning_rate
 from bert_ad.parallel.towers import DevicePlan
 
 

@@ -20,7 +20,7 @@ if [[ -f "$OUT_DIR/bert_model.ckpt.index" && -f "$OUT_DIR/bert_config.json" && -
   exit 0
 fi
 
-# `bert_ad.tools.assets NAME` prints "NAME<TAB>unpacked folder" (never installs or imports).
+# `bert_ad.assets NAME` prints "NAME<TAB>unpacked folder" (never installs or imports).
 BHSENTI_PACKAGE="$("$PYTHON" -m bert_ad.assets bhsenti | cut -f2)"
 
 E5_DIR="$(PYTHON="$PYTHON" bash "$REPO/scripts/fetch_e5.sh" | tail -n 1)"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bert_ad.tools import assets
+from bert_ad.resources import assets
 from bert_ad.errors import UserError
 
 

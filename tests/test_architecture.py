@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle, and no folder importing a layer above it.
+"""The package's shape: no import cycle, no folder importing a layer above it,
+modules of at most MAX_LINES lines, data/ standing on its own, no sys.path edits.
 
 Imports are read from the source (function-local ones included: a cycle
 hidden in a function is still a cycle), so the test needs no TensorFlow.
@@ -12,11 +13,20 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "bert_ad")
 
+# A module holds one idea; past this many lines it holds several.
+MAX_LINES = 500
+# BertModel and its parts read best as one file, next to Google's modeling.py.
+LONG_BY_DESIGN = {"bert_ad/model/modeling.py"}
+# Modules allowed over MAX_LINES for a while (none today): the test below fails
+# when an entry is no longer needed, so the set only shrinks.
+TEMPORARILY_EXEMPT = set()
+
 # Low to high. A module may import its own layer and the layers below it.
 LAYERS = [
-    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files",
-     # Leaf tools: numpy and the standard library only, used by the data code.
-     "bert_ad.tools.assets", "bert_ad.tools.safetensors", "bert_ad.tools.samples"},
+    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.seeds",
+     # Assets, packaged samples, safetensors: numpy and the standard library only,
+     # used by the data code.
+     "bert_ad.resources"},
     {"bert_ad.model", "bert_ad.data", "bert_ad.metrics", "bert_ad.pretraining"},
     {"bert_ad.parallel", "bert_ad.distributed"},
     {"bert_ad.tasks"},
@@ -124,3 +134,102 @@ def test_the_cycle_check_finds_a_cycle_hidden_in_a_function(tmp_path):
     graph = {m: sorted(imports_of(p, modules)) for m, p in modules.items()}
     assert graph == {"bert_ad.a": ["bert_ad.b"], "bert_ad.b": ["bert_ad.a"]}
     assert find_cycles(graph) == ["bert_ad.a -> bert_ad.b -> bert_ad.a"]
+
+
+# --- module size ---------------------------------------------------------------------
+
+def line_count(path: str) -> int:
+    with open(path, encoding="utf-8") as f:
+        return len(f.read().splitlines())
+
+
+def test_no_module_is_longer_than_max_lines():
+    modules = package_modules()
+    sizes = {os.path.relpath(path, REPO).replace(os.sep, "/"): line_count(path)
+             for path in modules.values()}
+    too_long = sorted(f"{name}: {lines} lines" for name, lines in sizes.items()
+                      if lines > MAX_LINES and name not in LONG_BY_DESIGN | TEMPORARILY_EXEMPT)
+    assert not too_long, (f"modules over {MAX_LINES} lines (split them along their "
+                          "ideas):\n" + "\n".join(too_long))
+    healed = sorted(name for name in TEMPORARILY_EXEMPT if sizes.get(name, 0) <= MAX_LINES)
+    assert not healed, ("no longer over the limit: remove from TEMPORARILY_EXEMPT in "
+                        "tests/test_architecture.py:\n" + "\n".join(healed))
+
+
+# --- data/ stands on its own ---------------------------------------------------------
+
+def test_data_imports_neither_pretraining_nor_tools():
+    modules = package_modules()
+    found = []
+    for module, path in modules.items():
+        if module != "bert_ad.data" and not module.startswith("bert_ad.data."):
+            continue
+        for imported in imports_of(path, modules):
+            if imported.startswith(("bert_ad.pretraining", "bert_ad.tools")):
+                found.append(f"{module} -> {imported}")
+    assert not found, "data/ imports pretraining/ or tools/:\n" + "\n".join(sorted(found))
+
+
+# --- sys.path ------------------------------------------------------------------------
+
+# Methods that change a list in place.
+_LIST_EDITS = {"insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort",
+               "__setitem__", "__delitem__", "__iadd__"}
+
+
+def sys_path_edits(source: str, filename: str = "<source>") -> list:
+    """Line numbers where `source` changes sys.path (however `sys` is imported)."""
+    tree = ast.parse(source, filename)
+    sys_names = {"sys"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            sys_names.update(alias.asname or alias.name for alias in node.names
+                             if alias.name == "sys")
+    lines = []
+
+    def is_sys_path(node) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "path"
+                and isinstance(node.value, ast.Name) and node.value.id in sys_names)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "sys" and any(
+                alias.name == "path" for alias in node.names):
+            lines.append(node.lineno)  # `from sys import path`: made to be edited
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _LIST_EDITS and is_sys_path(node.func.value):
+            lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) \
+                else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript):
+                    target = target.value
+                if is_sys_path(target):
+                    lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_nothing_in_the_package_edits_sys_path():
+    edits = []
+    for path in package_modules().values():
+        with open(path, encoding="utf-8") as f:
+            edits += [f"{os.path.relpath(path, REPO)}:{line}"
+                      for line in sys_path_edits(f.read(), path)]
+    assert not edits, ("sys.path edited (import bert_ad as a package instead):\n"
+                       + "\n".join(edits))
+
+
+def test_the_sys_path_check_finds_every_kind_of_edit():
+    """The checker itself: each way of editing sys.path is found, reading it is not."""
+    source = "\n".join([
+        "import sys",
+        "import sys as system",
+        "sys.path.insert(0, 'x')",
+        "system.path.append('x')",
+        "sys.path[0:0] = ['x']",
+        "sys.path += ['x']",
+        "sys.path = ['x']",
+        "from sys import path",
+        "print(sys.path, len(sys.path))",
+    ])
+    assert sys_path_edits(source) == [3, 4, 5, 6, 7, 8]

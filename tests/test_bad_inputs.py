@@ -291,7 +291,7 @@ def _cases(w: Workspace) -> dict:
 # What each command line runs: a root launcher's or `python -m` module's cli(argv).
 ENTRY_POINTS = {CLASSIFIER: "bert_ad.cli.classifier", REWRITE: "bert_ad.cli.rewrite",
                 PRETRAIN: "bert_ad.cli.pretrain", CREATE: "bert_ad.cli.create_pretraining_data",
-                "bert_ad.convert": "bert_ad.cli.convert", "bert_ad.vocab": "bert_ad.tools.vocab"}
+                "bert_ad.convert": "bert_ad.cli.convert", "bert_ad.vocab": "bert_ad.cli.vocab"}
 
 
 def _run(argv) -> Run:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from bert_ad.distributed import cluster
+from bert_ad.distributed import cluster, cluster_config
 from bert_ad.distributed.collective import CollectiveKeys, pack_plan, signature_numbers
 from bert_ad.compat import IS_TF1, session_config
 from bert_ad.errors import UserError
@@ -40,17 +40,17 @@ def error_of(fn, *args, **kwargs) -> str:
 # --- TF_CONFIG ------------------------------------------------------------------------
 
 def test_tf_config_gives_hosts_and_task():
-    spec = cluster.parse_tf_config(tf_config())
+    spec = cluster_config.parse_tf_config(tf_config())
     assert spec.hosts == HOSTS
     assert spec.task_index == 1 and spec.num_workers == 3
     assert not spec.is_chief and spec.address == "10.0.0.2:2222"
     assert spec.device("CPU", 0) == "/job:worker/replica:0/task:1/device:CPU:0"
-    assert cluster.parse_tf_config(tf_config(index=0)).is_chief
+    assert cluster_config.parse_tf_config(tf_config(index=0)).is_chief
 
 
 @pytest.mark.parametrize("value", [None, "", "   "])
 def test_unset_tf_config_is_no_cluster(value):
-    assert cluster.parse_tf_config(value) is None
+    assert cluster_config.parse_tf_config(value) is None
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -80,22 +80,22 @@ def test_unset_tf_config_is_no_cluster(value):
      "worker 1 and worker 0 both use 10.0.0.1:2222"),
 ])
 def test_bad_tf_config_is_one_clear_line(text, expected):
-    assert expected in error_of(cluster.parse_tf_config, text)
+    assert expected in error_of(cluster_config.parse_tf_config, text)
 
 
 def test_ipv6_addresses_are_accepted():
-    spec = cluster.parse_tf_config(tf_config(hosts=["[::1]:2222", "[::1]:2223"], index=0))
+    spec = cluster_config.parse_tf_config(tf_config(hosts=["[::1]:2222", "[::1]:2223"], index=0))
     assert spec.hosts == ["[::1]:2222", "[::1]:2223"]
-    assert cluster.parse_address("[::1]:2223", "x") == ("::1", 2223)
+    assert cluster_config.parse_address("[::1]:2223", "x") == ("::1", 2223)
 
 
 # --- flags ------------------------------------------------------------------------------
 
 def test_worker_flags():
-    spec = cluster.parse_worker_flags("a:1, b:2", 1)
+    spec = cluster_config.parse_worker_flags("a:1, b:2", 1)
     assert spec.hosts == ["a:1", "b:2"] and spec.task_index == 1
     assert spec.source == "--worker_hosts"
-    assert cluster.parse_worker_flags(None, None) is None
+    assert cluster_config.parse_worker_flags(None, None) is None
 
 
 @pytest.mark.parametrize("hosts, index, expected", [
@@ -107,33 +107,33 @@ def test_worker_flags():
     ("a:1,b", 0, "--worker_hosts[1]: 'b' is not host:port"),
 ])
 def test_bad_worker_flags(hosts, index, expected):
-    assert expected in error_of(cluster.parse_worker_flags, hosts, index)
+    assert expected in error_of(cluster_config.parse_worker_flags, hosts, index)
 
 
 def test_flags_and_tf_config_must_agree():
     env = {"TF_CONFIG": tf_config(hosts=["a:1", "b:2"], index=1)}
-    assert cluster.resolve_cluster("a:1,b:2", 1, env) == cluster.parse_worker_flags(
+    assert cluster_config.resolve_cluster("a:1,b:2", 1, env) == cluster_config.parse_worker_flags(
         "a:1,b:2", 1)
-    message = error_of(cluster.resolve_cluster, "a:1,b:2", 0, env)
+    message = error_of(cluster_config.resolve_cluster, "a:1,b:2", 0, env)
     assert "disagree" in message and "set only one of them" in message
-    assert cluster.resolve_cluster(None, None, env).task_index == 1
-    assert cluster.resolve_cluster(None, None, {}) is None
+    assert cluster_config.resolve_cluster(None, None, env).task_index == 1
+    assert cluster_config.resolve_cluster(None, None, {}) is None
 
 
 def test_a_cluster_of_one_worker_is_a_single_machine_run():
-    assert cluster.resolve_cluster("localhost:2222", 0, {}) is None
+    assert cluster_config.resolve_cluster("localhost:2222", 0, {}) is None
 
 
 # --- devices and packing ----------------------------------------------------------------
 
 def test_worker_plan_moves_towers_and_variables_onto_the_task():
-    spec = cluster.parse_worker_flags("a:1,b:2", 1)
-    cpu = cluster.worker_plan(plan_devices(2, cuda_visible_devices=""), spec)
+    spec = cluster_config.parse_worker_flags("a:1,b:2", 1)
+    cpu = cluster_config.worker_plan(plan_devices(2, cuda_visible_devices=""), spec)
     assert cpu.tower_devices == ["/job:worker/replica:0/task:1/device:CPU:0",
                                  "/job:worker/replica:0/task:1/device:CPU:1"]
     assert cpu.variable_device == "/job:worker/replica:0/task:1/device:CPU:0"
     assert cpu.num_cpu_devices == 2
-    gpu = cluster.worker_plan(plan_devices(3, cuda_visible_devices="4,5"), spec)
+    gpu = cluster_config.worker_plan(plan_devices(3, cuda_visible_devices="4,5"), spec)
     assert gpu.tower_devices == ["/job:worker/replica:0/task:1/device:GPU:0",
                                  "/job:worker/replica:0/task:1/device:GPU:1",
                                  "/job:worker/replica:0/task:1/device:GPU:0"]
@@ -215,7 +215,7 @@ def test_a_port_in_use_is_refused_before_tensorflow_tries(tmp_path):
     listener.listen(1)
     port = listener.getsockname()[1]
     try:
-        spec = cluster.parse_worker_flags(f"127.0.0.1:{port},127.0.0.1:1", 0)
+        spec = cluster_config.parse_worker_flags(f"127.0.0.1:{port},127.0.0.1:1", 0)
         runtime = cluster.ClusterRuntime(spec, session_config(1), uses_gpu=False)
         message = error_of(runtime.start)
     finally:
@@ -227,7 +227,7 @@ def test_a_port_in_use_is_refused_before_tensorflow_tries(tmp_path):
 # --- the runtime's settings ----------------------------------------------------------------
 
 def _runtime(**kwargs):
-    spec = cluster.parse_worker_flags("127.0.0.1:1,127.0.0.1:2", 1)
+    spec = cluster_config.parse_worker_flags("127.0.0.1:1,127.0.0.1:2", 1)
     return cluster.ClusterRuntime(spec, session_config(2), **kwargs)
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from bert_ad.cli import convert as convert_cli
-from bert_ad.tools import convert
-from bert_ad.tools import safetensors
+from bert_ad.tools import convert, weight_names
+from bert_ad.resources import safetensors
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
@@ -177,7 +177,7 @@ def test_safetensors_agrees_with_the_safetensors_package(tmp_path, minilm_dir):
     ("encoder.layer.x.output.dense.bias", None),
 ])
 def test_hf_to_google_names(hf_name, google_name):
-    assert convert.hf_to_google_names(hf_name) == google_name
+    assert weight_names.hf_to_google_names(hf_name) == google_name
 
 
 @pytest.mark.parametrize("google_name, hf_name", [
@@ -194,14 +194,14 @@ def test_hf_to_google_names(hf_name, google_name):
     ("bert/pooler/dense/kernel/ExponentialMovingAverage", None),
 ])
 def test_google_to_hf_name(google_name, hf_name):
-    assert convert.google_to_hf_name(google_name) == hf_name
+    assert weight_names.google_to_hf_name(google_name) == hf_name
 
 
 def test_every_name_pair_maps_both_ways():
-    for google, hf in convert.NAME_PAIRS:
+    for google, hf in weight_names.NAME_PAIRS:
         google, hf = google.replace("{n}", "7"), hf.replace("{n}", "7")
-        assert convert.google_to_hf_name(google) == hf
-        assert convert.hf_to_google_names(hf) == google
+        assert weight_names.google_to_hf_name(google) == hf
+        assert weight_names.hf_to_google_names(hf) == google
 
 
 # --- the real MiniLM ---------------------------------------------------------
@@ -312,7 +312,7 @@ def test_minilm_checkpoint_matches_the_bert_model_graph(minilm_google_ckpt):
         graph_shapes = {v.op.name: v.shape.as_list() for v in tf.global_variables()}
     prefix = os.path.join(minilm_google_ckpt, "bert_model.ckpt")
     assert dict(list_checkpoint_variables(prefix)) == graph_shapes
-    assert convert.google_variable_shapes(config) == graph_shapes
+    assert weight_names.google_variable_shapes(config) == graph_shapes
 
 
 # --- heads, optimizer slots, directories (tiny synthetic models) -------------
@@ -329,13 +329,13 @@ def _tiny_hf_dir(path, prefix: str = "bert.", heads: bool = True,
     rng = np.random.RandomState(1)
     tensors = {prefix + "embeddings.position_ids":
                np.arange(TINY["max_position_embeddings"], dtype=np.int64)[None]}
-    for google, shape in convert.google_variable_shapes(config, with_heads=heads).items():
-        hf = convert.google_to_hf_name(google)
+    for google, shape in weight_names.google_variable_shapes(config, with_heads=heads).items():
+        hf = weight_names.google_to_hf_name(google)
         if not hf.startswith("cls."):
             hf = prefix + hf
         if old_layer_norm_names and "LayerNorm" in hf:
             hf = hf.replace(".weight", ".gamma").replace(".bias", ".beta")
-        shape = shape[::-1] if convert.is_kernel(google) else shape
+        shape = shape[::-1] if weight_names.is_kernel(google) else shape
         tensors[hf] = rng.randn(*shape).astype(np.float32)
     if heads:  # what transformers writes for the tied decoder
         tensors["cls.predictions.decoder.bias"] = tensors["cls.predictions.bias"]
@@ -434,7 +434,7 @@ def test_google2hf_skips_optimizer_slots_and_picks_the_newest_step(tmp_path):
     config = BertConfig.from_dict(dict(TINY))
     rng = np.random.RandomState(2)
     weights = {n: rng.randn(*s).astype(np.float32)
-               for n, s in convert.google_variable_shapes(config).items()}
+               for n, s in weight_names.google_variable_shapes(config).items()}
     slots = {"bert/pooler/dense/kernel/adam_m": np.ones([8, 8], np.float32),
              "bert/embeddings/word_embeddings/adam_v": np.ones([12, 8], np.float32),
              "global_step": np.array(12, np.int64)}
@@ -451,8 +451,8 @@ def test_google2hf_skips_optimizer_slots_and_picks_the_newest_step(tmp_path):
     hf = safetensors.load(result.path)
     assert len(hf) == len(weights)
     for google, value in weights.items():
-        want = value.T if convert.is_kernel(google) else value
-        np.testing.assert_array_equal(hf[convert.google_to_hf_name(google)], want)
+        want = value.T if weight_names.is_kernel(google) else value
+        np.testing.assert_array_equal(hf[weight_names.google_to_hf_name(google)], want)
     assert not os.path.exists(str(tmp_path / "hf" / "vocab.txt"))  # none to copy
 
 

@@ -26,7 +26,7 @@ from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.feature_cache import write_features
 from bert_ad.errors import UserError
 from bert_ad.pretraining.records import ShardWriter
-from bert_ad.tools import safetensors
+from bert_ad.resources import safetensors
 from helpers import launcher_env, run_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -16,9 +16,9 @@ import os
 import numpy as np
 import pytest
 
-from bert_ad.tools import convert
+from bert_ad.tools import weight_names
 from bert_ad.model import modeling
-from bert_ad.tools import safetensors
+from bert_ad.resources import safetensors
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.model.modeling import BertConfig, BertModel
@@ -279,7 +279,7 @@ def test_tiny_model_matches_numpy_reference():
             session.run(tf.global_variables_initializer())
             ours = session.run([model.get_sequence_output(), model.get_pooled_output()])
             values = session.run({v.op.name: v for v in tf.global_variables()})
-    weights = {convert.google_to_hf_name(n): (v.T if convert.is_kernel(n) else v)
+    weights = {weight_names.google_to_hf_name(n): (v.T if weight_names.is_kernel(n) else v)
                for n, v in values.items()}
     reference = numpy_bert(weights, 2, 2, ids, mask, types)
     assert_close_on_real_tokens(ours, reference, mask, "numpy, tiny")
@@ -298,7 +298,7 @@ def test_mean_pooling_averages_the_real_tokens_and_makes_no_pooler():
             pooled = session.run(model.get_pooled_output())
             values = session.run({v.op.name: v for v in tf.global_variables()})
     assert names == sorted(n for n in GOOGLE_TINY_NAMES if "pooler" not in n)
-    weights = {convert.google_to_hf_name(n): (v.T if convert.is_kernel(n) else v)
+    weights = {weight_names.google_to_hf_name(n): (v.T if weight_names.is_kernel(n) else v)
                for n, v in values.items()}
     sequence, no_pooler = numpy_bert(weights, 2, 2, ids, mask, types)
     assert no_pooler is None

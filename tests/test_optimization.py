@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from bert_ad.parallel import optimization as opt
+from bert_ad.parallel.gradients import clip_by_global_norm
+from bert_ad.parallel.learning_rate import learning_rate_schedule, scale_learning_rate
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.errors import UserError
 
@@ -139,7 +141,7 @@ class Model:
             names = list(SHAPES)
             grads = tf.gradients(loss, [self.vars[n] for n in names])
             if clip_norm is not None:  # as the trainer does; the references see the result
-                grads, _ = opt.clip_by_global_norm(grads, clip_norm)
+                grads, _ = clip_by_global_norm(grads, clip_norm)
             self.grads = dict(zip(names, grads))
             assert isinstance(self.grads["emb/word_embeddings"], tf.IndexedSlices)
             lr = LR if lr_schedule is None else lr_schedule(self.global_step)
@@ -280,7 +282,7 @@ def test_lamb_can_adapt_every_variable():
 
 def test_scheduled_learning_rate_is_read_before_global_step_moves():
     # Step s (0-based) must use lr(s): 0 at step 0, then warmup and decay.
-    schedule = lambda step: opt.learning_rate_schedule(step, LR, 6, 2)  # noqa: E731
+    schedule = lambda step: learning_rate_schedule(step, LR, 6, 2)  # noqa: E731
     check_against(ref_adamw_kernel, lambda lr: opt.AdamWeightDecay(lr, weight_decay_rate=WD),
                   lr_schedule=schedule)
 
@@ -418,7 +420,7 @@ def test_schedule_warmup_then_linear_decay(warmup):
     steps = [0, 1, 5, 9, 10, 11, 50, 99, 100, 150]
     with tf.Graph().as_default():
         step = tf.placeholder(tf.int64, [])
-        lr = opt.learning_rate_schedule(step, base, total, warmup)
+        lr = learning_rate_schedule(step, base, total, warmup)
         with tf.Session() as sess:
             got = [sess.run(lr, {step: s}) for s in steps]
     want = [google_lr(s, base, total, warmup) for s in steps]
@@ -435,20 +437,20 @@ def test_schedule_warmup_then_linear_decay(warmup):
 def test_schedule_rejects_empty_runs():
     with tf.Graph().as_default():
         with pytest.raises(UserError, match="at least 1 training step, got 0"):
-            opt.learning_rate_schedule(tf.constant(0), 1e-3, 0, 0)
+            learning_rate_schedule(tf.constant(0), 1e-3, 0, 0)
 
 
 # ------------------------------------------------------------------ scaling
 
 def test_scale_learning_rate():
-    assert opt.scale_learning_rate(2e-5, 256, 32, "none") == 2e-5
-    assert opt.scale_learning_rate(2e-5, 256, 32, "linear") == pytest.approx(1.6e-4)
-    assert opt.scale_learning_rate(2e-5, 256, 32, "sqrt") == pytest.approx(2e-5 * math.sqrt(8))
-    assert opt.scale_learning_rate(1e-4, 16, 64, "sqrt") == pytest.approx(5e-5)
+    assert scale_learning_rate(2e-5, 256, 32, "none") == 2e-5
+    assert scale_learning_rate(2e-5, 256, 32, "linear") == pytest.approx(1.6e-4)
+    assert scale_learning_rate(2e-5, 256, 32, "sqrt") == pytest.approx(2e-5 * math.sqrt(8))
+    assert scale_learning_rate(1e-4, 16, 64, "sqrt") == pytest.approx(5e-5)
     with pytest.raises(UserError, match=r"--lr_scaling='cubic' is not one of none, linear, sqrt"):
-        opt.scale_learning_rate(2e-5, 256, 32, "cubic")
+        scale_learning_rate(2e-5, 256, 32, "cubic")
     with pytest.raises(UserError, match=r"--lr_scaling=linear: batch sizes must be positive"):
-        opt.scale_learning_rate(2e-5, 256, 0, "linear")
+        scale_learning_rate(2e-5, 256, 0, "linear")
 
 
 # ----------------------------------------------------------------- clipping
@@ -463,8 +465,8 @@ def test_clip_by_global_norm_uses_the_dense_gradient_norm():
     with tf.Graph().as_default():
         grads = [tf.constant(dense), tf.IndexedSlices(tf.constant(values), tf.constant(indices),
                                                       tf.constant([4, 2])), None]
-        clipped, global_norm = opt.clip_by_global_norm(grads, 1.0)
-        unclipped, same_norm = opt.clip_by_global_norm(grads, None)
+        clipped, global_norm = clip_by_global_norm(grads, 1.0)
+        unclipped, same_norm = clip_by_global_norm(grads, None)
         assert clipped[2] is None and unclipped[2] is None
         assert isinstance(clipped[1], tf.IndexedSlices)
         with tf.Session() as sess:

@@ -17,6 +17,7 @@ import pytest
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.errors import UserError
 from bert_ad.parallel import optimization as opt
+from bert_ad.parallel.learning_rate import learning_rate_schedule
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.parallel.towers import plan_devices
 from helpers import assert_one_error_line, run_launcher
@@ -26,7 +27,7 @@ from test_optimization import (EXCLUDED, IDS, KERNEL_B1, LR, SHAPES, WD,
 
 STEPS = 6
 CLIP = 0.5  # below the unclipped global norm of every step (checked), so clipping acts
-SCHEDULE = lambda step: opt.learning_rate_schedule(step, LR, 8, 2)  # noqa: E731
+SCHEDULE = lambda step: learning_rate_schedule(step, LR, 8, 2)  # noqa: E731
 EMB = "emb/word_embeddings"
 SEEN = sorted(set(IDS))                                  # rows 0, 2, 5: every step
 UNSEEN = [r for r in range(SHAPES[EMB][0]) if r not in SEEN]

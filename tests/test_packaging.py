@@ -30,7 +30,7 @@ import pytest
 import bert_ad
 from bert_ad.cli import registry
 from bert_ad.data.tokenization import FullTokenizer
-from bert_ad.tools import samples
+from bert_ad.resources import samples
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads to build the wheel.

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bert_ad.tools import assets
+from bert_ad.resources import assets
 from bert_ad.data import peoples_daily
 from bert_ad.data.conll import read_conll
 from bert_ad.data.peoples_daily import (bio_characters, bmes_characters, entity_segments,

@@ -21,7 +21,7 @@ from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.train_graph import feature_placeholders
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.classification import ClassificationTask
-from bert_ad.tools import convert
+from bert_ad.tools import weight_names
 from helpers import (REPO, assert_head_learns_at_multiplied_rate, assert_one_error_line,
                      flag_args, run_launcher, tiny_model)
 from numpy_reference import numpy_bert
@@ -69,7 +69,7 @@ def test_mean_pooled_probabilities_match_numpy(model):
                                         {placeholders[k]: batch[k] for k in placeholders})
             values = session.run({v.op.name: v for v in tf.global_variables()})
     assert not [n for n in names if "pooler" in n]
-    encoder = {convert.google_to_hf_name(n): (v.T if convert.is_kernel(n) else v)
+    encoder = {weight_names.google_to_hf_name(n): (v.T if weight_names.is_kernel(n) else v)
                for n, v in values.items() if n.startswith("bert/")}
     config = task.encoder.config
     sequence, _ = numpy_bert(encoder, config.num_hidden_layers, config.num_attention_heads,

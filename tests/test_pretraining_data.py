@@ -24,7 +24,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad.tools import assets
+from bert_ad.resources import assets
 from bert_ad.errors import UserError
 from bert_ad.pretraining.masking import candidate_groups, mask_tokens, num_to_predict
 from bert_ad.pretraining.instances import Document, InstanceMaker, InstanceSettings
@@ -39,7 +39,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(REPO, "create_pretraining_data.py")
 EN_DOCS = 40     # Lee documents used (of 300)
 ZH_LINES = 120   # People's Daily paragraphs used (of 19,484)
-GOOGLE_PACKAGE = "bert_tensorflow"  # bert-tensorflow==1.0.4 in bert_ad.tools.assets
+GOOGLE_PACKAGE = "bert_tensorflow"  # bert-tensorflow==1.0.4 in bert_ad.resources.assets
 
 
 # ---------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def _google_functions():
     """Google's instance functions from bert-tensorflow, without its flags
     or TensorFlow: only those definitions are compiled."""
     if GOOGLE_PACKAGE not in assets.PACKAGES:
-        pytest.skip(f"bert_ad.tools.assets does not list {GOOGLE_PACKAGE} "
+        pytest.skip(f"bert_ad.resources.assets does not list {GOOGLE_PACKAGE} "
                     f"(bert-tensorflow==1.0.4, Google's create_pretraining_data.py)")
     try:
         path = assets.path(GOOGLE_PACKAGE, "bert/create_pretraining_data.py")

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bert_ad.data import processors
+from bert_ad.data import task_specs
 from bert_ad.errors import UserError
 from bert_ad.data.processors import (InputExample, get_task, label_list,
                                 load_label_list, read_examples, save_label_list)
@@ -317,7 +317,7 @@ def test_unknown_task_lists_known_names():
     for name in ("cola", "sst-2", "sst2", "mrpc", "qqp", "mnli", "qnli", "rte",
                  "xnli", "tsv", "csv", "high_level", "title_audit", "abuse",
                  "toutiao", "doc_lv1", "sentiment", "wos5736", "wos46985", "ad"):
-        assert name in processors.TASKS
+        assert name in task_specs.TASKS
         assert f" {name}," in message or message.endswith(f" {name}")
 
 
@@ -383,10 +383,10 @@ def test_override_columns_relax_exact_count_only_when_needed(tmp_path):
 def test_get_task_returns_a_copy_and_registry_is_consistent():
     spec = get_task("mrpc", {"train_file": "other.tsv"})
     assert spec.files["train"] == "other.tsv"
-    assert processors.TASKS["mrpc"].files["train"] == "train.tsv"
+    assert task_specs.TASKS["mrpc"].files["train"] == "train.tsv"
     assert get_task("mrpc").files["train"] == "train.tsv"
-    for name, task in processors.TASKS.items():
-        for split in processors.SPLITS:
+    for name, task in task_specs.TASKS.items():
+        for split in task_specs.SPLITS:
             flat = task.for_split(split)
             assert task.files[split], name
             if flat.num_columns is not None:

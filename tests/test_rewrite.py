@@ -25,7 +25,8 @@ from helpers import (
     sample_sentiment_texts, tiny_model)
 from bert_ad.data import rewrite_rows
 from bert_ad.tasks.rewrite import ranking_metrics
-from bert_ad.data.rewrite_rows import PrepareSettings, parse_row, read_rows
+from bert_ad.data.rewrite_format import parse_row, read_rows
+from bert_ad.data.rewrite_rows import PrepareSettings
 from bert_ad.data.tokenization import FullTokenizer
 
 FINETUNE = os.path.join(REPO, "rewrite_finetune.py")

@@ -20,9 +20,10 @@ from bert_ad.pretraining import records
 from bert_ad.data import rewrite_rows
 from bert_ad.errors import UserError
 from bert_ad.pretraining.masking import MASK_PROB
-from bert_ad.data.rewrite_rows import (SEGMENT_PUNCTUATION, PrepareSettings, blank_segment,
-                                       encode_row, fit_context, parse_row, parse_slot,
-                                       read_rows, segment_spans, split_segments)
+from bert_ad.data.rewrite_format import (SEGMENT_PUNCTUATION, blank_segment, encode_row,
+                                         fit_context, parse_row, parse_slot, read_rows,
+                                         segment_spans, split_segments)
+from bert_ad.data.rewrite_rows import PrepareSettings
 from bert_ad.pretraining.rewrite_spans import span_instance, span_tokens
 from helpers import create_pretraining_data
 from prepare_command import run_prepare

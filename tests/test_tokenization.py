@@ -17,14 +17,14 @@ import unicodedata
 
 import pytest
 
-from bert_ad.data import tokenization
+from bert_ad.cli import tokenize as tokenize_cli
 from bert_ad.errors import UserError
 from bert_ad.files import atomic_open
 from helpers import run_module
-from bert_ad.data.tokenization import (FullTokenizer, SentencePieceTokenizer,
-                                  TRUNCATION_STRATEGIES, check_max_seq_length,
-                                  load_vocab, make_tokenizer, truncate_pair,
-                                  truncate_tokens)
+from bert_ad.data.tokenization import (FullTokenizer, SentencePieceTokenizer, load_vocab,
+                                       make_tokenizer)
+from bert_ad.data.truncation import (TRUNCATION_STRATEGIES, check_max_seq_length,
+                                     truncate_pair, truncate_tokens)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE_TSV = os.path.join(REPO, "tests", "data", "tokenizer_reference.tsv")
@@ -244,7 +244,7 @@ def test_pinned_reference_is_what_hf_gives(minilm_vocab):
 
 def write_reference() -> None:
     """Regenerate REFERENCE_TSV from Hugging Face (needs transformers)."""
-    from bert_ad.tools import assets
+    from bert_ad.resources import assets
     import transformers
     slow, _ = _hf_classes()
     minilm = assets.path("minilm", assets.MINILM_MODEL_DIR)
@@ -577,19 +577,27 @@ def test_check_max_seq_length():
 # Command line
 # --------------------------------------------------------------------------
 
-def test_cli_prints_tokens_and_ids(tmp_path, capsys):
+def test_bert_ad_tokenize_prints_pieces_or_ids_a_line(tmp_path, capsys):
     vocab = _write_vocab(tmp_path, GOOGLE_TEST_VOCAB)
-    assert tokenization.main(["--vocab_file", vocab, "UNwant\u00E9d,running",
+    program = "bert-ad tokenize"
+    assert tokenize_cli.main([program, "--vocab_file", vocab, "UNwant\u00E9d,running",
                               "wa"]) == 0
-    assert capsys.readouterr().out.split("\n") == [
-        "un ##want ##ed , runn ##ing", "7 4 5 10 8 9", "wa", "6", ""]
-    tokenization.main(["--vocab_file", vocab, "--do_lower_case=false", "UNwanted"])
-    assert capsys.readouterr().out.split("\n") == ["[UNK]", "0", ""]
+    assert capsys.readouterr().out.split("\n") == ["un ##want ##ed , runn ##ing", "wa", ""]
+    assert tokenize_cli.main([program, "--vocab_file", vocab, "--ids",
+                              "UNwant\u00E9d,running", "wa"]) == 0
+    assert capsys.readouterr().out.split("\n") == ["7 4 5 10 8 9", "6", ""]
+    tokenize_cli.main([program, "--vocab_file", vocab, "--do_lower_case=false", "UNwanted"])
+    assert capsys.readouterr().out.split("\n") == ["[UNK]", ""]
+    # One line per input line, from a file (an empty line stays an empty line).
+    lines = tmp_path / "lines.txt"
+    lines.write_text("running wa\n\nunwanted\n", encoding="utf-8")
+    tokenize_cli.main([program, "--vocab_file", vocab, f"--input_file={lines}"])
+    assert capsys.readouterr().out.split("\n") == ["runn ##ing wa", "", "un ##want ##ed", ""]
 
 
-def test_cli_user_error_is_one_line(tmp_path):
-    result = run_module("bert_ad.data.tokenization",
-                        ["--vocab_file", str(tmp_path / "missing.txt"), "hello"])
+def test_bert_ad_tokenize_user_error_is_one_line(tmp_path):
+    result = run_module("bert_ad", ["tokenize", "--vocab_file", str(tmp_path / "missing.txt"),
+                                    "hello"])
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: vocab file %r does not exist" % str(tmp_path / "missing.txt")]

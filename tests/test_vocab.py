@@ -15,12 +15,13 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad.tools import convert
+from bert_ad.tools import convert, weight_names
 from bert_ad.parallel.checkpoints import WarmStart
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.data.unigram import UnigramTokenizer
 from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
+from bert_ad.cli import vocab as vocab_cli
 from bert_ad.tools import vocab as vocab_tool
 from helpers import run_command, run_module
 
@@ -71,7 +72,7 @@ def tiny_model(folder, vocab_size: int, seed: int = 0, heads: bool = True,
     config = BertConfig(vocab_size=vocab_size, **TINY)
     rng = np.random.RandomState(seed)
     tensors = {name: rng.normal(0, 0.5, shape).astype(np.float32)
-               for name, shape in convert.google_variable_shapes(config, heads).items()}
+               for name, shape in weight_names.google_variable_shapes(config, heads).items()}
     if optimizer_state:
         tensors[WORDS + "/adam_m"] = np.ones([vocab_size, 8], np.float32)
         tensors["global_step"] = np.zeros([], np.float32)
@@ -294,7 +295,7 @@ def test_extend_fills_unused_slots_then_appends_and_keeps_old_rows(tmp_path):
 
 def _cli(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(lambda: vocab_tool.main(argv))
+        run_cli(lambda: vocab_cli.main(argv))
     captured = capsys.readouterr()
     return exit_info.value.code, captured.err.splitlines()
 

@@ -1,8 +1,9 @@
 """Long documents as windows (--long_text=windows).
 
-Where windows start; the pooling in graph ops against numpy and against a
-loop written here; a 3,000-token document scored from every one of its
-windows (counted in the batches fed, and its last words move its score);
+Where windows start; the pooling in graph ops (and run on the host, as
+scoring runs it) against a loop written here; a 3,000-token document scored
+from every one of its windows (counted in the batches fed, and its last words
+move its score);
 scoring on 2 towers, with a document's windows on both, equal to 1 tower and
 to the pooling inside one graph (dropout off, 1e-5); one predict.txt line per
 input row from the launcher, training on documents' windows in one step; an
@@ -28,7 +29,7 @@ from bert_ad.data.features import WindowSettings, encode_windows, window_starts
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.model.heads import classifier
 from bert_ad.model.modeling import BertConfig
-from bert_ad.model.windows import pool_window_rows, pool_windows
+from bert_ad.model.windows import pool_scored_windows, pool_windows
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import feature_placeholders
 from bert_ad.tasks.base import TextEncoder
@@ -63,7 +64,8 @@ def test_window_starts_cover_the_text_with_overlap():
 
 
 # ---------------------------------------------------------------------------
-# Pooling: graph ops, numpy, a plain loop.
+# Pooling: graph ops (in a graph, and as scoring runs them on the host) against a
+# plain loop.
 
 
 def loop_pooling(logits, scores, documents, count, pooling):
@@ -82,13 +84,13 @@ def loop_pooling(logits, scores, documents, count, pooling):
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "attention"])
-def test_pooling_in_the_graph_and_in_numpy_agree_with_a_loop(pooling):
+def test_pooling_in_the_graph_and_on_the_host_agree_with_a_loop(pooling):
     rng = np.random.RandomState(1)
     documents = np.array([2, 0, 0, 1, 2, 2, 0, 3])
     logits = rng.normal(0, 3, (8, 3)).astype(np.float32)
     scores = rng.normal(0, 3, 8).astype(np.float32)
     expected = loop_pooling(logits, scores, documents, 4, pooling)
-    np.testing.assert_allclose(pool_window_rows(logits, scores, documents, 4, pooling),
+    np.testing.assert_allclose(pool_scored_windows(logits, scores, documents, 4, pooling),
                                expected, rtol=1e-6)
     with tf.Graph().as_default(), tf.Session() as session:
         pooled = session.run(pool_windows(tf.constant(logits), tf.constant(scores),
@@ -413,9 +415,9 @@ def test_the_signature_pools_each_documents_windows_of_a_request(setup, exported
                                atol=1e-5)
     assert got["label_ids"].tolist() == expected[document_rows].argmax(axis=1).tolist()
     assert got["window_documents"].tolist() == request.tolist()
-    # And the windows' own outputs pool (in numpy) to the same answer.
-    pooled = pool_window_rows(got["window_logits"], got["window_scores"], request, 2,
-                              "attention")
+    # And the windows' own outputs pool (in numpy, the loop above) to the same answer.
+    pooled = loop_pooling(got["window_logits"], got["window_scores"], request, 2,
+                          "attention")
     shifted = np.exp(pooled - pooled.max(axis=1, keepdims=True))
     np.testing.assert_allclose(shifted / shifted.sum(axis=1, keepdims=True),
                                expected[[3, 1]], rtol=0, atol=1e-5)

@@ -21,15 +21,17 @@ from typing import Mapping, Optional, Sequence
 
 from absl import flags
 
-from bert_ad.data.tokenization import (TRUNCATION_STRATEGIES, PieceListTokenizer,
-                                       check_max_seq_length, make_tokenizer)
-from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime, resolve_cluster
+from bert_ad.data.tokenization import PieceListTokenizer, make_tokenizer
+from bert_ad.data.truncation import TRUNCATION_STRATEGIES, check_max_seq_length
+from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime
+from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.compat import session_config
 from bert_ad.errors import fail
 from bert_ad.model.modeling import BertConfig
 from bert_ad.model.precision import PRECISIONS, compute_dtype
 from bert_ad.parallel.checkpoints import resolve_checkpoint
-from bert_ad.parallel.optimization import LR_SCALING_MODES, OPTIMIZERS
+from bert_ad.parallel.learning_rate import LR_SCALING_MODES
+from bert_ad.parallel.optimization import OPTIMIZERS
 from bert_ad.parallel.towers import plan_from_environment
 from bert_ad.parallel.train_graph import check_sparse_embedding_updates
 from bert_ad.run_settings import Placement, RunSettings

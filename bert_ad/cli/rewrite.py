@@ -1,7 +1,7 @@
 """rewrite_finetune.py: does a candidate phrase fit the blank of an ad text?
 
 Fine-tunes BERT's pair classifier on N towers on rewrite rows
-(scripts/prepare_rewrite_data.py): `label<TAB>segment_index<TAB>candidate<TAB>
+(`bert-ad data prepare rewrite`): `label<TAB>segment_index<TAB>candidate<TAB>
 text_with_slot`. Outputs in --output_dir besides the checkpoints:
 predict.txt (--do_predict: the probability that the candidate fits, then the
 row's columns, one line per row of --predict_file, default --data_dir/dev.tsv),
@@ -28,7 +28,7 @@ log = logging.getLogger("bert_ad")
 def define_task_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_string("data_dir", None, "Folder with train.tsv and dev.tsv "
-                        "(scripts/prepare_rewrite_data.py).", **d)
+                        "(bert-ad data prepare rewrite).", **d)
     flags.DEFINE_bool("rank", False, "With --do_predict: also write ranked.txt, each "
                       "slot's candidates sorted by probability.", **d)
 
@@ -36,7 +36,7 @@ def define_task_flags(fv: flags.FlagValues) -> None:
 def check_flags(f: flags.FlagValues) -> None:
     if (f.do_train or f.do_eval) and not f.data_dir:
         fail("--data_dir is required for --do_train and --do_eval (the folder "
-             "with train.tsv and dev.tsv of scripts/prepare_rewrite_data.py)")
+             "with train.tsv and dev.tsv of `bert-ad data prepare rewrite`)")
     if f.do_predict and not (f.predict_file or f.data_dir):
         fail("--do_predict needs --predict_file (or --data_dir, to score its dev.tsv)")
     if f.rank and not f.do_predict:

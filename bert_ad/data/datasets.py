@@ -1,6 +1,6 @@
 """Real sentiment data sets built from assets on the package registry.
 
-`prepare(name, output_dir)` turns a raw asset (see `bert_ad.tools.assets`) into
+`prepare(name, output_dir)` turns a raw asset (see `bert_ad.resources.assets`) into
 train.tsv / dev.tsv / test.tsv in the `label<TAB>text` layout of the
 `sentiment` task, so `--task_name=sentiment --data_dir=OUTPUT_DIR` reads it:
 
@@ -43,7 +43,7 @@ import random
 import shutil
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from bert_ad.tools import assets
+from bert_ad.resources import assets
 from bert_ad.errors import UserError
 from bert_ad.files import staging_directory
 
@@ -182,7 +182,7 @@ def split_examples(pairs: Sequence[Pair], seed: int, dev_fraction: float,
 
 class DatasetSource(NamedTuple):
     description: str
-    asset: str           # bert_ad.tools.assets package name
+    asset: str           # bert_ad.resources.assets package name
     relative: str        # file or folder inside it
     load: Callable[[str], List[Pair]]
     use: str = "--task_name=sentiment"   # the flags that read it

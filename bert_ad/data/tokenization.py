@@ -1,4 +1,4 @@
-"""Text to token ids: Google's WordPiece, SentencePiece, and truncation.
+"""Text to token ids: Google's WordPiece, SentencePiece and unigram piece lists.
 
 `FullTokenizer` reproduces Google's BERT `tokenization.py` character for
 character (Hugging Face's `BertTokenizer` reproduces it too, see below), so a
@@ -25,11 +25,12 @@ strings such as "[CLS]" in the text whole (Google splits them like any other
 text). Google's own `WordpieceTokenizer` gives up at 200 characters; released
 vocabularies were made with 100 and Hugging Face uses 100, as we do.
 
+Steps 1-4 (Google's basic tokenization, character by character) are
+bert_ad/data/basic_tokenization.py; step 5 is `FullTokenizer.wordpiece_tokenize`.
+
 `SentencePieceTokenizer` has the same interface for ALBERT-style models and
-`make_tokenizer` picks one of the two from the command-line flags.
-`truncate_tokens` and `truncate_pair` cut texts to the room left for the
-special tokens; `check_max_seq_length` refuses sequence lengths the model has
-no position embeddings for.
+`make_tokenizer` picks one of the two from the command-line flags. Cutting
+tokens to a sequence length is bert_ad/data/truncation.py.
 
 Command line (a debugging aid):
   python -m bert_ad.data.tokenization --vocab_file vocab.txt [--do_lower_case] TEXT...
@@ -38,14 +39,12 @@ prints, for each TEXT (or each line of stdin), its tokens and then their ids.
 
 from __future__ import annotations
 
-import argparse
 import collections
-import sys
-import unicodedata
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List
 
+from bert_ad.data.basic_tokenization import basic_tokenize, to_text
 from bert_ad.data.unigram import UnigramTokenizer, is_piece_list
-from bert_ad.errors import fail, require_file, run_cli
+from bert_ad.errors import fail, require_file
 
 UNK = "[UNK]"
 CLS = "[CLS]"
@@ -59,7 +58,6 @@ REQUIRED_SPECIAL_TOKENS = (CLS, SEP, UNK)
 UNIGRAM_SPECIAL_PIECES = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
 
 MAX_INPUT_CHARS_PER_WORD = 100
-TRUNCATION_STRATEGIES = ("head", "tail", "head+tail")
 
 
 # ----------------------------------------------------------------------------
@@ -122,55 +120,6 @@ def load_vocab(path: str) -> "collections.OrderedDict[str, int]":
         fail(f"vocab file {path!r} lacks {', '.join(missing)}; a BERT vocab.txt "
              f"has [PAD], [UNK], [CLS], [SEP] and [MASK] lines")
     return vocab
-
-
-# ----------------------------------------------------------------------------
-# Character classes (Google's definitions)
-# ----------------------------------------------------------------------------
-
-def _is_whitespace(char: str) -> bool:
-    # Tab, newline and CR are control characters to Unicode; we treat them
-    # as spaces, like Google.
-    if char in (" ", "\t", "\n", "\r"):
-        return True
-    return unicodedata.category(char) == "Zs"
-
-
-def _is_control(char: str) -> bool:
-    if char in ("\t", "\n", "\r"):
-        return False
-    # Google's test is Cc/Cf only: private-use (Co) and unassigned (Cn)
-    # characters stay, and become [UNK].
-    return unicodedata.category(char) in ("Cc", "Cf")
-
-
-def _is_punctuation(char: str) -> bool:
-    cp = ord(char)
-    # All non-letter/number ASCII counts, even "^", "$" and "`" which Unicode
-    # calls symbols.
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(char).startswith("P")
-
-
-def is_chinese_char(cp: int) -> bool:
-    """CJK Unified Ideographs (and extensions, compatibility ideographs).
-
-    Hangul, Hiragana and Katakana are not in these blocks: those scripts
-    separate words with spaces and are tokenized like any other language.
-    """
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF
-            or 0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F
-            or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
-def _to_text(text) -> str:
-    if isinstance(text, str):
-        return text
-    if isinstance(text, bytes):
-        return text.decode("utf-8", "ignore")  # as Google's convert_to_unicode
-    raise TypeError(f"expected str or bytes, got {type(text).__name__}")
 
 
 # ----------------------------------------------------------------------------
@@ -274,15 +223,7 @@ class FullTokenizer(_Tokenizer):
 
     def basic_tokenize(self, text: str) -> List[str]:
         """Steps 1-4 of the module docstring: words and punctuation marks."""
-        text = _clean_text(_to_text(text))
-        text = _space_out_chinese_chars(text)
-        words = []
-        for word in text.split():
-            if self.do_lower_case:
-                word = _strip_accents(word.lower())
-            words.extend(_split_on_punctuation(word))
-        # Stripping accents can leave a word empty (a lone combining mark).
-        return [w for w in words if w]
+        return basic_tokenize(text, self.do_lower_case)
 
     def wordpiece_tokenize(self, word: str) -> List[str]:
         """Greedy longest-match-first pieces of one word: "unaffable" ->
@@ -307,46 +248,6 @@ class FullTokenizer(_Tokenizer):
             pieces.append(piece)
             start = end
         return pieces
-
-
-def _clean_text(text: str) -> str:
-    out = []
-    for char in text:
-        if char == "\x00" or char == "\ufffd" or _is_control(char):
-            continue
-        out.append(" " if _is_whitespace(char) else char)
-    return "".join(out)
-
-
-def _space_out_chinese_chars(text: str) -> str:
-    out = []
-    for char in text:
-        if is_chinese_char(ord(char)):
-            out.extend((" ", char, " "))
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def _strip_accents(word: str) -> str:
-    return "".join(c for c in unicodedata.normalize("NFD", word)
-                   if unicodedata.category(c) != "Mn")
-
-
-def _split_on_punctuation(word: str) -> List[str]:
-    out = []  # type: List[str]
-    current = []  # type: List[str]
-    for char in word:
-        if _is_punctuation(char):
-            if current:
-                out.append("".join(current))
-                current = []
-            out.append(char)
-        else:
-            current.append(char)
-    if current:
-        out.append("".join(current))
-    return out
 
 
 class SentencePieceTokenizer(_Tokenizer):
@@ -399,7 +300,7 @@ class SentencePieceTokenizer(_Tokenizer):
 
     def tokenize(self, text: str) -> List[str]:
         """SentencePiece pieces of `text` (str, or UTF-8 bytes)."""
-        text = _to_text(text)
+        text = to_text(text)
         if self.do_lower_case:
             text = text.lower()
         return list(self.sp.EncodeAsPieces(text))
@@ -453,7 +354,7 @@ class PieceListTokenizer(_Tokenizer):
 
     def tokenize(self, text: str) -> List[str]:
         """Pieces of `text`: "我爱 Paris" -> ["▁我", "爱", "▁Paris"] (as scored)."""
-        text = _to_text(text)
+        text = to_text(text)
         if self.do_lower_case:
             text = text.lower()
         return self.unigram.tokenize(text)
@@ -486,153 +387,3 @@ def make_tokenizer(vocab_file: str = "", do_lower_case: bool = True,
     if is_piece_list(vocab_file):
         return PieceListTokenizer(vocab_file, do_lower_case=do_lower_case)
     return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
-
-
-# ----------------------------------------------------------------------------
-# Truncation
-# ----------------------------------------------------------------------------
-
-def _check_strategy(strategy: str, head_fraction: float) -> None:
-    if strategy not in TRUNCATION_STRATEGIES:
-        fail(f"--truncation={strategy} is not one of "
-             f"{', '.join(TRUNCATION_STRATEGIES)}")
-    if not 0.0 <= head_fraction <= 1.0:
-        fail(f"the head+tail truncation head fraction {head_fraction} is not "
-             f"between 0 and 1")
-
-
-def truncate_tokens(tokens: Sequence, max_tokens: int, strategy: str = "head",
-                    head_fraction: float = 0.25) -> list:
-    """At most `max_tokens` of `tokens`, as a new list.
-
-    Args:
-      tokens: the tokens (or ids) of one text.
-      max_tokens: how many may stay (>= 0).
-      strategy: "head" keeps the first max_tokens, "tail" the last, and
-        "head+tail" the first round(head_fraction * max_tokens) and the rest
-        from the end (Sun et al. 2019: 128 + 382 of 510 is
-        head_fraction=128/510). Python's round() sends ties to even.
-      head_fraction: the share of the head in "head+tail".
-
-    Returns:
-      A new list; `tokens` is left as it is.
-    """
-    _check_strategy(strategy, head_fraction)
-    if max_tokens < 0:
-        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    n = len(tokens)
-    if n <= max_tokens:
-        return list(tokens)
-    if strategy == "head":
-        return list(tokens[:max_tokens])
-    if strategy == "tail":
-        return list(tokens[n - max_tokens:])
-    n_head = int(round(head_fraction * max_tokens))
-    n_tail = max_tokens - n_head
-    return list(tokens[:n_head]) + list(tokens[n - n_tail:])
-
-
-def _pair_lengths(len_a: int, len_b: int, max_tokens: int) -> Tuple[int, int]:
-    """Lengths left by Google's `_truncate_seq_pair`, in closed form.
-
-    Google trims one token at a time from the longer sequence, from b on a
-    tie, until the total fits. Once the lengths meet they go down in turns.
-    """
-    excess = len_a + len_b - max_tokens
-    if excess <= 0:
-        return len_a, len_b
-    if len_a > len_b:
-        gap = len_a - len_b  # trims of a until a == b
-        if excess <= gap:
-            return len_a - excess, len_b
-        rest = excess - gap  # from a == b: b, a, b, a, ...
-        return len_b - rest // 2, len_b - (rest + 1) // 2
-    gap = len_b - len_a + 1  # trims of b (ties go to b) until b == a - 1
-    if excess <= gap:
-        return len_a, len_b - excess
-    rest = excess - gap  # from b == a - 1: a, b, a, b, ...
-    return len_a - (rest + 1) // 2, len_a - 1 - rest // 2
-
-
-def truncate_pair(tokens_a: Sequence, tokens_b: Sequence, max_tokens: int,
-                  strategy: str = "head", head_fraction: float = 0.25
-                  ) -> Tuple[list, list]:
-    """Cut a text pair to at most `max_tokens` tokens in all.
-
-    Like Google's `_truncate_seq_pair`: the longer of the two loses a token
-    until they fit, so a short question keeps all of its tokens while a long
-    passage is cut. Where the tokens go depends on `strategy`: from the end
-    ("head"), the start ("tail") or the middle ("head+tail", keeping
-    round(head_fraction * kept) tokens of the start, as `truncate_tokens`).
-
-    Args:
-      tokens_a, tokens_b: the two texts' tokens (or ids).
-      max_tokens: room for both (max_seq_length - 3 with [CLS] and two [SEP]).
-      strategy, head_fraction: as for `truncate_tokens`.
-
-    Returns:
-      (new_a, new_b), new lists; the inputs are left as they are.
-    """
-    _check_strategy(strategy, head_fraction)
-    if max_tokens < 0:
-        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    len_a, len_b = _pair_lengths(len(tokens_a), len(tokens_b), max_tokens)
-    return (truncate_tokens(tokens_a, len_a, strategy, head_fraction),
-            truncate_tokens(tokens_b, len_b, strategy, head_fraction))
-
-
-def check_max_seq_length(max_seq_length: int,
-                         max_position_embeddings: int = 512) -> None:
-    """Refuse a --max_seq_length the model cannot take.
-
-    Raises:
-      UserError: longer than the model's position table, or too short to
-        hold [CLS] and two [SEP].
-    """
-    if max_seq_length > max_position_embeddings:
-        fail(f"--max_seq_length={max_seq_length} exceeds the model's "
-             f"max_position_embeddings ({max_position_embeddings}); "
-             f"use {max_position_embeddings} or less")
-    if max_seq_length < 3:
-        fail(f"--max_seq_length={max_seq_length} is too small; it needs room "
-             f"for [CLS] and two [SEP], so use 3 or more")
-
-
-# ----------------------------------------------------------------------------
-# Command line
-# ----------------------------------------------------------------------------
-
-def _parse_bool(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "y", "t"):
-        return True
-    if lowered in ("0", "false", "no", "n", "f"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bert_ad.data.tokenization",
-        description="Print the tokens and ids of each TEXT (or stdin line).")
-    parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt")
-    parser.add_argument("--spm_model_file", default="",
-                        help="SentencePiece .model (instead of --vocab_file)")
-    parser.add_argument("--do_lower_case", type=_parse_bool, nargs="?",
-                        const=True, default=True,
-                        help="lower-case and strip accents (default true; "
-                             "--do_lower_case=false for cased models)")
-    parser.add_argument("texts", nargs="*", metavar="TEXT")
-    args = parser.parse_args(argv)
-    tokenizer = make_tokenizer(args.vocab_file, args.do_lower_case,
-                               args.spm_model_file)
-    texts = args.texts or [line.rstrip("\n") for line in sys.stdin]
-    for text in texts:
-        tokens = tokenizer.tokenize(text)
-        print(" ".join(tokens))
-        print(" ".join(str(i) for i in tokenizer.convert_tokens_to_ids(tokens)))
-    return 0
-
-
-if __name__ == "__main__":
-    run_cli(main)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from bert_ad.compat import tf
 from bert_ad.model.crf import crf_decode, crf_log_likelihood, crf_transitions
+from bert_ad.model.losses import weighted_mean
 from bert_ad.model.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                                     dense, dropout, layer_norm)
 from bert_ad.model.windows import pool_windows, window_attention_scores
@@ -115,8 +116,7 @@ def classifier(config: BertConfig, features: dict, num_labels: int,
         logits = pool_windows(logits, window_scores, features["window_document"],
                               tf.shape(weights)[0], window_pooling)  # [documents, labels]
     per_example_loss, probabilities = objective_loss(logits, features, objective)
-    loss = tf.reduce_sum(per_example_loss * weights) / tf.maximum(
-        tf.reduce_sum(weights), 1.0)
+    loss = weighted_mean(per_example_loss, weights)
     return ClassifierOutputs(per_example_loss, logits, probabilities, loss, window_scores)
 
 
@@ -256,5 +256,5 @@ def token_classifier(config: BertConfig, features: dict, num_tags: int, is_train
         per_example_loss = tf.reduce_sum(per_word * word_mask, 1)
         predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
     weights = features["example_weights"]
-    loss = tf.reduce_sum(per_example_loss * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
+    loss = weighted_mean(per_example_loss, weights)
     return TokenClassifierOutputs(logits, predicted, per_example_loss, loss)

@@ -12,10 +12,11 @@ layer like a row of its own, and the document's logits pool its windows':
              output layer is linear, so this equals classifying the
              attention-weighted mean of the windows' pooled outputs.
 
-The pooling is written twice, in graph ops for training (a document's
-windows in one tower, one segment each) and in numpy for scoring (windows are
-scored as rows on any tower, then pooled per document on the host); tests
-check the two against each other.
+The pooling is written once, in graph ops (`pool_windows`): training pools
+a document's windows in one tower (one segment each); scoring scores windows
+as rows on any tower and pools them per document on the host afterwards by
+running the same ops (`pool_scored_windows`). `activate` and
+`objective_losses` then give the pooled documents the head's outputs and loss.
 """
 
 from __future__ import annotations
@@ -72,9 +73,14 @@ def pool_windows(logits, scores, segments, num_segments, pooling: str):
     return weighted / totals[:, None]
 
 
-def pool_window_rows(logits: np.ndarray, scores: np.ndarray, documents: np.ndarray,
-                     num_documents: int, pooling: str) -> np.ndarray:
-    """`pool_windows` in numpy, for windows scored as independent rows.
+def pool_scored_windows(logits: np.ndarray, scores: np.ndarray, documents: np.ndarray,
+                        num_documents: int, pooling: str) -> np.ndarray:
+    """`pool_windows` over windows scored as independent rows, on the host.
+
+    Scoring deals a document's windows to any tower and batch, so its logits
+    are only all in one place once every batch is back. They are pooled then by
+    the very graph ops training uses (`pool_windows`), in a small graph and
+    CPU session of their own, in float64 as the figures are computed further on.
 
     Args:
       logits: [windows, outputs], the logits of each window alone.
@@ -87,27 +93,19 @@ def pool_window_rows(logits: np.ndarray, scores: np.ndarray, documents: np.ndarr
       [num_documents, outputs] float64.
     """
     logits = np.asarray(logits, np.float64)
+    scores = np.asarray(scores, np.float64)
     documents = np.asarray(documents, np.int64)
     counts = np.bincount(documents, minlength=num_documents)
     if np.any(counts == 0):
         raise ValueError(f"document {int(np.argmin(counts))} has no window")
-    if pooling == "max":
-        pooled = np.full((num_documents, logits.shape[1]), -np.inf)
-        np.maximum.at(pooled, documents, logits)
-        return pooled
-    if pooling == "mean":
-        weights = np.ones(len(documents))
-    elif pooling == "attention":
-        scores = np.asarray(scores, np.float64)
-        largest = np.full(num_documents, -np.inf)
-        np.maximum.at(largest, documents, scores)
-        weights = np.exp(scores - largest[documents])
-    else:
-        raise ValueError(f"window pooling must be one of {WINDOW_POOLINGS}, got {pooling!r}")
-    totals = np.bincount(documents, weights, minlength=num_documents)
-    weighted = np.zeros((num_documents, logits.shape[1]))
-    np.add.at(weighted, documents, logits * weights[:, None])
-    return weighted / totals[:, None]
+    with tf.Graph().as_default() as graph:
+        fed = (tf.placeholder(tf.float64, [None, logits.shape[1]]),
+               tf.placeholder(tf.float64, [None]), tf.placeholder(tf.int32, [None]))
+        pooled = pool_windows(*fed, num_documents, pooling)
+        # No GPU: a few numbers per window, and the training run may hold the cards.
+        config = tf.ConfigProto(device_count={"GPU": 0})
+        with tf.Session(graph=graph, config=config) as session:
+            return session.run(pooled, dict(zip(fed, (logits, scores, documents))))
 
 
 def activate(logits: np.ndarray, objective: str) -> np.ndarray:

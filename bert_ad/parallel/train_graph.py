@@ -17,8 +17,9 @@ from typing import Any, Callable, List, Optional
 from bert_ad.compat import tf
 from bert_ad.model.precision import DynamicLossScale
 from bert_ad.errors import fail
-from bert_ad.parallel.optimization import (check_sparse_updates, clip_by_global_norm,
-                                           learning_rate_schedule, make_optimizer)
+from bert_ad.parallel.gradients import clip_by_global_norm
+from bert_ad.parallel.learning_rate import learning_rate_schedule
+from bert_ad.parallel.optimization import check_sparse_updates, make_optimizer
 from bert_ad.parallel.towers import (DevicePlan, average_gradients, build_towers,
                                      tower_gradients)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 from typing import Iterable, List, Set
 
-from bert_ad.data.tokenization import is_chinese_char
+from bert_ad.data.basic_tokenization import is_chinese_char
 
 
 def build_lexicon(words: Iterable[str], min_count: int = 2, max_length: int = 4) -> Set[str]:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import random
 from typing import (Iterable, List, NamedTuple, Optional,
                     Sequence)
 
 from bert_ad.errors import fail
 from bert_ad.pretraining.masking import mask_tokens
-from bert_ad.data.tokenization import (CLS, SEP, check_max_seq_length)
+from bert_ad.data.tokenization import CLS, SEP
+from bert_ad.data.truncation import check_max_seq_length
 
 MODES = ("nsp", "mlm", "rewrite")
 # [CLS] A [SEP] B [SEP] needs two tokens of text, and the short-sequence
@@ -337,13 +337,6 @@ def instance_features(instance: TrainingInstance, tokenizer, max_seq_length: int
     features["masked_lm_weights"] = [1.0] * m + [0.0] * pad_m
     features["next_sentence_labels"] = [1 if instance.is_random_next else 0]
     return features
-
-
-def derive_seed(random_seed: int, chunk_index: int, purpose: str) -> int:
-    """A 64-bit seed for one chunk's generator, the same in every process
-    and Python version."""
-    text = f"{random_seed}/{chunk_index}/{purpose}".encode("ascii")
-    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
 
 
 class Summary(NamedTuple):

@@ -35,7 +35,7 @@ Modes (--mode):
        longer than the sequence is cut, from the front or the back at random.
   rewrite  rewrite rows (bert-ad data prepare rewrite), not documents:
        [CLS] candidate [SEP] text [SEP] with the candidate put in the text's
-       slot and masked there as one span; see bert_ad/data/rewrite_rows.py.
+       slot and masked there as one span; see bert_ad/data/rewrite_format.py.
 
 Masking is Google's create_masked_lm_predictions (bert_ad.pretraining.masking), with
 --do_whole_word_mask ("##" pieces go with their word; SentencePiece pieces go
@@ -74,11 +74,12 @@ from typing import IO, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
 from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer, make_tokenizer
 from bert_ad.errors import fail
 from bert_ad.pretraining.instances import (Document, InstanceMaker, InstanceSettings,
-                                           Summary, TrainingInstance, derive_seed,
-                                           instance_features, tokenize_document)
+                                           Summary, TrainingInstance, instance_features,
+                                           tokenize_document)
 from bert_ad.pretraining.records import ShardWriter, check_outputs, encode_example
 from bert_ad.pretraining.rewrite_spans import write_span_instances
 from bert_ad.pretraining.text import chunked, read_documents
+from bert_ad.seeds import derive_seed
 
 
 # ----------------------------------------------------------------------------
@@ -251,7 +252,7 @@ def create_pretraining_data(input_files: Sequence[str], output_files: Sequence[s
     tokenizer = make_tokenizer(settings.vocab_file, settings.do_lower_case,
                                settings.spm_model_file)
     check_outputs(output_files, input_files, overwrite, output_dir)
-    if settings.mode == "rewrite":  # rows, not documents: bert_ad.data.rewrite_rows
+    if settings.mode == "rewrite":  # rows, not documents: bert_ad.data.rewrite_format
         return write_span_instances(input_files, output_files, settings, tokenizer,
                                     stream)
     progress = Progress(stream, progress_seconds)

@@ -13,13 +13,13 @@ import sys
 import time
 from typing import IO, Optional, Sequence
 
-from bert_ad.data.rewrite_rows import RewriteRow, fit_context, read_rows
+from bert_ad.data.rewrite_format import RewriteRow, fit_context, read_rows
 from bert_ad.data.tokenization import CLS, SEP
 from bert_ad.errors import fail
-from bert_ad.pretraining.instances import (Summary, TrainingInstance, derive_seed,
-                                           instance_features)
+from bert_ad.pretraining.instances import Summary, TrainingInstance, instance_features
 from bert_ad.pretraining.masking import replacement
 from bert_ad.pretraining.records import ShardWriter, encode_example
+from bert_ad.seeds import derive_seed
 
 
 SKIP_EMPTY = "empty candidate"

@@ -1,8 +1,9 @@
 """Sentence (pair) classification: Google's run_classifier.py task on the driver.
 
 Rows are `bert_ad.data.processors.InputExample`s of a task spec (tasks as
-data: file names, columns, labels). The head is Google's `create_model`
-(bert_ad/model/heads.py) with one of three targets (`TARGETS`):
+data: file names, columns, labels; bert_ad/data/task_specs.py). The head is
+Google's `create_model` (bert_ad/model/heads.py) with one of three targets
+(`TARGETS`):
 
   single_label  one label a row, softmax (the default)
   multi_label   any labels of the list a row, joined by a separator in the
@@ -15,7 +16,7 @@ A long text is truncated (head, tail, head+tail) or, with windows
 (--long_text=windows), cut into overlapping windows whose logits are pooled
 per document (bert_ad/model/windows.py; training: a document's windows in
 one tower and one step; scoring: windows dealt as rows to every tower, pooled
-afterwards). Results in output_dir, one line per input row, in input order:
+afterwards by the same graph ops). Results in output_dir, one line per input row, in input order:
 
   predict.txt       single_label: the predicted label's index in labels.txt;
                     multi_label: the indices of the predicted labels joined by
@@ -44,12 +45,14 @@ from bert_ad.data import processors
 from bert_ad.data.batching import WindowBatches
 from bert_ad.data.features import (TARGETS, WindowSettings, convert_examples, encode_target,
                                    split_labels)
+from bert_ad.data.task_specs import TaskSpec
 from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metrics, multi_label_metrics
 from bert_ad.metrics.regression import regression_metrics
 from bert_ad.model.heads import (FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier,
                                  objective_loss)
-from bert_ad.model.windows import activate, objective_losses, pool_window_rows, pool_windows
+from bert_ad.model.windows import (activate, objective_losses, pool_scored_windows,
+                                   pool_windows)
 from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates,
                                  serving_features)
@@ -89,7 +92,7 @@ class ClassificationTask(Task):
 
     # (A field of its own: Task's class-level `encoder = None` is no default here.)
     encoder: TextEncoder = dataclasses.field()
-    spec: processors.TaskSpec
+    spec: TaskSpec
     data_dir: str
     predict_file: Optional[str] = None
     truncation: str = "head"
@@ -342,9 +345,9 @@ class ClassificationTask(Task):
             name = "value" if self.target == "regression" else "probabilities"
             return {"predictions": outputs[name],
                     "losses": outputs.get("per_example_loss")}
-        logits = pool_window_rows(outputs["window_logits"], outputs["window_scores"],
-                                  outputs["window_documents"], len(data),
-                                  self.window_pooling)
+        logits = pool_scored_windows(outputs["window_logits"], outputs["window_scores"],
+                                     outputs["window_documents"], len(data),
+                                     self.window_pooling)
         predictions = activate(logits, self.objective)
         if self.target == "regression":
             predictions = predictions[:, 0]

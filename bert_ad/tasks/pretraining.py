@@ -25,6 +25,7 @@ import numpy as np
 from bert_ad.compat import tf
 from bert_ad.errors import fail
 from bert_ad.model.heads import masked_lm_head, next_sentence_head
+from bert_ad.model.losses import weighted_mean
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.pretraining.records import RecordBatches, inspect_records
 from bert_ad.tasks.base import Batches, SplitData, Task
@@ -62,7 +63,7 @@ def pretraining_tower(config: BertConfig, features: dict, is_training: bool,
     mlm_loss = -tf.reduce_sum(log_probs * tf.one_hot(label_ids, config.vocab_size), axis=-1)
     weights = tf.reshape(features["masked_lm_weights"], [-1])
     # Weighted mean over the real predictions (Google's formula).
-    loss = tf.reduce_sum(weights * mlm_loss) / (tf.reduce_sum(weights) + 1e-5)
+    loss = weighted_mean(mlm_loss, weights, epsilon=1e-5)
     outputs = {
         "masked_lm_loss": tf.reshape(mlm_loss, shape),
         "masked_lm_predictions": tf.reshape(tf.argmax(log_probs, -1, output_type=tf.int32),
@@ -75,8 +76,7 @@ def pretraining_tower(config: BertConfig, features: dict, is_training: bool,
         labels = features["next_sentence_labels"]
         nsp_loss = -tf.reduce_sum(nsp_log_probs * tf.one_hot(labels, 2), axis=-1)
         example_weights = features["example_weights"]
-        loss += tf.reduce_sum(nsp_loss * example_weights) / tf.maximum(
-            tf.reduce_sum(example_weights), 1.0)
+        loss += weighted_mean(nsp_loss, example_weights)
         outputs["next_sentence_loss"] = nsp_loss
         outputs["next_sentence_predictions"] = tf.argmax(nsp_log_probs, -1,
                                                          output_type=tf.int32)

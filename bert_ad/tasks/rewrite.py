@@ -1,13 +1,13 @@
 """Text rewrite: does a candidate phrase fit the blank of an ad text?
 
 The predecessor's ad-copy rewrite flow as a task on the driver. Rows are
-rewrite rows (bert_ad/data/rewrite_rows.py, scripts/prepare_rewrite_data.py):
+rewrite rows (bert_ad/data/rewrite_format.py, `bert-ad data prepare rewrite`):
 
   label<TAB>segment_index<TAB>candidate<TAB>text_with_slot
 
 The model reads `[CLS] candidate [SEP] text [SEP]` with the slot's [SLOT]
 markers replaced by N [MASK] tokens, N = min(slot size, candidate tokens)
-(`rewrite_rows.encode_row`), and learns label 1 (the candidate is the
+(`rewrite_format.encode_row`), and learns label 1 (the candidate is the
 blanked segment) against 0, with the classifier's head. It starts from
 --init_checkpoint: a released BERT, or one pretrained with
 create_pretraining_data.py --mode=rewrite and run_pretraining_mgpu.py.
@@ -40,7 +40,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from bert_ad.data.batching import TokenizedExamples
-from bert_ad.data.rewrite_rows import LABELS, RewriteRow, encode_row, read_rows
+from bert_ad.data.rewrite_format import LABELS, RewriteRow, encode_row, read_rows
 from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metrics
 from bert_ad.model.heads import FEATURE_SPEC, classifier

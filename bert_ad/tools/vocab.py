@@ -6,31 +6,11 @@
 
 `transplant` rebuilds `bert/embeddings/word_embeddings` (and
 `cls/predictions/output_bias` when present) row by row for the target vocab,
-from the source model's rows. For each target token, the first rule that
-applies decides:
-
-  1. special tokens: [CLS], [SEP], [PAD], [UNK], [MASK] take the source's
-     counterpart (<s>, </s>, <pad>, <unk>, <mask> for a unigram source;
-     the same names for a WordPiece one)                             copied
-  2. the token is a source piece                                     copied
-       `##x`: the continuation piece (`x` for unigram, `##x` for WordPiece)
-       a word-initial `x`, unigram: `▁x`, then `x`; for a single
-         character other than an ASCII letter or digit (a CJK character,
-         punctuation, a symbol) `x` first, because in running text such
-         characters follow others without a space and XLM-R mostly saw them
-         bare
-       a word-initial `x`, WordPiece: `x`
-  3. a reserved marker ([unused7], <S>, <T>: brackets around a name)  fresh
-  4. the mean of the rows of the token's segmentation by the source
-     tokenizer's own algorithm (Viterbi over the scores for unigram, on
-     `▁x` for a word-initial token, its lone leading `▁` piece dropped; greedy
-     longest match for WordPiece)                                     averaged
-  5. nothing covers it (an unknown character)                         fresh
-
-A unigram source is normalised first as its tokenizer does (the
-normalization.tsv beside pieces.tsv, else NFKC). Fresh rows are drawn like
-BERT's initializer (truncated normal, stddev initializer_range) and a fresh
-output bias is 0. All other variables are copied unchanged; optimizer state
+from the source model's rows: copied from the source's own piece, averaged
+over the pieces the source tokenizer cuts the token into, or fresh (the rules
+are bert_ad/tools/vocab_sources.py). Fresh rows are drawn like BERT's
+initializer (truncated normal, stddev initializer_range) and a fresh output
+bias is 0. All other variables are copied unchanged; optimizer state
 (adam_m/adam_v, global_step) is left behind, since it belongs to the old
 vocab's training run. The output folder gets bert_model.ckpt.*,
 bert_config.json (new vocab_size), the target vocab.txt and
@@ -52,11 +32,10 @@ through a staging folder renamed into place.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -64,151 +43,20 @@ from bert_ad.parallel.checkpoints import is_optimizer_state, resolve_checkpoint
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.tools.convert import (
     CHECKPOINT_NAME, GOOGLE_CONFIG, VOCAB, staged_output, write_tf_checkpoint)
-from bert_ad.data.unigram import WORD_START, UnigramTokenizer, is_piece_list
-from bert_ad.errors import fail, require_file, run_cli
+from bert_ad.errors import fail, require_file
 from bert_ad.model.modeling import BertConfig
-from bert_ad.data.tokenization import (
-    CLS, MASK, PAD, SEP, UNIGRAM_SPECIAL_PIECES, UNK, FullTokenizer, _strip_accents,
-    load_vocab)
+from bert_ad.data.basic_tokenization import strip_accents
+from bert_ad.data.tokenization import UNK, FullTokenizer, load_vocab
+from bert_ad.tools.vocab_sources import (AVERAGED, COPIED, FRESH, SPECIAL_TOKENS, RowPlan,
+                                         load_source, plan_row)
 
 WORD_EMBEDDINGS = "bert/embeddings/word_embeddings"
 OUTPUT_BIAS = "cls/predictions/output_bias"
 TRANSPLANT_REPORT = "transplant_report.txt"
 EXTEND_REPORT = "extend_report.txt"
 PIECES = "pieces.tsv"
-SPECIAL_TOKENS = (CLS, SEP, PAD, UNK, MASK)
-_RESERVED = re.compile(r"^(\[[^\[\]]+\]|<[^<>]+>)$")
 _UNUSED = re.compile(r"^\[unused\d+\]$")
 DEFAULT_SEED = 12345
-
-COPIED, AVERAGED, FRESH = "copied", "averaged", "fresh"
-
-
-class RowPlan(NamedTuple):
-    """Where one target row comes from."""
-    how: str                 # COPIED, AVERAGED or FRESH
-    source_ids: List[int]    # source rows (one when copied, none when fresh)
-
-
-# --- Source tokenizers ---------------------------------------------------------------
-
-class WordPieceSource:
-    """A WordPiece vocab.txt as the source: greedy longest match first."""
-
-    kind = "WordPiece"
-
-    def __init__(self, path: str, do_lower_case: bool = False):
-        self.path = path
-        self.vocab = load_vocab(path)
-        self.do_lower_case = do_lower_case
-        self.pieces = list(self.vocab)
-
-    @property
-    def size(self) -> int:
-        return len(self.vocab)
-
-    def special(self, token: str) -> Optional[int]:
-        return self.vocab.get(token)
-
-    def _text(self, text: str) -> str:
-        return _strip_accents(text.lower()) if self.do_lower_case else text
-
-    def piece(self, text: str, continuation: bool) -> Optional[int]:
-        text = self._text(text)
-        return self.vocab.get("##" + text if continuation else text)
-
-    def segment(self, text: str, continuation: bool) -> Optional[List[int]]:
-        """Greedy longest-match pieces of `text`, or None if it cannot be covered."""
-        text = self._text(text)
-        ids, start = [], 0
-        while start < len(text):
-            for end in range(len(text), start, -1):
-                candidate = text[start:end]
-                if start > 0 or continuation:
-                    candidate = "##" + candidate
-                if candidate in self.vocab:
-                    ids.append(self.vocab[candidate])
-                    start = end
-                    break
-            else:
-                return None
-        return ids or None
-
-
-class UnigramSource:
-    """A unigram piece list (pieces.tsv) as the source: Viterbi over the scores."""
-
-    kind = "unigram"
-
-    def __init__(self, path: str):
-        self.path = path
-        self.tokenizer = UnigramTokenizer.from_file(path)
-        self.pieces = self.tokenizer.pieces
-        self._word_start = self.tokenizer.piece_ids.get(WORD_START)
-
-    @property
-    def size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    def special(self, token: str) -> Optional[int]:
-        return self.tokenizer.special_id(UNIGRAM_SPECIAL_PIECES[token])
-
-    def piece(self, text: str, continuation: bool) -> Optional[int]:
-        text = self.tokenizer.normalize_chars(text)
-        if not text:
-            return None
-        ids = self.tokenizer.piece_ids
-        if continuation:
-            candidates = [text]
-        elif len(text) == 1 and not (text.isascii() and text.isalnum()):
-            candidates = [text, WORD_START + text]
-        else:
-            candidates = [WORD_START + text, text]
-        for candidate in candidates:
-            if candidate in ids and ids[candidate] != self.tokenizer.unk_id:
-                return ids[candidate]
-        return None
-
-    def segment(self, text: str, continuation: bool) -> Optional[List[int]]:
-        """Viterbi pieces of `text` (as a word start unless `continuation`),
-        or None if a character is unknown."""
-        text = self.tokenizer.normalize_chars(text)
-        if not text:
-            return None
-        ids = self.tokenizer.segment(text if continuation else WORD_START + text)
-        if len(ids) > 1 and ids[0] == self._word_start:
-            ids = ids[1:]  # the bare word-start marker says nothing about the word
-        if self.tokenizer.unk_id in ids:
-            return None
-        return ids
-
-
-def load_source(path: str, do_lower_case: bool = False):
-    """The source tokenizer: a piece list (a tab on line 1) or a WordPiece vocab."""
-    require_file(path, "--source_vocab")
-    if is_piece_list(path):
-        return UnigramSource(path)
-    return WordPieceSource(path, do_lower_case)
-
-
-def plan_row(source, token: str) -> RowPlan:
-    """The rule of the module docstring that decides `token`'s row."""
-    if token in SPECIAL_TOKENS:
-        special = source.special(token)
-        if special is not None:
-            return RowPlan(COPIED, [special])
-    continuation = token.startswith("##") and len(token) > 2
-    text = token[2:] if continuation else token
-    piece = source.piece(text, continuation)
-    if piece is not None:
-        return RowPlan(COPIED, [piece])
-    if _RESERVED.match(token):
-        return RowPlan(FRESH, [])
-    ids = source.segment(text, continuation)
-    if not ids:
-        return RowPlan(FRESH, [])
-    return RowPlan(AVERAGED, ids)
-
 
 # --- Checkpoints -----------------------------------------------------------------------
 
@@ -477,7 +325,7 @@ def extend(checkpoint: str, words_file: str, output_dir: str,
     new_rows, new_bias = [], []
     fresh = truncated_normal(len(words), rows.shape[1], config.initializer_range, seed)
     for n, word in enumerate(words):
-        token = _strip_accents(word.lower()) if do_lower_case else word
+        token = strip_accents(word.lower()) if do_lower_case else word
         if token in added:
             report.append(f"{token}\t{added[token]}\trepeated in --words\t")
             continue
@@ -518,59 +366,3 @@ def extend(checkpoint: str, words_file: str, output_dir: str,
     _write_model(output_dir, weights, _with_vocab_size(config, len(lines)),
                  {VOCAB: newline.join(lines) + newline, EXTEND_REPORT: header + report})
     return ExtendResult(output_dir, added, present, split_apart, len(lines))
-
-
-# --- Command line ----------------------------------------------------------------------
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bert_ad.vocab",
-        description="Move a BERT checkpoint onto another vocab (transplant) or add "
-                    "words to its own (extend).")
-    commands = parser.add_subparsers(dest="command", metavar="{transplant,extend}")
-    commands.required = True
-    move = commands.add_parser("transplant", help="checkpoint + its tokenizer + a new "
-                               "vocab.txt -> a checkpoint for the new vocab")
-    move.add_argument("--target_vocab", required=True, help="the new vocab.txt")
-    move.add_argument("--source_vocab", default=None,
-                      help="the checkpoint's tokenizer: WordPiece vocab.txt or a unigram "
-                           "pieces.tsv (default: vocab.txt, else pieces.tsv beside it)")
-    move.add_argument("--source_do_lower_case", action="store_true",
-                      help="lower-case target tokens for an uncased WordPiece source")
-    grow = commands.add_parser("extend", help="add domain words to a model's vocab")
-    grow.add_argument("--words", required=True, help="one word per line")
-    grow.add_argument("--vocab_file", default=None, help="default: vocab.txt beside it")
-    grow.add_argument("--do_lower_case", default=True,
-                      type=lambda v: v.lower() in ("1", "true", "yes"),
-                      help="the model is uncased (default true; pass false for cased)")
-    for sub in (move, grow):
-        sub.add_argument("--checkpoint", required=True,
-                         help="checkpoint prefix, or a folder holding bert_model.ckpt")
-        sub.add_argument("--bert_config_file", default=None,
-                         help="default: bert_config.json beside the checkpoint")
-        sub.add_argument("--output_dir", required=True, help="a new folder")
-        sub.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                         help="for freshly initialised rows")
-    return parser
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "transplant":
-        result = transplant(args.checkpoint, args.target_vocab, args.output_dir,
-                            args.source_vocab, args.bert_config_file,
-                            args.source_do_lower_case, args.seed)
-    else:
-        result = extend(args.checkpoint, args.words, args.output_dir, args.vocab_file,
-                        args.bert_config_file, args.do_lower_case, args.seed)
-    print(result.summary())
-    return 0
-
-
-def cli(argv: Optional[Sequence[str]] = None) -> None:
-    """Console entry point (bert-ad-vocab)."""
-    run_cli(lambda: main(argv))
-
-
-if __name__ == "__main__":
-    cli()

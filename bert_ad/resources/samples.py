@@ -15,7 +15,7 @@ run needs, in one folder of the asset cache:
   bert-ad-classifier --task_name=sentiment --data_dir=TINY/sample_sentiment \\
     --vocab_file=TINY/vocab.txt --bert_config_file=TINY/bert_config.json ...
 
-Standard library only: the asset tool (a leaf module) uses it.
+Standard library only (bottom layer): the asset command uses it.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ TINY_FILES = ("bert_config.json", "vocab.txt", "sample_sentiment")
 
 
 def _package_dir() -> str:
-    # bert_ad/tools/samples.py -> bert_ad/
+    # bert_ad/resources/samples.py -> bert_ad/
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
