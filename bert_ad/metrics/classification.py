@@ -3,7 +3,7 @@ one label a row; micro/macro F1 and subset accuracy of several labels a row."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Sequence
 
 import numpy as np
 
@@ -63,3 +63,16 @@ def multi_label_metrics(truth: np.ndarray, predicted: np.ndarray,
     results["eval_subset_accuracy"] = (float(np.mean(np.all(truth == predicted, axis=1)))
                                        if len(truth) else 0.0)
     return results
+
+
+def classification_metric_names(label_names: Sequence[str]) -> List[str]:
+    """The figures classification_metrics gives for `label_names` (for --best_metric)."""
+    return (["eval_accuracy", "eval_macro_f1"]
+            + [f"{kind}_{name}" for name in label_names for kind in ("precision", "recall",
+                                                                      "f1")])
+
+
+def multi_label_metric_names(label_names: Sequence[str]) -> List[str]:
+    """The figures multi_label_metrics gives for `label_names`."""
+    return (["eval_macro_f1", "eval_micro_f1", "eval_subset_accuracy"]
+            + [f"f1_{name}" for name in label_names])

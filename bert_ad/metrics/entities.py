@@ -24,7 +24,7 @@ zero_division=0).
 from __future__ import annotations
 
 import collections
-from typing import Dict, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from bert_ad.data.tag_schemes import extract_spans
 
@@ -114,3 +114,13 @@ def entity_metrics(true_tags: Sequence[Sequence[str]],
     results["eval_predicted_entities"] = total_predicted
     results["eval_correct_entities"] = total_correct
     return results
+
+
+def entity_metric_names(types: Sequence[str]) -> List[str]:
+    """The figures entity_metrics gives for the entity `types` (for --best_metric)."""
+    names = ["eval_precision", "eval_recall", "eval_f1", "eval_accuracy",
+             "eval_true_entities", "eval_predicted_entities", "eval_correct_entities"]
+    names += [f"eval_macro_{name}" for name in ("precision", "recall", "f1")]
+    names += [f"eval_{kind}_{name}" for kind in types
+              for name in ("precision", "recall", "f1", "support")]
+    return names

@@ -35,3 +35,7 @@ def regression_metrics(targets: np.ndarray, predictions: np.ndarray) -> dict:
     return {"eval_pearson": pearson(targets, predictions),
             "eval_spearman": pearson(average_ranks(targets), average_ranks(predictions)),
             "eval_mse": float(np.mean((predictions - targets) ** 2)) if len(targets) else 0.0}
+
+
+# The figures regression_metrics gives (for --best_metric).
+REGRESSION_METRIC_NAMES = ("eval_pearson", "eval_spearman", "eval_mse")

@@ -96,7 +96,9 @@ class BestCheckpoint:
             with open(path, encoding="utf-8") as f:
                 state = json.load(f)
             metric = state["metric"]
-            evaluations = [(int(s), float(v)) for s, v in state["evaluations"]]
+            # A non-finite evaluation is kept as null (JSON has no NaN).
+            evaluations = [(int(s), math.nan if v is None else float(v))
+                           for s, v in state["evaluations"]]
             best_step = state["best_step"]
             best_value = state["best_value"]
         except (ValueError, KeyError, TypeError) as e:
@@ -116,7 +118,8 @@ class BestCheckpoint:
         """What best.json holds."""
         return {"metric": self.metric, "higher_is_better": self.higher_is_better,
                 "best_step": self.best_step, "best_value": self.best_value,
-                "evaluations": [[s, v] for s, v in self.evaluations]}
+                "evaluations": [[s, v if math.isfinite(v) else None]
+                                for s, v in self.evaluations]}
 
     def is_improvement(self, value: float) -> bool:
         """Whether `value` beats the best so far (strictly; a NaN never does)."""
@@ -128,10 +131,15 @@ class BestCheckpoint:
 
     @property
     def evaluations_since_best(self) -> int:
-        """Evaluations after the best one (all of them if none was finite)."""
-        if self.best_step is None:
-            return len(self.evaluations)
-        return sum(1 for step, _ in self.evaluations if step > self.best_step)
+        """Finite evaluations after the best one (all finite ones if there is no best).
+
+        A non-finite one (NaN: e.g. a Pearson correlation of constant dev
+        targets) says nothing about progress: it is never the best and does
+        not count toward early stopping.
+        """
+        return sum(1 for step, value in self.evaluations
+                   if math.isfinite(value) and (self.best_step is None
+                                                or step > self.best_step))
 
     def should_stop(self) -> bool:
         """Early stopping: `patience` evaluations in a row without improvement."""
@@ -167,7 +175,7 @@ class BestCheckpoint:
 
     def _write_state(self, directory: str) -> None:
         with atomic_open(os.path.join(directory, STATE_FILE)) as f:
-            json.dump(self.state(), f, indent=1)
+            json.dump(self.state(), f, indent=1, allow_nan=False)
             f.write("\n")
 
     def describe(self) -> str:

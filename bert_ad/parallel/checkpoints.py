@@ -99,19 +99,21 @@ def step_checkpoints(directory: str) -> list:
     return [os.path.join(directory, f"model.ckpt-{step}") for step in steps]
 
 
-def latest_checkpoint(directory: str) -> str | None:
+def latest_checkpoint(directory: str, warn: bool = True) -> str | None:
     """Newest readable `model.ckpt-N` prefix in `directory` by step number, or None.
 
     A newest checkpoint that cannot be read whole (a killed save, a full
-    disk, a file deleted by hand) is skipped with a warning naming it, and
-    the next older readable one is used; nothing is deleted.
+    disk, a file deleted by hand) is skipped (with a warning naming it,
+    unless `warn` is False: the caller says it), and the next older
+    readable one is used; nothing is deleted.
     """
     for prefix in reversed(step_checkpoints(directory)):
         problem = checkpoint_problem(prefix)
         if problem is None:
             return prefix
-        log.warning("warning: %s; using an older checkpoint (the broken one is left "
-                    "as it is)", problem)
+        if warn:
+            log.warning("warning: %s; using an older checkpoint (the broken one is left "
+                        "as it is)", problem)
     return None
 
 

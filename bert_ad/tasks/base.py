@@ -57,6 +57,10 @@ class SplitData:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def sources(self) -> List[str]:
+        """The input files `source` names (one path, or several joined by ", ")."""
+        return [path for path in self.source.split(", ") if path]
+
 
 class Task(abc.ABC):
     """One objective on top of BERT. Subclasses set `feature_spec` and `name`.
@@ -202,10 +206,21 @@ class Task(abc.ABC):
         """eval_results.txt figures of the scored dev rows (global_step is added)."""
         raise NotImplementedError(f"the {self.name} task has no evaluation")
 
+    def prediction_file_names(self) -> Sequence[str]:
+        """The files `prediction_files` writes into output_dir (checked against the
+        run's inputs before anything is written)."""
+        return ("predict.txt",)
+
     def prediction_files(self, data: SplitData, outputs: Dict[str, np.ndarray]
                          ) -> Dict[str, Iterable[str]]:
         """{file name in output_dir: its lines} for the scored predict rows."""
         raise NotImplementedError(f"the {self.name} task has no predictions")
+
+    def metric_names(self) -> Optional[List[str]]:
+        """The figures `metrics` gives (what --best_metric may name), or None if the
+        task does not say: then a --best_metric it lacks is found at the first
+        evaluation instead of before the run starts."""
+        return None
 
     def describe_metrics(self, metrics: Mapping[str, object]) -> str:
         """The eval log line(s)."""

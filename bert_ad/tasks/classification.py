@@ -33,10 +33,11 @@ afterwards by the same graph ops). Results in output_dir, one line per input row
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -47,8 +48,10 @@ from bert_ad.data.features import (TARGETS, WindowSettings, convert_examples, en
                                    split_labels)
 from bert_ad.data.task_specs import TaskSpec
 from bert_ad.errors import fail
-from bert_ad.metrics.classification import classification_metrics, multi_label_metrics
-from bert_ad.metrics.regression import regression_metrics
+from bert_ad.metrics.classification import (classification_metric_names,
+                                            classification_metrics, multi_label_metric_names,
+                                            multi_label_metrics)
+from bert_ad.metrics.regression import REGRESSION_METRIC_NAMES, regression_metrics
 from bert_ad.model.heads import (FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier,
                                  objective_loss)
 from bert_ad.model.windows import (activate, objective_losses, pool_scored_windows,
@@ -107,6 +110,8 @@ class ClassificationTask(Task):
     pooling: str = "cls"
     head_learning_rate_multiplier: float = 1.0
     labels: Optional[List[str]] = None  # the driver completes the task with them
+    # Refuse a first row that looks like a header (the files' layout says none).
+    detect_header: bool = True
 
     name = "classifier"
 
@@ -147,10 +152,9 @@ class ClassificationTask(Task):
     def read(self, split: str) -> SplitData:
         file_split = "test" if split == "predict" else split
         path = self.predict_file if split == "predict" else None
-        # A multi-label cell ("a|b") is checked label by label (check_labels),
-        # not as one label of the list.
-        spec = (dataclasses.replace(self.spec, labels=None)
-                if self.target == "multi_label" else self.spec)
+        # Labels are checked by check_labels once the run's list is known (a
+        # multi-label cell "a|b" label by label; a header row as a header).
+        spec = dataclasses.replace(self.spec, labels=None)
         # A multi-label row may carry none of the labels (an ad that breaks
         # no rule): its label cell is empty.
         rows = processors.read_examples(spec, self.data_dir, file_split, path,
@@ -193,17 +197,61 @@ class ClassificationTask(Task):
         return found
 
     def check_labels(self, data: SplitData) -> None:
-        if data.split == "predict":  # predictions ignore the test file's labels
-            return
+        """Every label of every split fits the task (file, line), before anything runs.
+
+        A predict file's labels are not used, but one that the task cannot
+        read (a regression target "?", a label outside a multi-label list)
+        would fail when its features are built, after training: refused here.
+        A single-label predict file may hold any label (its rows are scored
+        whatever it says).
+        """
+        self._refuse_header(data)
         if self.target == "multi_label":
             self._check_multi_labels(data, self.labels)
         elif self.target == "regression":
             for row in data.rows:
-                if row.label is not None and not _is_number(row.label):
+                problem = None if row.label is None else _target_problem(row.label)
+                if problem:
                     fail(f"{row.source} line {row.line}: regression target {row.label!r} "
-                         "is not a number; fix the file or the --label_column")
-        else:
+                         f"{problem}; fix the file or the --label_column"
+                         + (" (the predict file's targets are not used: leave the cell "
+                            "empty)" if data.split == "predict" else ""))
+        elif data.split != "predict":
             processors.check_labels(data.rows, self.labels)
+
+    def _refuse_header(self, data: SplitData) -> None:
+        """A first line that looks like a header row: one line pointing to --skip_header.
+
+        It looks like one when its label appears on no other row of the file
+        and is no label of the list this run knows (a training file's own
+        labels are all in its list: there the label must be the file's only
+        single-row one among labels that repeat), or is no number under
+        --regression. Read as a row, it would become a class of its own and a
+        line of predict.txt.
+        """
+        if not self.detect_header or not data.rows or data.rows[0].line != 1:
+            return
+        first = data.rows[0]
+        if first.label is None or first.label == "":
+            return
+        if self.target == "regression":
+            looks_like_one = _target_problem(first.label) == "is not a number"
+        else:
+            counts = collections.Counter(row.label for row in data.rows)
+            fixed = self.spec.labels
+            if counts[first.label] != 1:
+                return
+            if data.split == "train" and fixed is None:
+                looks_like_one = len(counts) > 2 and min(
+                    n for label, n in counts.items() if label != first.label) > 1
+            else:
+                known = fixed if fixed is not None else self.labels
+                looks_like_one = (known is not None and self.target == "single_label"
+                                  and first.label not in known)
+        if looks_like_one:
+            fail(f"{first.source} line 1: {first.label!r} looks like a header, not a row "
+                 "(its label appears on no other line); pass --skip_header to skip the "
+                 "first line, or --has_header=false if it is a real row")
 
     def _check_multi_labels(self, data: SplitData, labels: Optional[List[str]]) -> None:
         """Every label of every row non-empty and (given `labels`) in the list."""
@@ -372,6 +420,9 @@ class ClassificationTask(Task):
         metrics["eval_examples"] = len(data)
         return metrics
 
+    def prediction_file_names(self) -> Sequence[str]:
+        return ("predict.txt", "test_results.tsv")
+
     def prediction_files(self, data: SplitData, outputs: Dict[str, np.ndarray]):
         predictions = self.row_outputs(data, outputs)["predictions"]
         if self.target == "regression":
@@ -383,6 +434,15 @@ class ClassificationTask(Task):
         else:
             lines = [str(int(p)) for p in np.argmax(predictions, axis=-1)]
         return {"predict.txt": lines, "test_results.tsv": probabilities_file}
+
+    def metric_names(self) -> List[str]:
+        if self.target == "regression":
+            names = list(REGRESSION_METRIC_NAMES)
+        elif self.target == "multi_label":
+            names = multi_label_metric_names(self.labels or ())
+        else:
+            names = classification_metric_names(self.labels or ()) + ["eval_predicted_labels"]
+        return names + ["eval_loss", "eval_examples"]
 
     def describe_metrics(self, metrics) -> str:
         rows = f"({metrics['eval_examples']} rows, step {metrics['global_step']})"
@@ -409,8 +469,18 @@ class ClassificationTask(Task):
         return []
 
 
-def _is_number(text: str) -> bool:
+# The largest number a float32 target holds: a larger one becomes inf in training.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _target_problem(text: str) -> Optional[str]:
+    """Why a regression target cannot be trained on, or None."""
     try:
-        return math.isfinite(float(text))
+        value = float(text)
     except ValueError:
-        return False
+        return "is not a number"
+    if not math.isfinite(value):
+        return "is not a finite number"
+    if abs(value) > FLOAT32_MAX:
+        return f"is beyond float32's range (+-{FLOAT32_MAX:.3g}), where training works"
+    return None

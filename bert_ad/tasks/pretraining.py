@@ -18,7 +18,7 @@ eval_examples and global_step to eval_results.txt.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import List, Sequence
 
 import numpy as np
 
@@ -144,6 +144,12 @@ class PretrainingTask(Task):
             for name in ("masked_lm_ids", "next_sentence_labels"):
                 outputs[name] = features[name]
         return outputs
+
+    def metric_names(self) -> List[str]:
+        names = ["masked_lm_accuracy", "masked_lm_loss", "eval_examples"]
+        if self.use_nsp:
+            names += ["next_sentence_accuracy", "next_sentence_loss"]
+        return names
 
     def metrics(self, data: SplitData, outputs) -> dict:
         if "masked_lm_weights" not in outputs:

@@ -42,7 +42,7 @@ import numpy as np
 from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.rewrite_format import LABELS, RewriteRow, encode_row, read_rows
 from bert_ad.errors import fail
-from bert_ad.metrics.classification import classification_metrics
+from bert_ad.metrics.classification import classification_metric_names, classification_metrics
 from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
 
@@ -135,6 +135,11 @@ class RewriteTask(Task):
 
     # --- results ----------------------------------------------------------------
 
+    def metric_names(self) -> List[str]:
+        return classification_metric_names(self.labels or LABELS) + [
+            "eval_loss", "eval_examples", "eval_top1", "eval_mrr", "chance_top1",
+            "chance_mrr", "ranked_slots"]
+
     def metrics(self, data: SplitData, outputs) -> dict:
         probabilities = outputs["probabilities"]
         metrics = classification_metrics(outputs["label_ids"],
@@ -143,6 +148,9 @@ class RewriteTask(Task):
         metrics["eval_examples"] = len(data)
         metrics.update(ranking_metrics(data.rows, probabilities[:, 1]))
         return metrics
+
+    def prediction_file_names(self) -> Sequence[str]:
+        return ("predict.txt", "ranked.txt")
 
     def prediction_files(self, data: SplitData, outputs):
         scores = outputs["score"]

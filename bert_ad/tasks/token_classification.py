@@ -33,13 +33,13 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bert_ad.data.conll import ConllFile, read_conll, prediction_lines, token_separator
-from bert_ad.data.tag_schemes import (TagScheme, detect_scheme, get_scheme, label_list,
+from bert_ad.data.tag_schemes import (OUTSIDE, TagScheme, detect_scheme, get_scheme, label_list,
                                       span_records, span_types, validate_label_list,
                                       validate_tags)
 from bert_ad.data.token_features import (TOKEN_FEATURES, TokenFeatures, convert_sentences,
                                          words_from_windows)
 from bert_ad.errors import fail
-from bert_ad.metrics.entities import entity_metrics
+from bert_ad.metrics.entities import entity_metric_names, entity_metrics
 from bert_ad.model.heads import TOKEN_FEATURE_SPEC, token_classifier
 from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates)
@@ -182,7 +182,30 @@ class TokenClassificationTask(Task):
                         fail(f"{data.source} line {number}: tag {tag!r} is not in --labels "
                              f"({','.join(self.labels)}); add it or fix the file")
             return
-        validate_tags(conll, self.scheme, self.labels)
+        validate_tags(conll, self.scheme)
+        if data.split == "dev":
+            self._warn_unseen_tags(data)
+
+    def _warn_unseen_tags(self, data: ConllSplit) -> None:
+        """Gold tags of the dev file that training never saw: scored, and said once.
+
+        The model cannot predict them, so their entities count as missed in
+        the entity figures (with a per-type line of their own); in the loss
+        they count as the outside tag. Predictions ignore a file's tags.
+        """
+        known = set(self.labels)
+        unseen = collections.Counter(tag for sentence in _limited(data).sentences
+                                     for tag in sentence.tags or () if tag not in known)
+        if unseen:
+            log.warning("warning: %s has tags never seen in training: %s; the model cannot "
+                        "predict them, so their entities count as missed in eval_results.txt "
+                        "(retrain with them in the training file, or --labels when training, "
+                        "to learn them)", data.source,
+                        ", ".join(f"{tag} ({n} tokens)" for tag, n in sorted(unseen.items())))
+
+    def _stand_in_tag(self) -> str:
+        """What an unseen gold tag counts as in the dev loss: the outside tag."""
+        return OUTSIDE if OUTSIDE in self.labels else self.labels[0]
 
     def batches(self, data: ConllSplit) -> Batches:
         return self.encoder.batches(self.features(data).examples)
@@ -194,10 +217,13 @@ class TokenClassificationTask(Task):
             tags = [s.tags for s in data.rows] if data.split != "predict" else None
             data.features = self.encoder.cached(
                 data, {"task": "token_classification", "labels": self.labels,
-                       "doc_stride": self.doc_stride, "tagged": tags is not None},
+                       "doc_stride": self.doc_stride, "tagged": tags is not None,
+                       "unseen_tag": self._stand_in_tag() if data.split == "dev" else None},
                 lambda: convert_sentences([s.tokens for s in data.rows], tags,
                                           self.encoder.tokenizer, self.labels,
-                                          self.encoder.max_seq_length, self.doc_stride),
+                                          self.encoder.max_seq_length, self.doc_stride,
+                                          unseen_tag=(self._stand_in_tag()
+                                                      if data.split == "dev" else None)),
                 TOKEN_FEATURES)
             windows = len(data.features.windows)
             log.info("%s: %d sentences -> %d windows of at most %d pieces (%d sentences "
@@ -239,6 +265,9 @@ class TokenClassificationTask(Task):
         metrics["eval_windows"] = len(self.features(data).windows)
         return metrics
 
+    def prediction_file_names(self) -> Sequence[str]:
+        return ("predict.txt", "predict_entities.jsonl")
+
     def prediction_files(self, data: ConllSplit, outputs: Dict[str, np.ndarray]):
         predicted = self.predicted_tags(data, outputs)
         separator = token_separator(data.conll)
@@ -248,6 +277,10 @@ class TokenClassificationTask(Task):
                     for index, (sentence, tags) in enumerate(zip(data.rows, predicted))]
         return {"predict.txt": prediction_lines(data.conll, predicted),
                 "predict_entities.jsonl": entities}
+
+    def metric_names(self) -> List[str]:
+        return entity_metric_names(span_types(self.labels)) + [
+            "eval_loss", "eval_sentences", "eval_windows"]
 
     def describe_metrics(self, metrics) -> str:
         types = span_types(self.labels)
