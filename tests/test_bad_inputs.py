@@ -193,6 +193,8 @@ def _cases(w: Workspace) -> dict:
     classifier("header_row_under_regression", ["line 1", "'label' looks like a header"],
                task_name="tsv", regression=True,
                data_dir=data_dir("header_regression", train=header + rows))
+    classifier("head_fraction_nan", ["--truncation_head_fraction=nan", "between 0 and 1"],
+               truncation="head+tail", truncation_head_fraction="nan")
     classifier("skip_header_contradicts_has_header", ["--skip_header", "contradict"],
                skip_header=True, has_header=False)
     # Issue 31 #8, #9, #12: targets no run could use, found only when features were built.
@@ -388,7 +390,7 @@ CASE_NAMES = [
     "header_row_in_train", "header_row_in_predict_file", "header_row_under_regression",
     "skip_header_contradicts_has_header", "regression_predict_question_mark",
     "regression_target_beyond_float32", "regression_dev_target_inf",
-    "multi_label_unknown_predict_label",
+    "multi_label_unknown_predict_label", "head_fraction_nan",
 ]
 
 

@@ -275,3 +275,44 @@ def _create_flags(ws, text):
     return parse_flags(create_cli.define_flags,
                        ["prog", f"--input_file={text}", f"--output_file={text}",
                         f"--vocab_file={ws.model.vocab_file}", "--overwrite"], "", "")
+
+
+# --- #3: results, caches, best.json and checkpoints reach the disk before they count ---------
+
+def test_every_write_is_fsynced_before_it_is_renamed_into_place(tmp_path, monkeypatch):
+    from bert_ad import files
+    from bert_ad.data import feature_cache
+    from bert_ad.data.batching import TokenizedExamples
+    from bert_ad.parallel.loop import make_durable
+    import numpy as np
+    synced = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    out = tmp_path / "out"
+    files.write_results(str(out), {"predict.txt": ["a"], "eval_results.txt": ["b"]})
+    # The temporary files (renamed afterwards), then the folder holding the renames.
+    assert [os.path.dirname(p) for p in synced[:2]] == [str(out)] * 2
+    assert all(os.path.basename(p).startswith((".predict.txt.", ".eval_results.txt."))
+               for p in synced[:2])
+    assert synced[2:] == [str(out)]
+    synced.clear()
+    feature_cache.write_features(str(out / "cache" / "train-k.npz"),
+                                 TokenizedExamples({"input_ids": [np.ones(3, np.int32)]}))
+    assert synced[-1] == str(out / "cache") and len(synced) == 4  # .npz, folder, record, folder
+    synced.clear()
+    staging = files.staging_directory(str(out / "best"))
+    with open(os.path.join(staging, "best.json"), "w") as f:
+        f.write("{}")
+    files.replace_directory(staging, str(out / "best"))
+    assert synced == [os.path.join(staging, "best.json"), staging, str(out)]
+    synced.clear()
+    for name in ("model.ckpt-3.index", "model.ckpt-3.data-00000-of-00001", "checkpoint"):
+        (out / name).write_text("x")
+    make_durable(str(out / "model.ckpt-3"))
+    assert sorted(synced) == sorted([str(out / "model.ckpt-3.index"), str(out / "checkpoint"),
+                                     str(out / "model.ckpt-3.data-00000-of-00001"), str(out)])

@@ -118,6 +118,10 @@ def check_flags(f: flags.FlagValues) -> None:
         fail("--task_name is required")
     if f.skip_header and f.has_header is False:
         fail("--skip_header and --has_header=false contradict each other: give one")
+    # (Found when the first text was cut, after labels.txt and cache/ were written.)
+    if not 0.0 <= f.truncation_head_fraction <= 1.0:
+        fail(f"--truncation_head_fraction={f.truncation_head_fraction} must be between 0 "
+             "and 1: the share of the budget head+tail keeps from the start")
 
 
 def build(f: flags.FlagValues, encoder) -> ClassificationTask:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from bert_ad.compat import tf
 from bert_ad.errors import Stopped, UserError, fail
-from bert_ad.files import cannot_write
+from bert_ad.files import cannot_write, fsync_path
 from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                           set_aside_newer, step_checkpoints)
 from bert_ad.parallel.train_graph import TrainGraph
@@ -314,6 +314,7 @@ class _Checkpoints:
         prefix = os.path.join(self.output_dir, "model.ckpt")
         try:
             self.last = self.saver.save(self.session, prefix, global_step=step)
+            make_durable(self.last)
         except (tf.errors.OpError, OSError) as e:
             # TensorFlow leaves `*.tempstate*` files of a failed save behind.
             remove_partial_save(self.output_dir)
@@ -321,6 +322,18 @@ class _Checkpoints:
         self.last_step = step
         log.info("saved %s", self.last)
         return self.last
+
+
+def make_durable(prefix: str) -> None:
+    """The files of the checkpoint at `prefix` (and TensorFlow's `checkpoint` list
+    beside them) on the disk before training goes on: TensorFlow does not fsync,
+    and a power cut would leave a newest checkpoint of zeros."""
+    directory = os.path.dirname(prefix) or "."
+    base = os.path.basename(prefix) + "."
+    for name in os.listdir(directory):
+        if name.startswith(base) or name == "checkpoint":
+            fsync_path(os.path.join(directory, name))
+    fsync_path(directory)
 
 
 class StopSignals:

@@ -217,7 +217,10 @@ class ClassificationTask(Task):
                          + (" (the predict file's targets are not used: leave the cell "
                             "empty)" if data.split == "predict" else ""))
         elif data.split != "predict":
-            processors.check_labels(data.rows, self.labels)
+            known = set(self.labels)
+            for row in data.rows:
+                if row.label is not None and row.label not in known:
+                    fail(_unknown_label(row, row.label, self.labels, data.split))
 
     def _refuse_header(self, data: SplitData) -> None:
         """A first line that looks like a header row: one line pointing to --skip_header.
@@ -265,8 +268,7 @@ class ClassificationTask(Task):
                          f"(labels are joined by --multi_label_separator="
                          f"{self.label_separator!r})")
                 if known is not None and label not in known:
-                    fail(f"{row.source} line {row.line}: label {label!r} is not one of "
-                         f"{list(labels)}; set --labels or fix the file")
+                    fail(_unknown_label(row, label, labels, data.split))
 
     def feature_settings(self):
         return self.encoder.feature_settings(
@@ -467,6 +469,15 @@ class ClassificationTask(Task):
                     "--optimizer=adam (bias-corrected), a lower --learning_rate or more "
                     "epochs (README, Optimizers)"]
         return []
+
+
+def _unknown_label(row, label: str, labels: Sequence[str], split: str) -> str:
+    """The one line for a label outside the run's list, with advice that works: after
+    training the list is fixed (labels.txt), so --labels helps only when training."""
+    advice = ("fix the file, or list every label with --labels" if split == "train" else
+              "fix the file; the model predicts only these (to add one, train again with it "
+              "in the training file or in --labels)")
+    return f"{row.source} line {row.line}: label {label!r} is not one of {list(labels)}; {advice}"
 
 
 # The largest number a float32 target holds: a larger one becomes inf in training.
