@@ -30,22 +30,15 @@ from bert_ad.files import read_key_values
 from bert_ad.parallel.checkpoints import step_checkpoints
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.serving.layout import read_metadata
-from helpers import (SAMPLE_SENTIMENT, run_main, save_initial_checkpoint, tiny_model,
+from helpers import (SAMPLE_SENTIMENT, run_main, tiny_model,
                      tree_digest)
 from test_best_checkpoint import ScriptedTask, make_task, read_state
 from test_driver import settings, toy_rows
+import test_reliability
 
 
-@pytest.fixture(scope="module")
-def ws(tmp_path_factory):
-    class Workspace:
-        pass
-    w = Workspace()
-    w.root = str(tmp_path_factory.mktemp("round_three"))
-    w.model = tiny_model(os.path.join(w.root, "model"))
-    w.init = save_initial_checkpoint(os.path.join(w.root, "init", "bert_model.ckpt"),
-                                     w.model.bert_config(), seed=1)
-    return w
+# The tiny model and its initial checkpoint, as test_reliability's runs use them.
+ws = test_reliability.ws
 
 
 def classifier_flags(w, output_dir: str, **changes) -> dict:

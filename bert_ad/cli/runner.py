@@ -150,3 +150,12 @@ def run_launcher(define_flags: Callable[[flags.FlagValues], None],
         return main(f)
 
     run_cli(parsed_main)
+
+
+def tool_cli(main: Callable[[Sequence[str]], int]) -> Callable[..., None]:
+    """A tool's command line: `cli(argv=None)` runs `main(argv)` (argv[0]: the
+    program as the user typed it; default sys.argv) under run_cli; exits."""
+    def cli(argv: Optional[Sequence[str]] = None) -> None:
+        arguments = list(sys.argv if argv is None else argv)
+        run_cli(lambda: main(arguments))
+    return cli

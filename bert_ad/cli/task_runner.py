@@ -78,3 +78,12 @@ def run_task(command: TaskCommand, argv: Optional[Sequence[str]] = None,
     """Parse argv (argv[0]: the program as typed) and run `command` (exits)."""
     run_launcher(lambda fv: define_flags(command, fv), lambda f: main(command, f),
                  description or command.description or command.summary, USAGE, argv=argv)
+
+
+def launcher_functions(command: TaskCommand):
+    """(define_flags, main, cli) of a task's command module: every flag of the
+    command, the run on parsed flags, and the command line. The launcher
+    contract tests and callers use in-process (`main(parse_flags(define_flags,
+    argv, ...))`)."""
+    return (lambda fv: define_flags(command, fv), lambda f: main(command, f),
+            lambda argv=None: run_task(command, argv))

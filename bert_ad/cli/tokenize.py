@@ -14,9 +14,9 @@ from typing import Iterator, List, Optional, Sequence
 from absl import flags
 
 from bert_ad.cli.registry import register_tool
-from bert_ad.cli.runner import parse_flags_and_arguments
+from bert_ad.cli.runner import tool_cli, parse_flags_and_arguments
 from bert_ad.data.tokenization import make_tokenizer
-from bert_ad.errors import fail, run_cli
+from bert_ad.errors import fail
 
 USAGE = "--vocab_file=FILE [--ids] [--input_file=FILE | TEXT ...]"
 
@@ -65,10 +65,7 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def cli(argv: Optional[Sequence[str]] = None) -> None:
-    """bert-ad tokenize (argv[0]: the program as typed; default sys.argv)."""
-    argv = sys.argv if argv is None else argv
-    run_cli(lambda: main(argv))
+cli = tool_cli(main)
 
 
 register_tool("tokenize", "print each input line's pieces (or ids, --ids) as a model's "

@@ -9,14 +9,12 @@ Also `bert-ad-vocab` and `python -m bert_ad.vocab`.
 
 from __future__ import annotations
 
-import sys
 from typing import Optional, Sequence
 
 from absl import flags
 
 from bert_ad.cli.registry import register_tool
-from bert_ad.cli.runner import Subcommand, run_subcommand
-from bert_ad.errors import run_cli
+from bert_ad.cli.runner import tool_cli, Subcommand, run_subcommand
 from bert_ad.tools import vocab
 
 PROGRAM = "python -m bert_ad.vocab"
@@ -80,11 +78,8 @@ def main(argv: Optional[Sequence[str]] = None, program: str = PROGRAM) -> int:
     return run_subcommand(SUBCOMMANDS, [program] + list(argv or ()), DESCRIPTION)
 
 
-def cli(argv: Optional[Sequence[str]] = None) -> None:
-    """bert-ad vocab, bert-ad-vocab, python -m bert_ad.vocab (argv[0]: the program as
-    the user typed it; default sys.argv)."""
-    argv = sys.argv if argv is None else argv
-    run_cli(lambda: main(argv[1:], argv[0]))
+# bert-ad vocab, bert-ad-vocab, python -m bert_ad.vocab.
+cli = tool_cli(lambda argv: main(argv[1:], argv[0]))
 
 
 register_tool("vocab", "vocabularies: transplant a model onto another vocab, extend one",
