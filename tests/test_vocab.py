@@ -385,7 +385,7 @@ def test_extend_with_an_empty_word_list(tmp_path, capsys, content):
 def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
     source, _ = unigram_model
     target = write_lines(tmp_path / "vocab.txt", TARGET)
-    assert vocab_tool.main(_transplant_argv(source, target, tmp_path / "out")) == 0
+    assert vocab_cli.main(_transplant_argv(source, target, tmp_path / "out")) == 0
     assert capsys.readouterr().out.splitlines() == [
         f"wrote {tmp_path / 'out'}: 15 rows, 10 copied, 2 averaged, 3 fresh "
         "(left out 2 optimizer-state variables)"]
