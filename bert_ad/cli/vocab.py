@@ -69,7 +69,8 @@ def _trim_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("min_count", 1, "Keep a piece the corpora use this often.", **d)
     flags.DEFINE_string("keep_scripts", vocab_trim.DEFAULT_SCRIPTS,
                         "Keep every single-character piece of these scripts (han, "
-                        "cjk_punct, fullwidth, general_punct, ascii, latin, kana).", **d)
+                        "cjk_punct, fullwidth, general_punct, ascii, digits, ascii_punct, "
+                        "latin, kana, bopomofo).", **d)
     flags.DEFINE_string("keep_all_pieces_of", "", "Keep every piece made only of "
                         "characters of these scripts (e.g. han,cjk_punct,fullwidth,"
                         "general_punct: Chinese segments exactly as before).", **d)

@@ -34,12 +34,16 @@ SCRIPTS: Dict[str, Tuple[Tuple[int, int], ...]] = {
     "fullwidth": ((0xFF00, 0xFFEF),),
     # General Punctuation: “ ” ‘ ’ … — ‰ and the spaces/marks of U+2000-206F.
     "general_punct": ((0x2000, 0x206F),),
-    # Printable ASCII.
+    # Printable ASCII; its digits; its punctuation and symbols (XLM-R's
+    # normalisation turns fullwidth ，（１ into ASCII ,(1).
     "ascii": ((0x21, 0x7E),),
+    "digits": ((0x30, 0x39),),
+    "ascii_punct": ((0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E)),
     # ASCII, Latin-1 Supplement, Latin Extended-A and -B.
     "latin": ((0x21, 0x7E), (0xA0, 0x24F)),
-    # Hiragana and Katakana.
+    # Hiragana and Katakana; Bopomofo (ㄅㄆ, and ㄧ written for 一 in reviews).
     "kana": ((0x3040, 0x30FF),),
+    "bopomofo": ((0x3100, 0x312F), (0x31A0, 0x31BF)),
 }
 WORD_START = "\u2581"
 TEXT_SUFFIXES = (".txt", ".tsv")
