@@ -21,6 +21,7 @@ from absl import flags
 
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import run_launcher
+from bert_ad.data.tokenization import decide_do_lower_case
 from bert_ad.errors import fail
 from bert_ad.pretraining.instances import MODES, InstanceSettings
 from bert_ad.pretraining.pipeline import create_pretraining_data
@@ -80,8 +81,9 @@ def define_flags(fv: flags.FlagValues) -> None:
 def main(f: flags.FlagValues) -> int:
     settings = InstanceSettings(
         vocab_file=f.vocab_file or "", spm_model_file=f.spm_model_file or "",
-        do_lower_case=f.do_lower_case, max_seq_length=f.max_seq_length,
-        max_predictions_per_seq=f.max_predictions_per_seq,
+        do_lower_case=decide_do_lower_case(f.vocab_file or "", f.spm_model_file or "",
+                                           f.do_lower_case, f["do_lower_case"].present),
+        max_seq_length=f.max_seq_length, max_predictions_per_seq=f.max_predictions_per_seq,
         random_seed=f.random_seed, dupe_factor=f.dupe_factor,
         masked_lm_prob=f.masked_lm_prob, short_seq_prob=f.short_seq_prob,
         mode=f.mode, do_whole_word_mask=f.do_whole_word_mask,

@@ -21,7 +21,7 @@ from typing import Mapping, Optional, Sequence
 
 from absl import flags
 
-from bert_ad.data.tokenization import PieceListTokenizer, make_tokenizer
+from bert_ad.data.tokenization import PieceListTokenizer, decide_do_lower_case, make_tokenizer
 from bert_ad.data.truncation import TRUNCATION_STRATEGIES, check_max_seq_length
 from bert_ad.distributed.cluster import IMPLEMENTATIONS, ClusterRuntime
 from bert_ad.distributed.cluster_config import resolve_cluster
@@ -174,7 +174,8 @@ def define_finetuning_flags(fv: flags.FlagValues,
     d = dict(flag_values=fv)
     default = _Defaults(defaults)
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt of the model.", **d)
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models).", **d)
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models). With a piece "
+                      "list, unset means: as the list is cased.", **d)
     flags.DEFINE_integer("max_seq_length", 128, "Longest sequence after WordPiece.", **d)
     flags.DEFINE_bool("do_predict", False, "Score --predict_file (default: the test file).",
                       **d)
@@ -341,7 +342,9 @@ def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
     """The model config and tokenizer of a fine-tuning run, checked against each other."""
     config = BertConfig.from_json_file(f.bert_config_file)
     check_max_seq_length(f.max_seq_length, config.max_position_embeddings)
-    tokenizer = make_tokenizer(f.vocab_file or "", f.do_lower_case, f.spm_model_file or "")
+    do_lower_case = decide_do_lower_case(f.vocab_file or "", f.spm_model_file or "",
+                                         f.do_lower_case, f["do_lower_case"].present)
+    tokenizer = make_tokenizer(f.vocab_file or "", do_lower_case, f.spm_model_file or "")
     # A vocab of another model maps tokens to the wrong rows silently, so
     # any difference is refused (released models have exactly vocab_size),
     # except unused rows past an XLM-R piece list (multilingual-e5 has 250,037
@@ -358,7 +361,7 @@ def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
              "a folder for the feature cache")
     return TextEncoder(
         config=config, tokenizer=tokenizer, vocab_file=f.vocab_file or f.spm_model_file or "",
-        do_lower_case=f.do_lower_case, max_seq_length=f.max_seq_length,
+        do_lower_case=do_lower_case, max_seq_length=f.max_seq_length,
         padding="dynamic" if f.padding == "dynamic" else f.max_seq_length,
         bucket_by_length=f.bucket_by_length,
         cache_dir=cache_dir,

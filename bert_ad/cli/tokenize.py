@@ -14,8 +14,8 @@ from typing import Iterator, List, Optional, Sequence
 from absl import flags
 
 from bert_ad.cli.registry import register_tool
-from bert_ad.cli.runner import tool_cli, parse_flags_and_arguments
-from bert_ad.data.tokenization import make_tokenizer
+from bert_ad.cli.runner import parse_flags_and_arguments, tool_cli
+from bert_ad.data.tokenization import decide_do_lower_case, make_tokenizer
 from bert_ad.errors import fail
 
 USAGE = "--vocab_file=FILE [--ids] [--input_file=FILE | TEXT ...]"
@@ -55,7 +55,9 @@ def _lines(input_file: Optional[str], texts: List[str]) -> Iterator[str]:
 
 def main(argv: Sequence[str]) -> int:
     f, texts = parse_flags_and_arguments(define_flags, argv, USAGE, __doc__)
-    tokenizer = make_tokenizer(f.vocab_file or "", f.do_lower_case, f.spm_model_file or "")
+    do_lower_case = decide_do_lower_case(f.vocab_file or "", f.spm_model_file or "",
+                                         f.do_lower_case, f["do_lower_case"].present)
+    tokenizer = make_tokenizer(f.vocab_file or "", do_lower_case, f.spm_model_file or "")
     for text in _lines(f.input_file, texts):
         pieces = tokenizer.tokenize(text)
         if f.ids:

@@ -3,6 +3,8 @@
   transplant  checkpoint + its tokenizer + a new vocab.txt -> a checkpoint for
               the new vocab (bert_ad/tools/vocab.py)
   extend      add domain words to a model's vocab (bert_ad/tools/vocab.py)
+  trim        keep only the pieces of a unigram vocab that corpora use (and
+              chosen scripts): bert_ad/tools/vocab_trim.py
 
 Also `bert-ad-vocab` and `python -m bert_ad.vocab`.
 """
@@ -14,12 +16,12 @@ from typing import Optional, Sequence
 from absl import flags
 
 from bert_ad.cli.registry import register_tool
-from bert_ad.cli.runner import tool_cli, Subcommand, run_subcommand
-from bert_ad.tools import vocab
+from bert_ad.cli.runner import Subcommand, run_subcommand, tool_cli
+from bert_ad.tools import vocab, vocab_trim
 
 PROGRAM = "python -m bert_ad.vocab"
-DESCRIPTION = ("Move a BERT checkpoint onto another vocab (transplant) or add words to its "
-               "own (extend).")
+DESCRIPTION = ("Move a BERT checkpoint onto another vocab (transplant), add words to its "
+               "own (extend), or trim a unigram vocab to the pieces corpora use (trim).")
 
 
 def _model_flags(fv: flags.FlagValues) -> None:
@@ -52,6 +54,33 @@ def _extend_flags(fv: flags.FlagValues) -> None:
     _model_flags(fv)
 
 
+def _trim_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("checkpoint", None, "Checkpoint prefix, or a folder holding "
+                        "bert_model.ckpt, with pieces.tsv (+ normalization.tsv) beside "
+                        "it (required).", **d)
+    flags.DEFINE_string("bert_config_file", None,
+                        "Default: bert_config.json beside the checkpoint.", **d)
+    flags.DEFINE_string("output_dir", None, "The new model folder (required).", **d)
+    flags.DEFINE_string("corpus", None, "Comma list of text files (a text per line) and "
+                        "data folders (their .txt/.tsv files) (required).", **d)
+    flags.DEFINE_integer("min_count", 1, "Keep a piece the corpora use this often.", **d)
+    flags.DEFINE_string("keep_scripts", vocab_trim.DEFAULT_SCRIPTS,
+                        "Keep every single-character piece of these scripts (han, "
+                        "cjk_punct, fullwidth, general_punct, ascii, digits, ascii_punct, "
+                        "latin, kana, bopomofo).", **d)
+    flags.DEFINE_string("keep_all_pieces_of", "", "Keep every piece made only of "
+                        "characters of these scripts (e.g. han,cjk_punct,fullwidth,"
+                        "general_punct: Chinese segments exactly as before).", **d)
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.", **d)
+
+
+def _trim(f: flags.FlagValues) -> int:
+    print(vocab_trim.trim(f.checkpoint, f.corpus, f.output_dir, f.min_count, f.keep_scripts,
+                          f.keep_all_pieces_of, f.bert_config_file, f.overwrite).summary())
+    return 0
+
+
 def _transplant(f: flags.FlagValues) -> int:
     print(vocab.transplant(f.checkpoint, f.target_vocab, f.output_dir, f.source_vocab,
                            f.bert_config_file, f.source_do_lower_case, f.seed).summary())
@@ -70,6 +99,9 @@ SUBCOMMANDS = (
                required=("checkpoint", "target_vocab", "output_dir")),
     Subcommand("extend", "add domain words to a model's vocab", _extend_flags, _extend,
                required=("checkpoint", "words", "output_dir")),
+    Subcommand("trim", "keep the pieces of a unigram vocab that corpora use (and chosen "
+               "scripts)", _trim_flags, _trim,
+               required=("checkpoint", "corpus", "output_dir")),
 )
 
 
@@ -82,5 +114,5 @@ def main(argv: Optional[Sequence[str]] = None, program: str = PROGRAM) -> int:
 cli = tool_cli(lambda argv: main(argv[1:], argv[0]))
 
 
-register_tool("vocab", "vocabularies: transplant a model onto another vocab, extend one",
+register_tool("vocab", "vocabularies: transplant a model onto another vocab, extend or trim one",
               cli=cli, console_script="bert-ad-vocab")

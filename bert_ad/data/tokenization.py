@@ -40,10 +40,12 @@ prints, for each TEXT (or each line of stdin), its tokens and then their ids.
 from __future__ import annotations
 
 import collections
+import logging
+import os
 from typing import Iterable, List
 
 from bert_ad.data.basic_tokenization import basic_tokenize, to_text
-from bert_ad.data.unigram import UnigramTokenizer, is_piece_list
+from bert_ad.data.unigram import UnigramTokenizer, is_piece_list, read_pieces
 from bert_ad.errors import fail, require_file
 
 UNK = "[UNK]"
@@ -58,6 +60,7 @@ REQUIRED_SPECIAL_TOKENS = (CLS, SEP, UNK)
 UNIGRAM_SPECIAL_PIECES = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
 
 MAX_INPUT_CHARS_PER_WORD = 100
+log = logging.getLogger("bert_ad")
 
 
 # ----------------------------------------------------------------------------
@@ -387,3 +390,43 @@ def make_tokenizer(vocab_file: str = "", do_lower_case: bool = True,
     if is_piece_list(vocab_file):
         return PieceListTokenizer(vocab_file, do_lower_case=do_lower_case)
     return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
+def piece_list_is_cased(pieces_file: str) -> bool:
+    """A piece list is cased when any piece holds an upper-case letter (XLM-R's
+    `▁Paris`): an uncased list was made from lower-cased text and has none."""
+    pieces, _ = read_pieces(pieces_file)
+    return any(piece != piece.lower() for piece in pieces)
+
+
+def decide_do_lower_case(vocab_file: str, spm_model_file: str, do_lower_case: bool,
+                         flag_set: bool) -> bool:
+    """--do_lower_case as the model needs it: the one place that decides.
+
+    Google's default (true) suits its uncased WordPiece models, but would
+    silently lower-case text for a cased piece list, whose upper-case pieces
+    then never match. So with a piece list (`pieces.tsv`) the casing comes from
+    the list (`piece_list_is_cased`) unless the user set the flag; a flag that
+    contradicts the list wins, with one warning line. WordPiece and
+    SentencePiece models keep the flag as given.
+
+    Args:
+      vocab_file, spm_model_file: the tokenizer flags.
+      do_lower_case: --do_lower_case's value.
+      flag_set: the user gave --do_lower_case (absl: `FLAGS["do_lower_case"].present`).
+    """
+    # A missing file is reported where the tokenizer is made.
+    if spm_model_file or not vocab_file or not os.path.isfile(vocab_file):
+        return do_lower_case
+    if not is_piece_list(vocab_file):
+        return do_lower_case
+    model_lower_case = not piece_list_is_cased(vocab_file)
+    if not flag_set:
+        return model_lower_case
+    if do_lower_case != model_lower_case:
+        log.warning("warning: --do_lower_case=%s, but the piece list %s is %s; "
+                    "using --do_lower_case=%s as given",
+                    str(do_lower_case).lower(), vocab_file,
+                    "uncased" if model_lower_case else "cased (it has upper-case pieces)",
+                    str(do_lower_case).lower())
+    return do_lower_case
