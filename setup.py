@@ -8,7 +8,7 @@ an NVIDIA container's build) is another distribution name to pip, and a hard
 says in one line how to get one when none is.
 
 The checkout's configs/ and data/ ship inside the wheel as bert_ad/configs and
-bert_ad/samples (bert_ad/tools/samples.py finds them in either place).
+bert_ad/samples (bert_ad/resources/samples.py finds them in either place).
 """
 
 import importlib.util

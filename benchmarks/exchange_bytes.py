@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from bert_ad.distributed.collective import pack_plan
-from bert_ad.tools.convert import google_variable_shapes
+from bert_ad.tools.weight_names import google_variable_shapes
 from bert_ad.model.modeling import BertConfig
 
 CONFIGS = {

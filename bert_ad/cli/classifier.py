@@ -26,7 +26,7 @@ from absl import flags
 from bert_ad.cli.flags import define_truncation_flags
 from bert_ad.cli.registry import register_task
 from bert_ad.cli import task_runner
-from bert_ad.data import processors
+from bert_ad.data import processors, task_specs
 from bert_ad.data.features import WindowSettings, check_window_settings
 from bert_ad.errors import fail
 from bert_ad.model.modeling import POOLINGS
@@ -47,7 +47,7 @@ def define_task_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     # Google's run_classifier.py flags.
     flags.DEFINE_string("data_dir", None, "Folder of the task's train/dev/test files.", **d)
-    flags.DEFINE_string("task_name", None, "Task: " + ", ".join(sorted(processors.TASKS)),
+    flags.DEFINE_string("task_name", None, "Task: " + ", ".join(sorted(task_specs.TASKS)),
                         **d)
     define_truncation_flags(fv)
     for key in ("train_file", "dev_file", "test_file", "delimiter", "labels"):
@@ -142,7 +142,7 @@ def build(f: flags.FlagValues, encoder) -> ClassificationTask:
                               detect_header="has_header" not in overrides)
 
 
-def target_from_flags(f: flags.FlagValues, spec: processors.TaskSpec) -> str:
+def target_from_flags(f: flags.FlagValues, spec: task_specs.TaskSpec) -> str:
     """single_label, multi_label or regression, from the flags and the task."""
     if f.regression and f.multi_label:
         fail("--regression and --multi_label exclude each other: a row holds a number "
