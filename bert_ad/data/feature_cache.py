@@ -173,8 +173,11 @@ def cached(cache_dir: str, split: str, key: str, build: Callable[[], T],
     """The features in `<cache_dir>/<split>-<key>.npz`, else `build()`'s, cached.
 
     A cache that does not match its record, or whose row count is not
-    `expected_rows` (when given), is rebuilt with one warning line.
+    `expected_rows` (when given), is rebuilt with one warning line. Without
+    a `cache_dir` (a task built in code, not from flags) nothing is cached.
     """
+    if not cache_dir:
+        return build()
     path = os.path.join(cache_dir, f"{split}-{key}.npz")
     if os.path.exists(path):
         try:
