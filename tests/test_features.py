@@ -30,6 +30,7 @@ import pytest
 from bert_ad.cli import features as features_cli
 from bert_ad.data.embedding_files import google_json_line
 from bert_ad.metrics.regression import spearman
+from bert_ad.serving.layout import metadata_path
 from bert_ad.tasks.features import split_line
 from helpers import (REPO, Run, assert_one_error_line, basic_words, flag_args,
                      run_launcher, run_main, save_initial_checkpoint, tiny_model, tree_digest)
@@ -245,3 +246,33 @@ def test_spearman_on_a_worked_example():
     assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(8 / np.sqrt(95))
     assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
     assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_the_export_serves_the_normalised_embedding(model, tmp_path):
+    from bert_ad.data.tokenization import FullTokenizer
+    from bert_ad.tasks.features import encode_line
+    lines = ["the fire", "the storm ||| the town", "query: the fire and the storm"]
+    input_file = tmp_path / "input.txt"
+    input_file.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    export_dir = tmp_path / "export"
+    run_main(features_cli, model_flags(
+        model, input_file=input_file, output_file=tmp_path / "vectors.npy", pooling="mean",
+        normalize=True, do_export=True, export_dir=export_dir))
+    vectors = np.load(tmp_path / "vectors.npy")
+    with open(metadata_path(str(export_dir)), encoding="utf-8") as f:
+        metadata = json.load(f)
+    assert metadata["task"] == "features" and list(metadata["outputs"]) == ["embedding"]
+    assert metadata["settings"] == {"layers": "-1", "pooling": "mean", "normalize": True,
+                                    "text_prefix": ""}
+    tokenizer = FullTokenizer(model[0].vocab_file, do_lower_case=True)
+    rows = []
+    for line in lines:
+        columns = encode_line(tokenizer, *split_line(line), 32).columns
+        rows.append(dict(columns, input_mask=[1] * len(columns["input_ids"])))
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"rows": rows, "exports": {"e": str(export_dir)}}))
+    run_launcher([os.path.join(REPO, "tests", "export_reader.py"), str(request),
+                  str(tmp_path / "result.json")]).check()
+    served = np.array(json.loads((tmp_path / "result.json").read_text())["e"]["embedding"])
+    np.testing.assert_allclose(served, vectors, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(served, axis=1), 1.0, atol=1e-5)
