@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from bert_ad.cli import features as features_cli
-from bert_ad.data.embedding_files import google_json_line
+from bert_ad.data.embedding_files import google_json_line, rounded
 from bert_ad.metrics.regression import spearman
 from bert_ad.serving.layout import metadata_path
 from bert_ad.tasks.features import split_line
@@ -97,6 +97,18 @@ def test_a_line_is_written_exactly_as_googles_loop_writes_it():
     assert ours.startswith('{"linex_index": 3, "features": [{"token": "[CLS]", "layers": '
                            '[{"index": -1, "values": [')
     assert '"token": "\\u65b0"' in ours  # ASCII-escaped, as json.dumps does by default
+
+
+def test_values_are_rounded_to_the_same_doubles_as_pythons_round():
+    rng = np.random.RandomState(1)
+    values = (rng.standard_normal(200_000) * 10.0 ** rng.uniform(-9, 4, 200_000))
+    # k / 1024 * 1e6 = k * 976.5625: every eighth one is an exact tie at 6 decimals.
+    ties = np.arange(-4000, 4000) / 1024
+    values = np.concatenate([values, ties, [0.0, -0.0, 5e-7, -5e-7, 2.5e-6]]
+                            ).astype(np.float32)
+    ours = rounded(values)
+    expected = [round(float(x), 6) for x in values]
+    assert [repr(x) for x in ours] == [repr(x) for x in expected]
 
 
 def test_pairs_are_split_as_googles_read_examples():

@@ -46,8 +46,16 @@ def output_format(path: str, pooled: bool) -> str:
 
 
 def rounded(values: np.ndarray) -> list:
-    """Google's round(float(x), 6) of every value, as Python floats."""
-    return [round(x, 6) for x in np.asarray(values, np.float64).ravel().tolist()]
+    """Google's round(float(x), 6) of every float32 value, as Python floats, in numpy.
+
+    The same doubles, not just close ones: x * 1e6 is exact in float64 for a
+    float32 x (24 + 14 bits of mantissa: 1e6 = 2^6 * 15625), so rint rounds the exact value to
+    an integer n, ties to even, as Python's round does; n / 1e6 is then the
+    double nearest to n * 10^-6, which is what round() returns. (Exact below
+    |x| = 2^53 / 1e6, about 9e9: far above any activation.)
+    """
+    scaled = np.asarray(values, np.float32).astype(np.float64).ravel() * 1e6
+    return (np.rint(scaled) / 1e6).tolist()
 
 
 def google_json_line(index: int, tokens: Sequence[str],
