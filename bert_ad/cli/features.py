@@ -21,6 +21,12 @@ the towers finish them, under a temporary name renamed into place at the
 end, so a file of any length works in flat memory and a failed run leaves
 no output. Texts longer than --max_seq_length are truncated and counted in
 the log. See docs/features.md.
+
+--remove_padding is off by default here: each window of lines is sorted by
+length, so batches carry little padding, and a padded batch has one of a
+few shapes while the real-token count of every batch differs, which makes
+TensorFlow's CPU kernels keep memory for each count: with it on, peak memory
+creeps up over a long file (+45 MB over 100,000 lines of the tiny model).
 """
 
 from __future__ import annotations
@@ -180,7 +186,8 @@ def extract(task: FeatureExtractionTask, data, output_file: str, checkpoint: str
 COMMAND = register_task(
     "features", "token vectors and sentence embeddings of text lines (Google's "
     "extract_features)", define_flags=define_task_flags, build=build, check_flags=check_flags,
-    run=run, actions=(), description=__doc__, aliases=("extract_features",),
+    run=run, actions=(), flag_defaults=(("remove_padding", False),), description=__doc__,
+    aliases=("extract_features",),
     launcher="extract_features.py", console_script="bert-ad-features")
 
 

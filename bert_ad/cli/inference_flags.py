@@ -10,6 +10,8 @@ them like any task's.
 
 from __future__ import annotations
 
+from typing import Mapping, Optional
+
 from absl import flags
 
 from bert_ad.errors import fail
@@ -21,9 +23,14 @@ from bert_ad.serving.layout import FORMATS
 from bert_ad.serving.layout import PRECISIONS as EXPORT_PRECISIONS
 
 
-def define_inference_flags(fv: flags.FlagValues) -> None:
-    """Model, tokenizer, towers, precision and --do_export."""
+def define_inference_flags(fv: flags.FlagValues,
+                           defaults: Optional[Mapping[str, object]] = None) -> None:
+    """Model, tokenizer, towers, precision and --do_export.
+
+    `defaults`: {flag: default} where the command's differ (TaskCommand.flag_defaults).
+    """
     d = dict(flag_values=fv)
+    defaults = dict(defaults or {})
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.", **d)
     flags.DEFINE_string("init_checkpoint", None,
                         "Checkpoint prefix (or folder) of the model's weights.", **d)
@@ -40,7 +47,7 @@ def define_inference_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_enum("precision", "fp32", list(PRECISIONS),
                       "Activation precision of the encoder (outputs are float32).", **d)
     flags.DEFINE_bool("use_xla", False, "Session-level XLA JIT (off by default on CPU).", **d)
-    flags.DEFINE_bool("remove_padding", True,
+    flags.DEFINE_bool("remove_padding", defaults.get("remove_padding", True),
                       "Run the encoder's dense layers, GELU and layer norm on the real "
                       "tokens only: the same outputs, less work with padded batches. Off "
                       "under --use_xla.", **d)

@@ -45,7 +45,7 @@ def define_flags(command: TaskCommand, fv: flags.FlagValues) -> None:
     """The shared flags (with the task's defaults) and the task's own."""
     defaults = dict(command.flag_defaults)
     if command.run is not None:
-        define_inference_flags(fv)
+        define_inference_flags(fv, defaults)
     elif command.text:
         define_finetuning_flags(fv, defaults)
     else:
