@@ -8,7 +8,9 @@ Face's layout (bert_ad/tools/convert.py); real English and Chinese lines
 token ids:
 
 * Google's per-token output: every layer of --layers equals HF's hidden
-  state to 1e-4 (the values are rounded to 6 decimals, as Google's);
+  state to 1e-4 (the values are rounded to 6 decimals, as Google's), with
+  the encoder on the padded batch (the command's default) and on the real
+  tokens only (--remove_padding);
 * --pooling=mean equals sentence-transformers' mean pooling computed here,
   sum(token_vectors * mask) / sum(mask); --normalize its unit vector;
   --pooling=cls the [CLS] vector of the named layer;
@@ -106,10 +108,12 @@ def mean_pooling(token_vectors: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (token_vectors * mask).sum(0) / np.clip(mask.sum(), 1e-9, None)
 
 
-@pytest.mark.parametrize("towers", [1, 2])
-def test_google_token_vectors_equal_hugging_face(reference, tmp_path, towers):
+@pytest.mark.parametrize("towers, remove_padding", [(1, False), (2, True)])
+def test_google_token_vectors_equal_hugging_face(reference, tmp_path, towers,
+                                                 remove_padding):
     lines, _, _, _, hf_model, tokenizer = reference
-    output = run_ours(reference, tmp_path, "tokens.jsonl", n_gpus=towers)
+    output = run_ours(reference, tmp_path, "tokens.jsonl", n_gpus=towers,
+                      remove_padding=remove_padding)
     with open(output, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     assert [row["linex_index"] for row in rows] == list(range(len(lines)))
