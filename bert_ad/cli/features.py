@@ -22,11 +22,9 @@ end, so a file of any length works in flat memory and a failed run leaves
 no output. Texts longer than --max_seq_length are truncated and counted in
 the log. See docs/features.md.
 
---remove_padding is off by default here: each window of lines is sorted by
-length, so batches carry little padding, and a padded batch has one of a
-few shapes while the real-token count of every batch differs, which makes
-TensorFlow's CPU kernels keep memory for each count: with it on, peak memory
-creeps up over a long file (+45 MB over 100,000 lines of the tiny model).
+--remove_padding is off by default here: windows sorted by length leave
+little padding, and with it on the real-token count of each batch differs,
+which makes memory creep up over a long file (docs/features.md).
 """
 
 from __future__ import annotations
