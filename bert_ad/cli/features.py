@@ -45,6 +45,7 @@ from bert_ad.parallel.scoring import Scorer
 from bert_ad.parallel.streaming import rows_in_order
 from bert_ad.run_settings import Placement
 from bert_ad.serving.export import ExportSettings, export_model, refuse_existing
+from bert_ad.tasks.base import SplitData
 from bert_ad.tasks.features import (DEFAULT_LAYERS, EMBEDDING, POOLINGS, EmbeddingSettings,
                                     FeatureExtractionTask, layer_output_name, parse_layers)
 
@@ -128,7 +129,7 @@ def run(task: FeatureExtractionTask, f: flags.FlagValues, placement: Placement) 
     return 0
 
 
-def extract(task: FeatureExtractionTask, data, output_file: str, checkpoint: str,
+def extract(task: FeatureExtractionTask, data: SplitData, output_file: str, checkpoint: str,
             placement: Placement, batch_size: int) -> None:
     """Score every line on every tower and write it, in input order, as it is ready."""
     settings = task.settings

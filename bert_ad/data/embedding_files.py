@@ -84,8 +84,16 @@ class EmbeddingFile:
     cannot be written is refused there, before any scoring.
     """
 
-    def __init__(self, path: str, format: str, rows: int, hidden: int):
-        self.path, self.format, self.rows, self.hidden = path, format, rows, hidden
+    def __init__(self, path: str, file_format: str, rows: int, hidden: int):
+        """Args:
+          path: the output file (an existing one is replaced at commit).
+          file_format: GOOGLE, NPY, JSONL or TSV (`output_format`).
+          rows: how many rows will be written (the .npy header says so).
+          hidden: the vectors' width.
+        Raises:
+          UserError: `path` is a folder, or its temporary file cannot be made.
+        """
+        self.path, self.format, self.rows, self.hidden = path, file_format, rows, hidden
         if os.path.isdir(path):
             fail(f"--output_file={path} is a directory; give a file name")
         self._staged = StagedFiles()
@@ -93,7 +101,7 @@ class EmbeddingFile:
         self.written = 0
         try:
             self._file = open(temporary, "wb")
-            if format == NPY:
+            if file_format == NPY:
                 header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
                           "fortran_order": False, "shape": (rows, hidden)}
                 np.lib.format.write_array_header_1_0(self._file, header)
