@@ -288,3 +288,30 @@ def test_the_export_serves_the_normalised_embedding(model, tmp_path):
     served = np.array(json.loads((tmp_path / "result.json").read_text())["e"]["embedding"])
     np.testing.assert_allclose(served, vectors, atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(served, axis=1), 1.0, atol=1e-5)
+
+
+def test_rows_come_out_in_order_and_wait_at_most_one_window():
+    from bert_ad.data.streamed_batches import ROW_INFO, EncodedRow, StreamedBatches
+    from bert_ad.parallel.streaming import rows_in_order
+    lengths = np.random.RandomState(2).randint(1, 40, size=203)
+    rows = [EncodedRow({"input_ids": [7] * n, "segment_ids": [0] * n}, info=i)
+            for i, n in enumerate(lengths)]
+    per_tower, towers, window_batches = 3, 2, 4
+    batches = StreamedBatches(lambda: iter(rows), len(rows), "dynamic", window_batches)
+
+    class Echo:
+        """Scores a row as its real length; counts the real rows scored."""
+        scored = 0
+
+        def run(self, tower_batches):
+            Echo.scored += sum(len(batch[ROW_INFO]) for batch in tower_batches)
+            return [{"length": batch["input_mask"].sum(1)} for batch in tower_batches]
+
+    window = per_tower * towers * window_batches
+    seen = []
+    for index, row in rows_in_order(Echo(), batches.scoring(per_tower, towers),
+                                    carry=(ROW_INFO,)):
+        assert row[ROW_INFO] == index and row["length"] == lengths[index]
+        assert Echo.scored - len(seen) <= window  # the reorder buffer's bound
+        seen.append(index)
+    assert seen == list(range(len(rows)))
