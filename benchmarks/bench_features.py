@@ -70,13 +70,14 @@ def worker_ours(args) -> dict:
             f"--init_checkpoint={os.path.join(args.model_dir, 'bert_model.ckpt')}",
             f"--max_seq_length={args.seq}", f"--batch_size={args.batch}",
             f"--n_gpus={args.towers}", "--pooling=mean", "--normalize"]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     features.main(parse_flags(features.define_flags, argv, "", ""))
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     import numpy as np
     rows = int(np.load(output, mmap_mode="r").shape[0])
     os.remove(output)
-    return {"rows": rows, "rows_per_sec": rows / seconds, "peak_rss_mb": peak_rss_mb(),
+    return {"rows": rows, "rows_per_sec": rows / seconds,
+            "rows_per_cpu_sec": rows / cpu_seconds, "peak_rss_mb": peak_rss_mb(),
             "onednn": bench.onednn_state(), "loadavg": f"{os.getloadavg()[0]:.1f}"}
 
 
@@ -89,7 +90,7 @@ def worker_hf(args, sort_by_length: bool) -> dict:
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(os.cpu_count() or 1)
     hf_dir = args.hf_dir or assets.path("minilm", assets.MINILM_MODEL_DIR)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
     model = transformers.BertModel.from_pretrained(hf_dir, local_files_only=True)
     model.eval()
@@ -111,13 +112,13 @@ def worker_hf(args, sort_by_length: bool) -> dict:
                 vectors[i] = vector
     output = os.path.join(args.tmp, f"hf-{os.getpid()}.npy")
     np.save(output, np.stack(vectors).astype(np.float32))
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     os.remove(output)
     if "tensorflow" in sys.modules:  # its thread pools would share the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
     return {"rows": len(lines), "rows_per_sec": len(lines) / seconds,
-            "peak_rss_mb": peak_rss_mb(), "torch": torch.__version__,
-            "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "rows_per_cpu_sec": len(lines) / cpu_seconds, "peak_rss_mb": peak_rss_mb(),
+            "torch": torch.__version__, "loadavg": f"{os.getloadavg()[0]:.1f}"}
 
 
 # (label, worker, towers, environment)
@@ -159,15 +160,24 @@ def run_compare(args, input_file: str) -> None:
     for label, impl, _, env in COMPARISONS:
         runs = results[label]
         ratios = [a["rows_per_sec"] / b["rows_per_sec"] for a, b in zip(runs, results[hf])]
+        cpu_ratios = [a["rows_per_cpu_sec"] / b["rows_per_cpu_sec"]
+                      for a, b in zip(runs, results[hf])]
         rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
                      runs[0]["onednn"].split(" ")[0] if impl == "ours" else "-",
                      bench.fmt(bench.median([r["rows_per_sec"] for r in runs])),
                      bench.fmt(bench.median(ratios), 2),
-                     bench.fmt(max(r["peak_rss_mb"] for r in runs), 0)])
+                     bench.fmt(bench.median([r["rows_per_cpu_sec"] for r in runs])),
+                     bench.fmt(bench.median(cpu_ratios), 2),
+                     bench.fmt(max(r["peak_rss_mb"] for r in runs), 0),
+                     f"{min(float(r['loadavg']) for r in runs):.1f}-"
+                     f"{max(float(r['loadavg']) for r in runs):.1f}"])
     print(bench.markdown_table(["embedder", "environment", "oneDNN", "lines/sec",
-                                "/ HF (input order)", "peak RSS MB"], rows, "lllrrr"))
-    print("\nlines/sec: from loading the model to the saved .npy, median over rounds; the "
-          "ratio is the median of per-round ratios.")
+                                "/ HF", "lines/CPU-sec", "/ HF (CPU)", "peak RSS MB",
+                                "load"], rows, "lllrrrrrl"))
+    print("\nlines/sec: from loading the model to the saved .npy, median over rounds; "
+          "ratios: the median of per-round ratios to HF in input order; lines/CPU-sec: "
+          "per CPU-second of the worker process (all its threads), less sensitive to "
+          "other processes' load; load: the 1-minute load average at the end of the runs.")
 
 
 def run_memory(args) -> None:
