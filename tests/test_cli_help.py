@@ -18,6 +18,8 @@ LAUNCHERS = {
                         "--label_column", "--head_learning_rate_multiplier"],
     "rewrite_finetune.py": ["--n_gpus", "--do_train"],
     "create_pretraining_data.py": ["--input_file", "--vocab_file", "--mode"],
+    "extract_features.py": ["--n_gpus", "--layers", "--batch_size", "--pooling",
+                            "--max_seq_length"],
 }
 
 

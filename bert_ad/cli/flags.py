@@ -355,15 +355,21 @@ def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
         vocab_flag = "--spm_model_file" if f.spm_model_file else "--vocab_file"
         fail(f"{vocab_flag} has {tokenizer.vocab_size} tokens but --bert_config_file "
              f"says vocab_size={config.vocab_size}; use the vocab the model was trained with")
-    cache_dir = f.cache_dir or os.path.join(f.output_dir, "cache")
-    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
-        fail(f"--cache_dir={cache_dir} is not a directory (a file is in the way); give "
-             "a folder for the feature cache")
+    # An inference-only command (bert_ad/cli/inference_flags.py) has no
+    # output_dir, feature cache, padding or bucketing flags: it streams its
+    # rows with dynamic padding.
+    cache_dir = ""
+    if "output_dir" in f:
+        cache_dir = f.cache_dir or os.path.join(f.output_dir, "cache")
+        if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+            fail(f"--cache_dir={cache_dir} is not a directory (a file is in the way); "
+                 "give a folder for the feature cache")
+    fixed_padding = "padding" in f and f.padding != "dynamic"
     return TextEncoder(
         config=config, tokenizer=tokenizer, vocab_file=f.vocab_file or f.spm_model_file or "",
         do_lower_case=do_lower_case, max_seq_length=f.max_seq_length,
-        padding="dynamic" if f.padding == "dynamic" else f.max_seq_length,
-        bucket_by_length=f.bucket_by_length,
+        padding=f.max_seq_length if fixed_padding else "dynamic",
+        bucket_by_length="bucket_by_length" in f and f.bucket_by_length,
         cache_dir=cache_dir,
         compute_dtype=compute_dtype(f.precision),
         remove_padding=remove_padding_from_flags(f))

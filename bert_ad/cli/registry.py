@@ -82,6 +82,12 @@ class TaskCommand:
       flag_defaults: defaults of shared flags that differ for this task
         (pretraining's learning rate).
       description: the --help text (default: the module's docstring).
+      run: optional; makes the command inference-only (extract_features.py):
+        it gets the inference flags (bert_ad/cli/inference_flags.py: model
+        files, towers, precision, export) instead of the training ones, and
+        after the shared steps (its check_flags, placement, TextEncoder,
+        build) `run(task, flags, placement) -> exit code` replaces
+        driver.run. `actions` and the training checks do not apply.
     """
     name: str
     summary: str
@@ -94,6 +100,7 @@ class TaskCommand:
     positive_flags: Tuple[str, ...] = ()
     flag_defaults: Tuple[Tuple[str, object], ...] = ()
     description: str = ""
+    run: Optional[Callable] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,10 @@ inputs the same way before anything is written:
   4. placement: towers, and a cluster's server (its agreed flags)
   5. the TextEncoder (model config + tokenizer) and the task
   6. RunSettings, then bert_ad/driver.py runs it
+
+An inference-only command (TaskCommand.run, e.g. extract_features.py) has
+the inference flags (bert_ad/cli/inference_flags.py) and takes steps 3-5
+the same way, then runs itself instead of step 6 (`run_inference`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from bert_ad.cli.flags import (SHARED_AGREED_FLAGS, check_training_flags,
                                export_settings_from_flags, placement_from_flags,
                                run_settings_from_flags, text_encoder_from_flags,
                                use_export_model_files)
+from bert_ad.cli.inference_flags import (check_inference_flags, define_inference_flags,
+                                         inference_placement_from_flags)
 from bert_ad.cli.registry import TaskCommand
 from bert_ad.cli.runner import run_launcher
 from bert_ad.errors import fail
@@ -38,7 +44,9 @@ USAGE = "--flag=value ... [--flagfile=FILE]"
 def define_flags(command: TaskCommand, fv: flags.FlagValues) -> None:
     """The shared flags (with the task's defaults) and the task's own."""
     defaults = dict(command.flag_defaults)
-    if command.text:
+    if command.run is not None:
+        define_inference_flags(fv, defaults)
+    elif command.text:
         define_finetuning_flags(fv, defaults)
     else:
         define_training_flags(fv, defaults)
@@ -54,6 +62,8 @@ def nothing_to_do_message(actions: Sequence[str]) -> str:
 
 def main(command: TaskCommand, f: flags.FlagValues) -> int:
     """Check every flag, build the task and run it (exit code)."""
+    if command.run is not None:
+        return run_inference(command, f)
     if not any(f[action].value for action in command.actions):
         fail(nothing_to_do_message(command.actions))
     export_settings = None
@@ -71,6 +81,18 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     do_predict = "do_predict" in command.actions and f.do_predict
     return driver.run(task, settings, placement, f.do_train, f.do_eval, do_predict,
                       export_settings)
+
+
+def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
+    """An inference-only command: its check, the shared ones, the towers, the
+    encoder and the task, then the command's own run (exit code)."""
+    if command.check_flags is not None:
+        command.check_flags(f)
+    check_inference_flags(f)
+    placement = inference_placement_from_flags(f)
+    task = command.build(f, text_encoder_from_flags(f))
+    log.info("%s", placement.plan.describe())
+    return command.run(task, f, placement)
 
 
 def run_task(command: TaskCommand, argv: Optional[Sequence[str]] = None,

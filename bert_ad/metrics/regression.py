@@ -28,12 +28,18 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum(a * b) / denominator) if denominator > 0 else float("nan")
 
 
+def spearman(a, b) -> float:
+    """Spearman's rank correlation: Pearson's r of the average ranks (nan when
+    either side is constant)."""
+    return pearson(average_ranks(a), average_ranks(b))
+
+
 def regression_metrics(targets: np.ndarray, predictions: np.ndarray) -> dict:
     """{eval_pearson, eval_spearman, eval_mse} of `predictions` against `targets` ([n])."""
     targets = np.asarray(targets, np.float64)
     predictions = np.asarray(predictions, np.float64)
     return {"eval_pearson": pearson(targets, predictions),
-            "eval_spearman": pearson(average_ranks(targets), average_ranks(predictions)),
+            "eval_spearman": spearman(targets, predictions),
             "eval_mse": float(np.mean((predictions - targets) ** 2)) if len(targets) else 0.0}
 
 

@@ -1,0 +1,204 @@
+"""extract_features.py: token vectors and sentence embeddings of every input line, on N towers.
+
+Google's extract_features.py flags (--input_file, --output_file, --layers,
+--vocab_file, --bert_config_file, --init_checkpoint, --max_seq_length,
+--batch_size, --do_lower_case) and its output, exactly: JSON lines
+{"linex_index": i, "features": [{"token": ..., "layers": [{"index": -1,
+"values": [...]}, ...]}, ...]}. Plus --n_gpus: rows dealt over the towers,
+--batch_size rows per tower, the output in input order.
+
+Sentence embeddings: --pooling=mean (sentence-transformers, e5) or cls
+reads one layer (the last, unless --layers names one other) and writes one
+vector a line: to a .npy file (float32 [lines, hidden]), a .tsv file or JSON
+lines ({"linex_index": i, "embedding": [...]}). --normalize makes each
+vector unit length; --text_prefix is put before every text (e5: "query: ").
+--do_export --export_dir=DIR writes a SavedModel serving the pooled
+(normalised) `embedding` (docs/serving.md); with no --input_file it only
+exports.
+
+The input is read and the output written as a stream: rows are written as
+the towers finish them, under a temporary name renamed into place at the
+end, so a file of any length works in flat memory and a failed run leaves
+no output. Texts longer than --max_seq_length are truncated and counted in
+the log. See docs/features.md.
+
+--remove_padding is off by default here: windows sorted by length leave
+little padding, and with it on the real-token count of each batch differs,
+which makes memory creep up over a long file (docs/features.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from absl import flags
+
+from bert_ad.cli import task_runner
+from bert_ad.cli.registry import register_task
+from bert_ad.data.batching import prefetch
+from bert_ad.data.embedding_files import NPY, EmbeddingFile, output_format
+from bert_ad.data.streamed_batches import ROW_INFO
+from bert_ad.errors import fail
+from bert_ad.parallel.checkpoints import resolve_checkpoint
+from bert_ad.parallel.scoring import Scorer
+from bert_ad.parallel.streaming import rows_in_order
+from bert_ad.run_settings import Placement
+from bert_ad.serving.export import ExportSettings, export_model, refuse_existing
+from bert_ad.tasks.base import SplitData
+from bert_ad.tasks.features import (DEFAULT_LAYERS, EMBEDDING, POOLINGS, EmbeddingSettings,
+                                    FeatureExtractionTask, layer_output_name, parse_layers)
+
+log = logging.getLogger("bert_ad")
+
+# Log progress at most this often (seconds).
+PROGRESS_SECONDS = 30.0
+# Lines named in the truncation log line.
+TRUNCATED_EXAMPLES = 5
+
+
+def define_task_flags(fv: flags.FlagValues) -> None:
+    """Google's extract_features.py flags (the model's are shared) and the pooling ones."""
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("input_file", None,
+                        "One text per line, or `text_a ||| text_b` (UTF-8).", **d)
+    flags.DEFINE_string("output_file", None,
+                        "Google's JSON lines (per-token vectors); with --pooling: .npy "
+                        "(float32 [lines, hidden]), .tsv, or JSON lines for any other name.",
+                        **d)
+    flags.DEFINE_string("layers", ",".join(str(i) for i in DEFAULT_LAYERS),
+                        "Encoder layers whose token vectors are written (-1: the last). "
+                        "With --pooling: the one layer pooled (default -1).", **d)
+    flags.DEFINE_integer("batch_size", 32, "Rows per tower per step.", **d)
+    flags.DEFINE_enum("pooling", "none", list(POOLINGS),
+                      "none: per-token vectors (Google's output); mean: the average over "
+                      "the real tokens (sentence-transformers, e5); cls: the [CLS] vector.",
+                      **d)
+    flags.DEFINE_bool("normalize", False, "With --pooling: unit-length vectors (L2).", **d)
+    flags.DEFINE_string("text_prefix", "",
+                        "Put before every text, e.g. 'query: ' or 'passage: ' for e5.", **d)
+
+
+def embedding_settings_from_flags(f: flags.FlagValues) -> EmbeddingSettings:
+    """The rows' outputs the flags ask for (checked: one line naming the flag)."""
+    layers = parse_layers(f.layers)
+    if f.pooling != "none":
+        if not f["layers"].present:
+            layers = (-1,)
+        elif len(layers) != 1:
+            fail(f"--pooling={f.pooling} pools one layer but --layers={f.layers} names "
+                 f"{len(layers)}; name one (e.g. --layers=-1) or leave --layers out for "
+                 "the last")
+    elif f.normalize:
+        fail("--normalize makes pooled vectors unit length: set --pooling=mean or cls")
+    return EmbeddingSettings(layers, f.pooling, f.normalize, f.text_prefix or "")
+
+
+def check_flags(f: flags.FlagValues) -> None:
+    """Everything about the command's own flags, before the model is read."""
+    settings = embedding_settings_from_flags(f)
+    if f.batch_size < 1:
+        fail(f"--batch_size={f.batch_size} must be at least 1")
+    if not f.input_file and not f.do_export:
+        fail("--input_file is required (or --do_export alone, to export the model)")
+    if f.input_file and not f.output_file:
+        fail("--output_file is required: where the features of --input_file go")
+    if f.output_file and not f.input_file:
+        fail(f"--output_file={f.output_file} needs --input_file: the lines to embed")
+    if f.output_file:
+        output_format(f.output_file, settings.pooled)
+    if f.do_export and not settings.pooled:
+        fail("--do_export serves one vector per text: set --pooling=mean or cls")
+
+
+def build(f: flags.FlagValues, encoder) -> FeatureExtractionTask:
+    return FeatureExtractionTask(encoder, f.input_file or "", embedding_settings_from_flags(f))
+
+
+def run(task: FeatureExtractionTask, f: flags.FlagValues, placement: Placement) -> int:
+    """Embed --input_file into --output_file, then export (--do_export)."""
+    checkpoint = resolve_checkpoint(f.init_checkpoint)
+    data = task.read("predict") if f.input_file else None
+    if f.do_export:
+        refuse_existing(f.export_dir)
+    if data is not None:
+        extract(task, data, f.output_file, checkpoint, placement, f.batch_size)
+    if f.do_export:
+        export_model(task, checkpoint, ExportSettings(f.export_dir, f.export_format,
+                                                      f.export_precision), "")
+    return 0
+
+
+def extract(task: FeatureExtractionTask, data: SplitData, output_file: str, checkpoint: str,
+            placement: Placement, batch_size: int) -> None:
+    """Score every line on every tower and write it, in input order, as it is ready."""
+    settings = task.settings
+    format_ = output_format(output_file, settings.pooled)
+    hidden = task.encoder.config.hidden_size
+    towers = placement.plan.num_towers
+    log.info("features: %d lines of %s -> %s (%s), %s, %d tower(s) x %d rows", len(data),
+             data.source, output_file, "float32 .npy" if format_ == NPY else format_,
+             f"{settings.pooling} pooling of layer {settings.layers[0]}"
+             + (", normalised" if settings.normalize else "") if settings.pooled
+             else f"token vectors of layers {','.join(map(str, settings.layers))}",
+             towers, batch_size)
+    truncated = []
+    started = last_log = time.time()
+    # The output's temporary file is made first: an unwritable output fails now.
+    with EmbeddingFile(output_file, format_, len(data), hidden) as out:
+
+        def tower(features, i):
+            return task.build_model(features, is_training=False)
+
+        with Scorer(placement.plan, task.feature_spec, tower, checkpoint,
+                    placement.local_session_config()) as scorer:
+            # Tokenised in a background thread while the towers compute.
+            batches = prefetch(task.batches(data).scoring(batch_size, towers))
+            for index, row in rows_in_order(scorer, batches, carry=(ROW_INFO,)):
+                line = row[ROW_INFO]
+                if line.truncated:
+                    truncated.append(index)
+                if settings.pooled:
+                    out.write_vector(index, row[EMBEDDING])
+                else:
+                    out.write_tokens(index, line.tokens, [
+                        (layer, row[layer_output_name(j)][:len(line.tokens)])
+                        for j, layer in enumerate(settings.layers)])
+                if time.time() - last_log > PROGRESS_SECONDS:
+                    last_log = time.time()
+                    log.info("features: %d of %d lines (%.1f lines/sec)", index + 1,
+                             len(data), (index + 1) / (last_log - started))
+    seconds = time.time() - started
+    log.info("features: wrote %d lines to %s in %.1f s (%.1f lines/sec)", len(data),
+             output_file, seconds, len(data) / max(seconds, 1e-9))
+    if truncated:
+        shown = ", ".join(str(i + 1) for i in truncated[:TRUNCATED_EXAMPLES])
+        log.warning("warning: features: %d of %d lines were longer than --max_seq_length=%d "
+                    "and were truncated (line %s%s)", len(truncated), len(data),
+                    task.encoder.max_seq_length, shown,
+                    ", ..." if len(truncated) > TRUNCATED_EXAMPLES else "")
+    else:
+        log.info("features: no line was truncated (--max_seq_length=%d)",
+                 task.encoder.max_seq_length)
+
+
+COMMAND = register_task(
+    "features", "token vectors and sentence embeddings of text lines (Google's "
+    "extract_features)", define_flags=define_task_flags, build=build, check_flags=check_flags,
+    run=run, actions=(), flag_defaults=(("remove_padding", False),), description=__doc__,
+    aliases=("extract_features",),
+    launcher="extract_features.py", console_script="bert-ad-features")
+
+
+# The launcher's contract (tests and callers parse flags and run in-process).
+def define_flags(fv: flags.FlagValues) -> None:
+    task_runner.define_flags(COMMAND, fv)
+
+
+def main(f: flags.FlagValues) -> int:
+    return task_runner.main(COMMAND, f)
+
+
+def cli(argv=None) -> None:
+    """extract_features.py, bert-ad-features, bert-ad features."""
+    task_runner.run_task(COMMAND, argv)

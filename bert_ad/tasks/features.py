@@ -1,0 +1,251 @@
+"""Feature extraction and sentence embeddings: Google's extract_features.py as a task.
+
+Input: one text per line, or a pair as `text_a ||| text_b` (Google's
+format, the same regular expression). Each line is one row, tokenised as
+Google does ([CLS] a [SEP] (b [SEP]), truncated to max_seq_length: a
+single text keeps its head, a pair loses tokens from the longer text).
+
+Outputs, computed in the graph on every tower (`build_model`):
+
+  pooling none   the token vectors of each layer named in `layers`
+                 (Google's `layer_output_J`: [batch, seq, hidden]); layer -1
+                 is the last encoder layer, as in Google's
+                 get_all_encoder_layers.
+  pooling mean   one vector a row (`embedding` [batch, hidden]): the layer's
+                 token vectors averaged over the real tokens, [CLS] and [SEP]
+                 included (sentence-transformers' mean pooling:
+                 sum(vectors * mask) / sum(mask)); the way sentence encoders
+                 (MiniLM, e5) are trained to be read.
+  pooling cls    the layer's [CLS] vector as it is (sentence-transformers'
+                 cls pooling; not Google's pooler, whose dense + tanh was
+                 trained for next-sentence prediction).
+
+`normalize` divides a pooled vector by its L2 norm (cosine similarity is
+then a dot product); `text_prefix` is put before every text (e5's "query: "
+or "passage: "). An export serves `embedding` (serving_outputs).
+
+The input file is read lazily (`InputLines`): rows are tokenised a window
+at a time as they are scored (bert_ad/data/streamed_batches.py), so a file of
+any length is never held in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from bert_ad.compat import tf
+from bert_ad.data.features import row_ids
+from bert_ad.data.streamed_batches import EncodedRow, StreamedBatches
+from bert_ad.data.truncation import truncate_pair, truncate_tokens
+from bert_ad.errors import fail, require_file
+from bert_ad.model.modeling import BertModel, masked_mean
+from bert_ad.tasks.base import SplitData, Task, TextEncoder
+
+POOLINGS = ("none", "mean", "cls")
+DEFAULT_LAYERS = (-1, -2, -3, -4)
+EMBEDDING = "embedding"
+# Google's `text_a ||| text_b`, matched as its read_examples does.
+PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")
+# Global batches scored from one window of the input: per-token outputs
+# ([seq, hidden] per layer and row) wait for their turn in fewer rows.
+WINDOW_BATCHES_POOLED = 32
+WINDOW_BATCHES_TOKENS = 4
+BYTE_ORDER_MARK = "\ufeff"
+
+
+def layer_output_name(position: int) -> str:
+    """The output of the `position`-th layer named in --layers (Google's name)."""
+    return f"layer_output_{position}"
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingSettings:
+    """What a row becomes.
+
+    Attributes:
+      layers: encoder layers as the user names them (-1 the last; 0 the first).
+      pooling: "none" (per-token vectors of every layer in `layers`), "mean"
+        or "cls" (one vector from the one layer in `layers`).
+      normalize: divide a pooled vector by its L2 norm.
+      text_prefix: put before every text (e5's "query: ").
+    """
+    layers: Tuple[int, ...] = DEFAULT_LAYERS
+    pooling: str = "none"
+    normalize: bool = False
+    text_prefix: str = ""
+
+    @property
+    def pooled(self) -> bool:
+        return self.pooling != "none"
+
+
+def parse_layers(value: str) -> Tuple[int, ...]:
+    """--layers "-1,-2" -> (-1, -2); UserError for anything but distinct integers."""
+    items = [item.strip() for item in (value or "").split(",") if item.strip()]
+    try:
+        layers = tuple(int(item) for item in items)
+    except ValueError:
+        fail(f"--layers={value}: give layer indices separated by commas, e.g. -1,-2,-3,-4")
+    if not layers:
+        fail("--layers is empty: name at least one layer, e.g. --layers=-1")
+    if len(set(layers)) != len(layers):
+        fail(f"--layers={value} names a layer twice")
+    return layers
+
+
+def check_layers(layers: Tuple[int, ...], num_layers: int) -> None:
+    """UserError for a layer the model does not have (Python's indexing: -L..L-1)."""
+    for layer in layers:
+        if not -num_layers <= layer < num_layers:
+            fail(f"--layers: the model has no layer {layer}: it has {num_layers} encoder "
+                 f"layers, -1 the last (use -{num_layers}..-1 or 0..{num_layers - 1})")
+
+
+def split_line(line: str) -> Tuple[str, Optional[str]]:
+    """(text_a, text_b or None) of one stripped input line, as Google's read_examples."""
+    match = PAIR_PATTERN.match(line)
+    if match is None:
+        return line, None
+    return match.group(1), match.group(2)
+
+
+class InputLines:
+    """The lines of an input file as (text_a, text_b or None), read lazily.
+
+    Made once the whole file has been checked (one pass, nothing kept): it
+    must exist, hold at least one line and be UTF-8 text; each line is
+    stripped as Google's (a byte order mark on the first line dropped). Every
+    line is a row, an empty one too ([CLS] [SEP]): row i is line i + 1.
+    """
+
+    def __init__(self, path: str, flag: str = "--input_file"):
+        self.path = require_file(path, flag)
+        count = 0
+        with open(path, "rb") as f:
+            for count, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    fail(f"{flag}={path}: line {count} is not UTF-8 text (byte "
+                         f"{e.start + 1}); convert the file to UTF-8")
+        if count == 0:
+            fail(f"{flag}={path} is empty: give one text per line (or "
+                 "`text_a ||| text_b`)")
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[Tuple[str, Optional[str]]]:
+        with open(self.path, "rb") as f:
+            for number, raw in enumerate(f):
+                line = raw.decode("utf-8")
+                if number == 0 and line.startswith(BYTE_ORDER_MARK):
+                    line = line[1:]
+                yield split_line(line.strip())
+
+
+@dataclasses.dataclass(frozen=True)
+class LineTokens:
+    """What a row's scores need besides them: its tokens ([CLS] ... [SEP]) and
+    whether the text was cut to fit max_seq_length."""
+    tokens: List[str]
+    truncated: bool
+
+
+def encode_line(tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int,
+                text_prefix: str = "") -> EncodedRow:
+    """One line's input_ids and segment_ids, as Google's convert_examples_to_features.
+
+    A pair's text_b that is empty, or has no tokens, makes a single text.
+    """
+    tokens_a = tokenizer.tokenize(text_prefix + text_a)
+    tokens_b = tokenizer.tokenize(text_prefix + text_b) if text_b else []
+    if tokens_b:
+        truncated = len(tokens_a) + len(tokens_b) > max_seq_length - 3
+        tokens_a, tokens_b = truncate_pair(tokens_a, tokens_b, max_seq_length - 3)
+    else:
+        truncated = len(tokens_a) > max_seq_length - 2
+        tokens_a = truncate_tokens(tokens_a, max_seq_length - 2)
+    input_ids, segment_ids = row_ids(tokenizer, tokens_a, tokens_b)
+    tokens = ["[CLS]"] + tokens_a + ["[SEP]"] + (tokens_b + ["[SEP]"] if tokens_b else [])
+    return EncodedRow({"input_ids": input_ids, "segment_ids": segment_ids},
+                      LineTokens(tokens, truncated))
+
+
+class FeatureExtractionTask(Task):
+    """Token vectors or pooled sentence vectors of every line of an input file."""
+
+    name = "features"
+    feature_spec = {"input_ids": (tf.int32, [None, None]),
+                    "input_mask": (tf.int32, [None, None]),
+                    "segment_ids": (tf.int32, [None, None])}
+
+    def __init__(self, encoder: TextEncoder, input_file: str, settings: EmbeddingSettings):
+        check_layers(settings.layers, encoder.config.num_hidden_layers)
+        if settings.pooled and len(settings.layers) != 1:
+            raise ValueError("a pooled embedding reads exactly one layer")
+        if settings.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {settings.pooling!r}")
+        self.encoder = encoder
+        self.input_file = input_file
+        self.settings = settings
+
+    def read(self, split: str) -> SplitData:
+        """The input file's lines (every split is the one input file)."""
+        return SplitData(split, InputLines(self.input_file), self.input_file)
+
+    def batches(self, data: SplitData) -> StreamedBatches:
+        encoder, prefix = self.encoder, self.settings.text_prefix
+
+        def rows() -> Iterator[EncodedRow]:
+            for text_a, text_b in data.rows:
+                yield encode_line(encoder.tokenizer, text_a, text_b, encoder.max_seq_length,
+                                  prefix)
+
+        window = WINDOW_BATCHES_POOLED if self.settings.pooled else WINDOW_BATCHES_TOKENS
+        return StreamedBatches(rows, len(data), encoder.padding, window)
+
+    def build_model(self, features: Dict[str, object], is_training: bool
+                    ) -> Dict[str, object]:
+        """Per-row outputs: `embedding` [batch, hidden] when pooled, else
+        layer_output_J [batch, seq, hidden] per named layer; float32, no dropout."""
+        del is_training  # features are always read with dropout off
+        encoder = self.encoder
+        model = BertModel(encoder.config, False, features["input_ids"],
+                          features["input_mask"], features["segment_ids"],
+                          compute_dtype=encoder.compute_dtype or tf.float32,
+                          pooling="mean", remove_padding=encoder.remove_padding)
+        layers = model.get_all_encoder_layers()
+        if not self.settings.pooled:
+            return {layer_output_name(j): tf.cast(layers[index], tf.float32)
+                    for j, index in enumerate(self.settings.layers)}
+        return {EMBEDDING: pool(layers[self.settings.layers[0]], features["input_mask"],
+                                self.settings.pooling, self.settings.normalize)}
+
+    def serving_outputs(self, features: Dict[str, object]) -> Dict[str, object]:
+        """`embedding` [batch, hidden] float32: the pooled (normalised) vector."""
+        if not self.settings.pooled:
+            raise ValueError("an export serves a pooled embedding: set a pooling")
+        return {EMBEDDING: self.build_model(features, is_training=False)[EMBEDDING]}
+
+    def serving_settings(self) -> Dict[str, object]:
+        return {"layers": ",".join(str(layer) for layer in self.settings.layers),
+                "pooling": self.settings.pooling, "normalize": self.settings.normalize,
+                "text_prefix": self.settings.text_prefix}
+
+
+def pool(layer, input_mask, pooling: str, normalize: bool):
+    """[batch, seq, hidden] token vectors -> [batch, hidden] float32.
+
+    mean: over the positions where input_mask is 1; cls: position 0.
+    normalize: divided by max(L2 norm, 1e-12), as torch's F.normalize.
+    """
+    layer = tf.cast(layer, tf.float32)
+    vector = layer[:, 0, :] if pooling == "cls" else masked_mean(layer, input_mask)
+    if normalize:
+        # epsilon bounds the squared norm: 1e-24 = (1e-12)^2.
+        vector = tf.nn.l2_normalize(vector, axis=-1, epsilon=1e-24)
+    return vector
