@@ -178,6 +178,50 @@ def test_the_export_serves_start_and_end_logits_and_scores_the_same(setup, train
         load(os.path.join(output_dir, "predictions.json"))
 
 
+HARNESS = """
+import json
+from bert_ad.data.squad_features import WindowSettings, convert_questions
+from bert_ad.data.squad_json import Question
+from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
+
+QUESTION = "Who discovered penicillin?"
+CONTEXT = "Penicillin was discovered in 1928 by Alexander Fleming in London."
+text = answer(QUESTION, CONTEXT, max_query_length=16)[0]
+features = convert_questions([Question("q", QUESTION, 0, ())], [CONTEXT], tokenizer,
+                             WindowSettings(64, 16, 16), training=False)
+row = {name: tf.constant([features.examples.columns[name][0]])
+       for name in ("input_ids", "segment_ids")}
+out = serve(input_mask=tf.ones_like(row["input_ids"]), **row)
+ours = answers_from_logits([Question("q", QUESTION, 0, ())], [CONTEXT], features,
+                           [out["start_logits"].numpy()[0]], [out["end_logits"].numpy()[0]],
+                           AnswerSettings(max_answer_length=30))
+print(json.dumps({"doc": text, "ours": ours.predictions["q"], "windows": len(features.windows)}))
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 8), reason="the doc's code is TF 2's "
+                    "(tf.saved_model.load)")
+def test_the_serving_doc_turns_the_logits_into_our_answer(setup, trained, tmp_path):
+    """docs/serving.md's code, run on the export, answers as our own search does."""
+    with open(os.path.join(REPO, "docs", "serving.md"), encoding="utf-8") as f:
+        doc = f.read()
+    section = doc[doc.index("### A question-answering export"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    exports = os.path.join(trained["en"][0], "export")
+    export_dir = os.path.join(exports, os.listdir(exports)[0])
+    assert '"OUT/export/1200"' in code
+    script = tmp_path / "serving_doc.py"
+    script.write_text(code.replace('"OUT/export/1200"', repr(export_dir)) + HARNESS,
+                      encoding="utf-8")
+    run = run_launcher([str(script)]).check()
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["windows"] == 1
+    assert result["doc"] == result["ours"]
+    assert result["doc"] and result["doc"] in \
+        "Penicillin was discovered in 1928 by Alexander Fleming in London."
+
+
 def test_version_2_answers_nothing_where_the_null_odds_win(setup, trained):
     output_dir, _ = trained["zh"]
     squad = load(setup.zh_v2)
