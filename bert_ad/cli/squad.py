@@ -36,8 +36,9 @@ from bert_ad.metrics.squad import STYLES
 from bert_ad.tasks.squad import SquadFiles, SquadTask
 from bert_ad.tasks.squad_answers import AnswerSettings
 
-# The flags every worker of a cluster must agree on.
-AGREED_FLAGS = ("train_file", "doc_stride", "max_query_length", "version_2_with_negative")
+# The flags every worker of a cluster must agree on (how questions become training
+# windows; the files' paths may differ from machine to machine).
+AGREED_FLAGS = ("doc_stride", "max_query_length", "version_2_with_negative")
 # Google's run_squad.py default; the shared flag's is 128.
 FLAG_DEFAULTS = (("max_seq_length", 384),)
 
