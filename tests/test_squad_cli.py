@@ -8,7 +8,8 @@
   tower with another batch size: the same answers.
 * Chinese CMRC-style sample made v2.0 (unanswerable questions added), with
   the real Chinese vocab: null_odds.json, "" where the null odds exceed the
-  threshold, CMRC2018 scoring and the no-answer split.
+  threshold, CMRC2018 scoring and the no-answer split; evaluated during
+  training too, the best checkpoint kept by F1.
 * Bad input (the launcher's cli in this process): one `error:` line naming the
   file and the question id (or the flag), exit 2, the output folder unchanged.
 """
@@ -109,7 +110,8 @@ def trained(setup):
               do_eval=True, do_export=True)
     zh = dict(s.common, vocab_file=s.chinese_vocab, bert_config_file=s.zh_config,
               train_file=s.zh_v2, predict_file=s.zh_v2, output_dir=os.path.join(s.root, "zh"),
-              do_train=True, do_predict=True, do_eval=True, version_2_with_negative=True)
+              do_train=True, do_predict=True, do_eval=True, version_2_with_negative=True,
+              eval_every_steps=10, keep_best_checkpoint=True)
     with ThreadPoolExecutor(2) as pool:
         runs = {name: pool.submit(run_launcher, [LAUNCHER] + flag_args(flags))
                 for name, flags in (("en", en), ("zh", zh))}
@@ -244,6 +246,12 @@ def test_version_2_answers_nothing_where_the_null_odds_win(setup, trained):
     for name in ("exact_match", "f1", "no_answer_f1", "has_answer_f1"):
         assert float(results["eval_" + name]) == pytest.approx(expected[name], abs=1e-4)
     assert float(results["eval_best_f1"]) >= float(results["eval_f1"]) - 1e-4
+    # --eval_every_steps --keep_best_checkpoint: the dev file (the predict file)
+    # scored while training, the best by eval_f1 kept.
+    best = load(os.path.join(output_dir, "best", "best.json"))
+    assert best["metric"] == "eval_f1" and best["higher_is_better"]
+    assert any(name.startswith("model.ckpt-") for name in
+               os.listdir(os.path.join(output_dir, "best")))
 
 
 # ---------------------------------------------------------------------------
