@@ -137,7 +137,8 @@ class SquadTask(Task):
         if split != "predict":
             unanswered = [q for q in data.rows if not q.has_answers]
             if unanswered:
-                fail(f"{path}: question {unanswered[0].id!r} has no 'answers' field; "
+                fail(f"{path}: question {unanswered[0].id!r} has no 'answers' (or an empty "
+                     "list without is_impossible); "
                      f"{'training' if split == 'train' else 'evaluation'} needs the answers "
                      "of every question")
         return data
