@@ -322,7 +322,7 @@ def _bad_cases(setup, trained_dir: str) -> dict:
         "no_id": (broken(s, "no_id", drop(first_qa, "id")),
                   ["data[0].paragraphs[0].qas[0]", "no 'id' field"]),
         "no_answers": (broken(s, "no_answers", drop(first_qa, "answers")),
-                       ["sample-001", "no 'answers' field"]),
+                       ["sample-001", "has no 'answers'"]),
         "answer_not_number": (broken(s, "start_text", lambda d: first_qa(d)["answers"][0]
                                      .__setitem__("answer_start", "24")),
                               ["sample-001", "'answer_start' must be an integer"]),
