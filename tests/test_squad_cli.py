@@ -396,3 +396,14 @@ def test_the_command_line_prints_one_error_line_and_exits_2(setup):
     assert run.stderr.splitlines()[-1].startswith("error: ")
     assert "sample-001" in run.stderr.splitlines()[-1]
     assert not os.path.exists(output_dir)
+
+
+def test_googles_defaults_and_the_classifiers_unchanged():
+    from bert_ad.cli import classifier
+    from bert_ad.cli.runner import parse_flags
+    f = parse_flags(squad_cli.define_flags, ["run_squad_mgpu.py"], "", "")
+    assert (f.max_seq_length, f.doc_stride, f.max_query_length, f.n_best_size,
+            f.max_answer_length, f.version_2_with_negative, f.null_score_diff_threshold,
+            f.do_lower_case) == (384, 128, 64, 20, 30, False, 0.0, True)
+    assert parse_flags(classifier.define_flags, ["run_classifier_mgpu.py"], "",
+                       "").max_seq_length == 128
