@@ -243,6 +243,8 @@ def worker_hf(s: dict, work_dir: str) -> dict:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - started
+    if "tensorflow" in sys.modules:  # its thread pools would have shared the cores
+        raise RuntimeError("TensorFlow was imported into the PyTorch worker")
     model.eval()
     starts, ends = [], []
     ex = scoring.examples
