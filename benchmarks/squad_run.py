@@ -181,7 +181,7 @@ def worker_hf(s: dict, work_dir: str) -> dict:
     import transformers
     from transformers import BertForQuestionAnswering, get_linear_schedule_with_warmup
 
-    from bert_ad.data.squad_features import WindowSettings, convert_questions
+    from bert_ad.data.squad_features import SquadWindowSettings, convert_questions
     from bert_ad.data.squad_json import read_squad_file
     from bert_ad.data.tokenization import make_tokenizer
     from bert_ad.metrics.squad import score_answers
@@ -196,7 +196,7 @@ def worker_hf(s: dict, work_dir: str) -> dict:
                         os.path.join(s["model_dir"], "bert_model.ckpt"), "--output_dir",
                         hf_dir], check=True)
     tokenizer = make_tokenizer(s["vocab_file"], s["do_lower_case"])
-    windows = WindowSettings(s["max_seq_length"], s["doc_stride"], s["max_query_length"])
+    windows = SquadWindowSettings(s["max_seq_length"], s["doc_stride"], s["max_query_length"])
     train = read_squad_file(s["train_file"], True, require_answers=True)
     test = read_squad_file(s["test_file"], True, require_answers=True)
     features = convert_questions(train.questions, train.contexts, tokenizer, windows, True)

@@ -182,7 +182,7 @@ def test_the_export_serves_start_and_end_logits_and_scores_the_same(setup, train
 
 HARNESS = """
 import json
-from bert_ad.data.squad_features import WindowSettings, convert_questions
+from bert_ad.data.squad_features import SquadWindowSettings, convert_questions
 from bert_ad.data.squad_json import Question
 from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
 
@@ -190,7 +190,7 @@ QUESTION = "Who discovered penicillin?"
 CONTEXT = "Penicillin was discovered in 1928 by Alexander Fleming in London."
 text = answer(QUESTION, CONTEXT, max_query_length=16)[0]
 features = convert_questions([Question("q", QUESTION, 0, ())], [CONTEXT], tokenizer,
-                             WindowSettings(64, 16, 16), training=False)
+                             SquadWindowSettings(64, 16, 16), training=False)
 row = {name: tf.constant([features.examples.columns[name][0]])
        for name in ("input_ids", "segment_ids")}
 out = serve(input_mask=tf.ones_like(row["input_ids"]), **row)

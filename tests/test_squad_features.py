@@ -22,7 +22,7 @@ import pytest
 
 from bert_ad.data.feature_cache import cached
 from bert_ad.data.piece_offsets import piece_spans
-from bert_ad.data.squad_features import (SQUAD_FEATURES, WindowSettings, answer_pieces,
+from bert_ad.data.squad_features import (SQUAD_FEATURES, SquadWindowSettings, answer_pieces,
                                          best_windows, convert_questions)
 from bert_ad.data.squad_json import Answer, Question, read_squad_file
 from bert_ad.data.token_features import max_context_span, window_spans
@@ -186,7 +186,7 @@ CONTEXT = "p0 p1 p2 p3 p4 p5 p6 p7 p8 p9"   # one piece a word
 def test_windows_targets_and_max_context_of_a_long_context(tmp_path):
     tokenizer = words_tokenizer(tmp_path, [f"p{i}" for i in range(10)] + ["where", "?"])
     # "where ?" is 2 pieces: 3 + 2 + 6 context pieces = 11 a window, stride 3.
-    settings = WindowSettings(max_seq_length=11, doc_stride=3, max_query_length=4)
+    settings = SquadWindowSettings(max_seq_length=11, doc_stride=3, max_query_length=4)
     answer = Answer("p4 p5", CONTEXT.index("p4"))          # pieces 4-5
     questions = [Question("q", "where ?", 0, (answer, Answer("p9", CONTEXT.index("p9"))))]
     training = convert_questions(questions, [CONTEXT], tokenizer, settings, training=True)
@@ -215,7 +215,7 @@ def test_windows_targets_and_max_context_of_a_long_context(tmp_path):
 
 def test_long_questions_are_cut_and_counted(tmp_path):
     tokenizer = words_tokenizer(tmp_path, [f"p{i}" for i in range(10)] + ["where", "?"])
-    settings = WindowSettings(max_seq_length=16, doc_stride=3, max_query_length=3)
+    settings = SquadWindowSettings(max_seq_length=16, doc_stride=3, max_query_length=3)
     questions = [Question("a", "where where where where ?", 0, ()),
                  Question("b", "where ?", 0, ())]
     features = convert_questions(questions, [CONTEXT], tokenizer, settings, training=False)
@@ -223,12 +223,12 @@ def test_long_questions_are_cut_and_counted(tmp_path):
     # [CLS] where where where [SEP] p0 .. p9 [SEP]: the question cut to 3 pieces.
     assert len(features.examples.columns["input_ids"][0]) == 3 + 3 + 10
     with pytest.raises(UserError, match="max_query_length"):
-        WindowSettings(max_seq_length=6, max_query_length=3).check()
+        SquadWindowSettings(max_seq_length=6, max_query_length=3).check()
 
 
 def test_features_survive_the_cache(tmp_path):
     tokenizer = words_tokenizer(tmp_path, [f"p{i}" for i in range(10)] + ["where", "?"])
-    settings = WindowSettings(max_seq_length=11, doc_stride=3, max_query_length=4)
+    settings = SquadWindowSettings(max_seq_length=11, doc_stride=3, max_query_length=4)
     questions = [Question("q", "where ?", 0, (Answer("p4", 6),))]
     built = convert_questions(questions, [CONTEXT], tokenizer, settings, training=True)
     cached(str(tmp_path), "train", "key", lambda: built, SQUAD_FEATURES)
@@ -248,7 +248,7 @@ def test_features_survive_the_cache(tmp_path):
 
 def scored_windows(tmp_path, version_2=False):
     tokenizer = words_tokenizer(tmp_path, [f"p{i}" for i in range(10)] + ["where", "?"])
-    settings = WindowSettings(max_seq_length=11, doc_stride=3, max_query_length=4)
+    settings = SquadWindowSettings(max_seq_length=11, doc_stride=3, max_query_length=4)
     questions = [Question("q1", "where ?", 0, ()), Question("q2", "where ?", 1, ())]
     features = convert_questions(questions, [CONTEXT, "\u200b"], tokenizer, settings,
                                  training=False)

@@ -22,7 +22,7 @@ import pytest
 
 from bert_ad.compat import tf
 from bert_ad.data.batching import make_batch
-from bert_ad.data.squad_features import WindowSettings
+from bert_ad.data.squad_features import SquadWindowSettings
 from bert_ad.data.tokenization import FullTokenizer
 from bert_ad.model.modeling import BertConfig
 from bert_ad.model.span_head import SPAN_FEATURE_SPEC, span_logits
@@ -46,7 +46,7 @@ def squad_task(config: BertConfig, vocab_file: str, path: str, max_seq_length: i
     encoder = TextEncoder(config, FullTokenizer(vocab_file, do_lower_case), vocab_file,
                           do_lower_case, max_seq_length, compute_dtype=tf.float32)
     return SquadTask(encoder, SquadFiles(path, path),
-                     WindowSettings(max_seq_length, doc_stride=16, max_query_length=16),
+                     SquadWindowSettings(max_seq_length, doc_stride=16, max_query_length=16),
                      AnswerSettings())
 
 

@@ -30,7 +30,7 @@ from absl import flags
 
 from bert_ad.cli import task_runner
 from bert_ad.cli.registry import register_task
-from bert_ad.data.squad_features import WindowSettings
+from bert_ad.data.squad_features import SquadWindowSettings
 from bert_ad.errors import fail
 from bert_ad.metrics.squad import STYLES
 from bert_ad.tasks.squad import SquadFiles, SquadTask
@@ -93,8 +93,8 @@ def check_flags(f: flags.FlagValues) -> None:
     window_settings(f).check()
 
 
-def window_settings(f: flags.FlagValues) -> WindowSettings:
-    return WindowSettings(f.max_seq_length, f.doc_stride, f.max_query_length)
+def window_settings(f: flags.FlagValues) -> SquadWindowSettings:
+    return SquadWindowSettings(f.max_seq_length, f.doc_stride, f.max_query_length)
 
 
 def build(f: flags.FlagValues, encoder) -> SquadTask:

@@ -46,7 +46,7 @@ from bert_ad.errors import fail
 
 
 @dataclasses.dataclass(frozen=True)
-class WindowSettings:
+class SquadWindowSettings:
     """How questions and contexts become rows (Google's run_squad flags)."""
     max_seq_length: int = 384
     doc_stride: int = 128
@@ -131,7 +131,7 @@ def _targets(question: Question, training: bool) -> List[Optional[Tuple[int, int
 
 
 def convert_questions(questions: Sequence[Question], contexts: Sequence[str], tokenizer,
-                      settings: WindowSettings, training: bool, source: str = ""
+                      settings: SquadWindowSettings, training: bool, source: str = ""
                       ) -> SquadFeatures:
     """The windows of every question, in question order (see the module docstring).
 

@@ -34,7 +34,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from bert_ad.data.squad_features import (SQUAD_FEATURES, SquadFeatures, WindowSettings,
+from bert_ad.data.squad_features import (SQUAD_FEATURES, SquadFeatures, SquadWindowSettings,
                                          convert_questions)
 from bert_ad.data.squad_json import SquadFile, read_squad_file
 from bert_ad.errors import fail
@@ -93,7 +93,7 @@ class SquadTask(Task):
     main_metric = "eval_f1"
     feature_spec = SPAN_FEATURE_SPEC
 
-    def __init__(self, encoder: TextEncoder, files: SquadFiles, windows: WindowSettings,
+    def __init__(self, encoder: TextEncoder, files: SquadFiles, windows: SquadWindowSettings,
                  answers: AnswerSettings, answer_metric: str = "auto",
                  max_train_examples: Optional[int] = None,
                  max_eval_examples: Optional[int] = None):
