@@ -42,9 +42,10 @@ TOLERANCE = 1e-4
 
 
 def squad_task(config: BertConfig, vocab_file: str, path: str, max_seq_length: int,
-               do_lower_case: bool = True) -> SquadTask:
+               cache_dir: str, do_lower_case: bool = True) -> SquadTask:
     encoder = TextEncoder(config, FullTokenizer(vocab_file, do_lower_case), vocab_file,
-                          do_lower_case, max_seq_length, compute_dtype=tf.float32)
+                          do_lower_case, max_seq_length, cache_dir=cache_dir,
+                          compute_dtype=tf.float32)
     return SquadTask(encoder, SquadFiles(path, path),
                      SquadWindowSettings(max_seq_length, doc_stride=16, max_query_length=16),
                      AnswerSettings())
@@ -60,7 +61,8 @@ def sample_texts(path: str) -> list:
 def test_two_towers_equal_one_tower_with_the_whole_batch(tmp_path):
     model = tiny_model(str(tmp_path / "model"), sample_texts(EN), max_position_embeddings=64,
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    task = squad_task(model.bert_config(), model.vocab_file, EN, max_seq_length=48)
+    task = squad_task(model.bert_config(), model.vocab_file, EN, max_seq_length=48,
+                      cache_dir=str(tmp_path / "cache"))
     examples = task.features(task.read("train")).examples
     # 4 short windows and 4 long ones: the towers pad to different lengths.
     short = np.nonzero(examples.lengths <= 40)[0][:4]
@@ -153,7 +155,8 @@ def assert_same_logits(ours, theirs, mask):
 def test_english_logits_equal_transformers_with_minilm(minilm_google_ckpt, tmp_path):
     config_file = os.path.join(minilm_google_ckpt, "bert_config.json")
     task = squad_task(BertConfig.from_json_file(config_file),
-                      os.path.join(minilm_google_ckpt, "vocab.txt"), EN, max_seq_length=64)
+                      os.path.join(minilm_google_ckpt, "vocab.txt"), EN, max_seq_length=64,
+                      cache_dir=str(tmp_path / "cache"))
     checkpoint = str(tmp_path / "ours" / "model.ckpt")
     batch, ours, head = our_logits(task, os.path.join(minilm_google_ckpt, "bert_model.ckpt"),
                                    checkpoint)
@@ -169,7 +172,7 @@ def test_chinese_logits_equal_transformers(chinese_vocab, tmp_path):
     with open(config_file, "w") as f:
         json.dump(config, f)
     task = squad_task(BertConfig.from_json_file(config_file), chinese_vocab, ZH,
-                      max_seq_length=64)
+                      max_seq_length=64, cache_dir=str(tmp_path / "cache"))
     checkpoint = str(tmp_path / "ours" / "model.ckpt")
     batch, ours, head = our_logits(task, "", checkpoint)
     unknown = task.encoder.tokenizer.unk_id
