@@ -50,7 +50,7 @@ setup(
     + ["bert_ad.configs", "bert_ad.samples"],
     package_dir={"bert_ad.configs": "configs", "bert_ad.samples": "data"},
     package_data={"bert_ad.configs": ["*.json"],
-                  "bert_ad.samples": ["*/*.txt", "*/*.tsv"]},
+                  "bert_ad.samples": ["*/*.txt", "*/*.tsv", "*/*.json"]},
     python_requires=">=3.7",
     install_requires=[
         "numpy",

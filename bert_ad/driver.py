@@ -144,12 +144,18 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
 
 
 def evaluate(task: Task, data: SplitData, settings: RunSettings,
-             placement: Placement, checkpoint: Optional[str] = None) -> dict:
+             placement: Placement, checkpoint: Optional[str] = None,
+             outputs: Optional[Dict[str, np.ndarray]] = None) -> dict:
     """Score the dev rows with `checkpoint` (default: scoring_checkpoint) and write
-    eval_results.txt (`key = value`, sorted; global_step names the checkpoint)."""
+    eval_results.txt (`key = value`, sorted; global_step names the checkpoint).
+
+    `outputs`: the rows' outputs already scored with the same checkpoint (a
+    predict split that is the dev split), used instead of scoring again.
+    """
     checkpoint = checkpoint or scoring_checkpoint(settings)
-    outputs = score(task, data, settings.eval_batch_size, settings, placement,
-                    checkpoint=checkpoint)
+    if outputs is None:
+        outputs = score(task, data, settings.eval_batch_size, settings, placement,
+                        checkpoint=checkpoint)
     metrics = task.metrics(data, outputs)
     metrics["global_step"] = checkpoint_step(checkpoint)
     write_key_values(os.path.join(settings.output_dir, EVAL_RESULTS_FILE), metrics)
@@ -283,10 +289,15 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             return 0
         if do_export:
             export(task, settings, export_settings, checkpoint)
+        predicted = None
         if predict_data is not None:
-            predict(task, predict_data, settings, placement, serving, checkpoint)
+            predicted = predict(task, predict_data, settings, placement, serving, checkpoint)
         if eval_data is not None:
-            evaluate(task, eval_data, settings, placement, checkpoint)
+            # A task whose dev split is its predict split (the same object, e.g.
+            # squad's --predict_file) is scored once, by the same checkpoint.
+            same = eval_data is predict_data and serving is None
+            evaluate(task, eval_data, settings, placement, checkpoint,
+                     predicted if same else None)
     return 0
 
 

@@ -26,7 +26,7 @@ def parsed(*flag_args: str):
 def test_every_data_set_is_a_name_with_a_builder_and_its_flags():
     assert set(prepare.DATASETS) == (set(datasets.DATASETS) | {"lee_similarity"}
                                      | set(peoples_daily.DATASETS)
-                                     | {"rewrite", "domain_text"})
+                                     | {"peoples_daily_mrc", "rewrite", "domain_text"})
     assert set(prepare.BUILDERS) == set(prepare.FLAGS_OF) == set(prepare.DATASETS)
     assert all("\n" not in line for line in prepare.DATASETS.values())
     assert "\n" not in prepare.SUMMARY
@@ -70,6 +70,7 @@ def test_an_unknown_name_is_refused_with_the_names(tmp_path):
 
 @pytest.mark.parametrize("name, given, flag", [
     ("peoples_daily_ner", "--seed=3", "seed"),       # split by corpus order
+    ("peoples_daily_mrc", "--seed=3", "seed"),
     ("rewrite", "--overwrite", "overwrite"),
     ("rewrite", "--source=raw.txt", "source"),
     ("domain_text", "--dev_fraction=0.2", "dev_fraction"),

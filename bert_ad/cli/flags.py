@@ -66,8 +66,9 @@ class _Defaults:
     def __init__(self, overrides: Optional[Mapping[str, object]]):
         self.overrides = dict(overrides or {})
 
-    def __call__(self, name: str):
-        return self.overrides.get(name, getattr(RUN_DEFAULTS, name))
+    def __call__(self, name: str, fallback=None):
+        """`fallback`: the default of a flag RunSettings does not hold."""
+        return self.overrides.get(name, getattr(RUN_DEFAULTS, name, fallback))
 
 
 def define_training_flags(fv: flags.FlagValues,
@@ -176,7 +177,8 @@ def define_finetuning_flags(fv: flags.FlagValues,
     flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt of the model.", **d)
     flags.DEFINE_bool("do_lower_case", True, "Lower-case (uncased models). With a piece "
                       "list, unset means: as the list is cased.", **d)
-    flags.DEFINE_integer("max_seq_length", 128, "Longest sequence after WordPiece.", **d)
+    flags.DEFINE_integer("max_seq_length", default("max_seq_length", 128),
+                         "Longest sequence after WordPiece.", **d)
     flags.DEFINE_bool("do_predict", False, "Score --predict_file (default: the test file).",
                       **d)
     flags.DEFINE_integer("predict_batch_size", default("predict_batch_size"),

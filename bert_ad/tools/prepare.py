@@ -6,6 +6,7 @@
   bert-ad data prepare wsj_tag_classes --output_dir=/tmp/wsj          # multi-label
   bert-ad data prepare lee_similarity --output_dir=/tmp/lee           # regression
   bert-ad data prepare peoples_daily_ner --output_dir=data/peoples_daily_ner
+  bert-ad data prepare peoples_daily_mrc --output_dir=data/peoples_daily_mrc  # SQuAD v2.0
   bert-ad data prepare peoples_daily_seg --output_dir=data/peoples_daily_seg
   bert-ad data prepare rewrite --input_file=ads.txt --vocab_file=vocab.txt \\
       --output_dir=data/rewrite --negatives=3
@@ -15,7 +16,9 @@
 The sentiment sets and wsj_tag_classes get train.tsv / dev.tsv / test.tsv
 (`label<TAB>text`), lee_similarity the same files in GLUE's STS-B layout (see
 bert_ad/data/datasets.py); the People's Daily sets train.txt / dev.txt /
-test.txt (`char<TAB>tag`, see bert_ad/data/peoples_daily.py). Both also get
+test.txt (`char<TAB>tag`, see bert_ad/data/peoples_daily.py), except
+peoples_daily_mrc: train.json / dev.json / test.json, SQuAD v2.0 questions for
+run_squad_mgpu.py (bert_ad/data/peoples_daily_mrc.py). All also get
 README.txt and stats.txt. These read the real asset (fetched once into the
 cache) unless --source names the raw file or folder.
 
@@ -48,7 +51,7 @@ from typing import Callable, Dict, List, Tuple
 from absl import flags
 
 from bert_ad import files
-from bert_ad.data import datasets, peoples_daily, rewrite_rows
+from bert_ad.data import datasets, peoples_daily, peoples_daily_mrc, rewrite_rows
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import fail
 from bert_ad.pretraining.chinese_words import build_lexicon, forward_max_match
@@ -64,6 +67,7 @@ DATASETS: Dict[str, str] = {
     "lee_similarity": "Lee & Pincombe news document pairs, similarity (STS-B layout)",
     "peoples_daily_ner": "People's Daily 1998, character-level BIO entities (char<TAB>tag)",
     "peoples_daily_seg": "People's Daily 1998, character-level BMES words (char<TAB>tag)",
+    "peoples_daily_mrc": "People's Daily 1998 entities as questions, SQuAD v2.0 json (MRC-NER)",
     "rewrite": "text-rewrite rows from your raw texts (--input_file), for the rewrite task",
     "domain_text": "Chinese reviews + People's Daily cut into words, for domain pretraining",
 }
@@ -81,7 +85,7 @@ DOMAIN_TEXT_FLAGS = ("reviews_dir", "peoples_daily", "output_dir", "heldout_frac
 FLAGS_OF: Dict[str, Tuple[str, ...]] = dict(
     {name: SPLIT_FLAGS + ("seed",) for name in SENTIMENT_SETS + ("lee_similarity",)},
     **{name: SPLIT_FLAGS for name in CORPUS_SETS},
-    rewrite=REWRITE_FLAGS, domain_text=DOMAIN_TEXT_FLAGS)
+    peoples_daily_mrc=SPLIT_FLAGS, rewrite=REWRITE_FLAGS, domain_text=DOMAIN_TEXT_FLAGS)
 REQUIRED: Dict[str, Tuple[str, ...]] = {
     "rewrite": ("input_file", "output_dir"),
     "domain_text": ("reviews_dir", "peoples_daily", "output_dir"),
@@ -200,6 +204,21 @@ def build_peoples_daily(f: flags.FlagValues, name: str) -> int:
     return 0
 
 
+def build_peoples_daily_mrc(f: flags.FlagValues, name: str) -> int:
+    """SQuAD v2.0 files of People's Daily's entities (bert_ad/data/peoples_daily_mrc.py)."""
+    result = peoples_daily_mrc.prepare(f.output_dir, dev_fraction=f.dev_fraction,
+                                       test_fraction=f.test_fraction, overwrite=f.overwrite,
+                                       source_path=f.source)
+    for split, counts in result["counts"].items():
+        mentions = ", ".join(f"{kind}: {counts[kind + '_mentions']}"
+                             for kind in peoples_daily_mrc.QUESTIONS)
+        print(f"  {split}: {result['paragraphs'][split]} paragraphs, {counts['sentences']} "
+              f"sentences, {counts['questions']} questions ({counts['answerable']} "
+              f"answerable; mentions {mentions})")
+    print(f"wrote {result['output_dir']}")
+    return 0
+
+
 def build_rewrite(f: flags.FlagValues, name: str) -> int:
     """Rewrite rows (train.tsv, dev.tsv) from raw texts, one per line."""
     settings = rewrite_rows.PrepareSettings(
@@ -292,4 +311,4 @@ BUILDERS: Dict[str, Callable[[flags.FlagValues, str], int]] = dict(
     {name: build_sentiment for name in SENTIMENT_SETS},
     lee_similarity=build_lee_similarity,
     **{name: build_peoples_daily for name in CORPUS_SETS},
-    rewrite=build_rewrite, domain_text=build_domain_text)
+    peoples_daily_mrc=build_peoples_daily_mrc, rewrite=build_rewrite, domain_text=build_domain_text)

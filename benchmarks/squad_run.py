@@ -1,0 +1,341 @@
+"""People's Daily MRC (SQuAD v2.0) with the Chinese model: ours on 1 and 2 towers vs Hugging Face.
+
+    python -m benchmarks.squad_run                       # the runs of docs/squad.md
+    python -m benchmarks.squad_run --quick               # minutes: fewer questions
+    python -m benchmarks.squad_run --report_only         # the tables from the records
+    python -m benchmarks.squad_run --model_dir=DIR --data_dir=DIR --runs=ours1,hf
+
+Data: `bert-ad data prepare peoples_daily_mrc` (built into --data_dir when
+missing); the first --train_questions questions of train.json and the first
+--test_questions of test.json (the whole test split by default). Model: the
+project's Chinese model (scripts/fetch_chinese_model.sh, built when missing)
+or any Google-layout folder (--model_dir: bert_model.ckpt, bert_config.json,
+vocab.txt or pieces.tsv).
+
+Runs, each in a fresh process, one JSON record each in --records
+(docs/squad_runs.jsonl; a run already recorded is skipped):
+
+  ours1, ours2  run_squad_mgpu.py --version_2_with_negative on 1 tower x B and
+                2 towers x B/2 (the same global batch B, the same steps), train
+                -> predict -> eval on the test questions; examples/sec from its
+                train_results.txt (windows per second of the training loop)
+  hf            transformers' BertForQuestionAnswering on PyTorch CPU, the
+                encoder converted from the same checkpoint (bert_ad.convert
+                google2hf; its fresh qa_outputs head drawn by PyTorch), trained
+                on the same windows (bert_ad's features: the same tokenizer,
+                doc_stride, targets) with the same hyper-parameters (AdamW, weight
+                decay 0.01 but biases and LayerNorm, clip 1.0, linear warmup 10%
+                and decay, batch B padded to its longest window, one seeded
+                shuffle per epoch); its logits go through our answer search and
+                metric, so only the model and its training differ
+
+The report: EM/F1 (CMRC2018's definitions, overall / with an answer / without)
+and training examples/sec of each, with ours / HF.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from benchmarks.study_runner import append_run, load_runs, run_launcher
+from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCHER = os.path.join(REPO, "run_squad_mgpu.py")
+WORKER_MODULE = "benchmarks.squad_run"
+RECORDS = os.path.join(REPO, "docs", "squad_runs.jsonl")
+CACHE = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad")
+RUNS = ("ours1", "ours2", "hf")
+WEIGHT_DECAY, CLIP_NORM, WARMUP = 0.01, 1.0, 0.1
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model_dir", default="", help="Google-layout model (default: the "
+                   "Chinese model of scripts/fetch_chinese_model.sh, built if missing)")
+    p.add_argument("--data_dir", default=os.path.join(CACHE, "peoples_daily_mrc"))
+    p.add_argument("--work_dir", default=os.path.join(CACHE, "squad_run"))
+    p.add_argument("--records", default=RECORDS)
+    p.add_argument("--runs", default=",".join(RUNS))
+    p.add_argument("--train_questions", type=int, default=20000)
+    p.add_argument("--test_questions", type=int, default=0, help="0: all of test.json")
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--batch", type=int, default=32, help="global batch (windows)")
+    p.add_argument("--learning_rate", type=float, default=5e-5)
+    p.add_argument("--max_seq_length", type=int, default=128)
+    p.add_argument("--doc_stride", type=int, default=64)
+    p.add_argument("--max_query_length", type=int, default=16)
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--quick", action="store_true",
+                   help="2,000 training and 800 test questions")
+    p.add_argument("--report_only", action="store_true")
+    p.add_argument("--worker", choices=["hf"], help=argparse.SUPPRESS)
+    p.add_argument("--settings", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.train_questions, args.test_questions = 2000, 800
+    return args
+
+
+def ensure_model(args) -> str:
+    if args.model_dir:
+        return args.model_dir
+    out = subprocess.run(["bash", os.path.join(REPO, "scripts", "fetch_chinese_model.sh")],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def ensure_data(args) -> str:
+    if not os.path.exists(os.path.join(args.data_dir, "test.json")):
+        subprocess.run([sys.executable, "-m", "bert_ad", "data", "prepare",
+                        "peoples_daily_mrc", f"--output_dir={args.data_dir}"], check=True)
+    return args.data_dir
+
+
+def subset(path: str, count: int, out_path: str) -> str:
+    """The first `count` questions of a SQuAD file (all for 0), as out_path."""
+    with open(path, encoding="utf-8") as f:
+        squad = json.load(f)
+    if count:
+        left, articles = count, []
+        for article in squad["data"]:
+            paragraphs = []
+            for paragraph in article["paragraphs"]:
+                qas = paragraph["qas"][:left]
+                left -= len(qas)
+                if qas:
+                    paragraphs.append(dict(paragraph, qas=qas))
+            if paragraphs:
+                articles.append(dict(article, paragraphs=paragraphs))
+            if left <= 0:
+                break
+        squad = dict(squad, data=articles)
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(squad, f, ensure_ascii=False)
+    return out_path
+
+
+def vocab_of(model_dir: str) -> tuple:
+    """(vocab file, do_lower_case): pieces.tsv is cased (multilingual-e5)."""
+    pieces = os.path.join(model_dir, "pieces.tsv")
+    if os.path.exists(pieces):
+        return pieces, False
+    return os.path.join(model_dir, "vocab.txt"), True
+
+
+def settings_of(args, model_dir: str, train: str, test: str) -> dict:
+    vocab, lower = vocab_of(model_dir)
+    return {"model_dir": model_dir, "vocab_file": vocab, "do_lower_case": lower,
+            "train_file": train, "test_file": test, "epochs": args.epochs,
+            "batch": args.batch, "learning_rate": args.learning_rate,
+            "max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride,
+            "max_query_length": args.max_query_length, "seed": args.seed,
+            "train_questions": args.train_questions, "test_questions": args.test_questions}
+
+
+# --- ours -------------------------------------------------------------------------------
+
+def run_ours(s: dict, towers: int, work_dir: str) -> dict:
+    output_dir = os.path.join(work_dir, f"ours{towers}")
+    command = [sys.executable, LAUNCHER, f"--vocab_file={s['vocab_file']}",
+               f"--do_lower_case={s['do_lower_case']}",
+               f"--bert_config_file={os.path.join(s['model_dir'], 'bert_config.json')}",
+               f"--init_checkpoint={os.path.join(s['model_dir'], 'bert_model.ckpt')}",
+               f"--train_file={s['train_file']}", f"--predict_file={s['test_file']}",
+               "--do_train", "--do_predict", "--do_eval", "--version_2_with_negative",
+               f"--n_gpus={towers}", f"--train_batch_size={s['batch'] // towers}",
+               f"--predict_batch_size={64 // towers}", f"--learning_rate={s['learning_rate']}",
+               f"--num_train_epochs={s['epochs']}", f"--max_seq_length={s['max_seq_length']}",
+               f"--doc_stride={s['doc_stride']}", f"--max_query_length={s['max_query_length']}",
+               f"--seed={s['seed']}", f"--output_dir={output_dir}",
+               "--save_checkpoints_steps=100000"]
+    run = run_launcher(command, output_dir, log_name="log.txt")
+    if not run.ok:
+        return {"status": "failed", "error": run.error, "command": command}
+    figures = {k: float(v) for k, v in run.evaluated.items() if _is_number(v)}
+    return {"status": "ok", "command": command, "eval": figures,
+            "examples_per_sec": float(run.trained["train_examples_per_sec"]),
+            "wall_seconds": run.wall_seconds}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+# --- Hugging Face (worker) --------------------------------------------------------------
+
+def worker_hf(s: dict, work_dir: str) -> dict:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bench_train: a busy machine
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import BertForQuestionAnswering, get_linear_schedule_with_warmup
+
+    from bert_ad.data.squad_features import SquadWindowSettings, convert_questions
+    from bert_ad.data.squad_json import read_squad_file
+    from bert_ad.data.tokenization import make_tokenizer
+    from bert_ad.metrics.squad import score_answers
+    from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.manual_seed(s["seed"])
+
+    hf_dir = os.path.join(work_dir, "hf_model")
+    if not os.path.exists(os.path.join(hf_dir, "model.safetensors")):
+        subprocess.run([sys.executable, "-m", "bert_ad.convert", "google2hf", "--checkpoint",
+                        os.path.join(s["model_dir"], "bert_model.ckpt"), "--output_dir",
+                        hf_dir], check=True)
+    tokenizer = make_tokenizer(s["vocab_file"], s["do_lower_case"])
+    windows = SquadWindowSettings(s["max_seq_length"], s["doc_stride"], s["max_query_length"])
+    train = read_squad_file(s["train_file"], True, require_answers=True)
+    test = read_squad_file(s["test_file"], True, require_answers=True)
+    features = convert_questions(train.questions, train.contexts, tokenizer, windows, True)
+    scoring = convert_questions(test.questions, test.contexts, tokenizer, windows, False)
+    examples = features.examples
+    model = BertForQuestionAnswering.from_pretrained(hf_dir)
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [{"params": [p for n, p in model.named_parameters()
+                          if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
+              {"params": [p for n, p in model.named_parameters()
+                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=s["learning_rate"], eps=1e-6)
+    steps = int(np.ceil(len(examples) * s["epochs"] / s["batch"]))
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(steps * WARMUP), steps)
+    rng = np.random.RandomState(s["seed"])
+    order = np.concatenate([rng.permutation(len(examples))
+                            for _ in range(int(np.ceil(s["epochs"])) + 1)])
+
+    def batch_of(ex, indices):
+        length = int(max(ex.lengths[indices]))
+        ids = np.zeros((len(indices), length), np.int64)
+        segments, mask = np.zeros_like(ids), np.zeros_like(ids)
+        for row, i in enumerate(indices):
+            n = ex.lengths[i]
+            ids[row, :n] = ex.columns["input_ids"][i]
+            segments[row, :n] = ex.columns["segment_ids"][i]
+            mask[row, :n] = 1
+        return {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(segments),
+                "attention_mask": torch.from_numpy(mask)}
+
+    model.train()
+    started = time.perf_counter()
+    for step in range(steps):
+        indices = order[step * s["batch"]:(step + 1) * s["batch"]]
+        batch = batch_of(examples, indices)
+        batch["start_positions"] = torch.from_numpy(
+            examples.row_values["start_positions"][indices].astype(np.int64))
+        batch["end_positions"] = torch.from_numpy(
+            examples.row_values["end_positions"][indices].astype(np.int64))
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    seconds = time.perf_counter() - started
+    if "tensorflow" in sys.modules:  # its thread pools would have shared the cores
+        raise RuntimeError("TensorFlow was imported into the PyTorch worker")
+    model.eval()
+    starts, ends = [], []
+    ex = scoring.examples
+    with torch.inference_mode():
+        for first in range(0, len(ex), 64):
+            indices = np.arange(first, min(first + 64, len(ex)))
+            out = model(**batch_of(ex, indices))
+            starts.extend(out.start_logits.numpy())
+            ends.extend(out.end_logits.numpy())
+    answers = answers_from_logits(test.questions, test.contexts, scoring, starts, ends,
+                                  AnswerSettings(version_2_with_negative=True))
+    golds = {q.id: [a.text for a in q.answers] for q in test.questions}
+    figures = score_answers(golds, answers.predictions, "cmrc2018", answers.null_odds,
+                            answers.best_spans)
+    return {"status": "ok", "eval": {"eval_" + k: v for k, v in figures.items()},
+            "examples_per_sec": steps * s["batch"] / seconds, "train_seconds": seconds,
+            "final_loss": float(loss), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+
+
+def run_hf(s: dict, work_dir: str) -> dict:
+    command = [sys.executable, "-m", WORKER_MODULE, "--worker", "hf", "--work_dir", work_dir,
+               "--settings", json.dumps(s)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        return bench.run_worker(command, env=env)
+    except RuntimeError as e:
+        return {"status": "failed", "error": str(e)[-2000:]}
+
+
+# --- the report ---------------------------------------------------------------------------
+
+def report(records) -> str:
+    """The table of the runs with the newest record's settings."""
+    rows, rates = [], {}
+    settings = records[-1]["settings"] if records else None
+    for r in (r for r in records if r["settings"] == settings):
+        if r.get("status") != "ok":
+            rows.append([r["run"], "failed: " + r.get("error", "")[-80:], "", "", "", "", ""])
+            continue
+        e = r["eval"]
+        rates[r["run"]] = r["examples_per_sec"]
+        rows.append([r["run"], bench.fmt(e["eval_exact_match"], 2), bench.fmt(e["eval_f1"], 2),
+                     bench.fmt(e.get("eval_has_answer_f1", 0.0), 2),
+                     bench.fmt(e.get("eval_no_answer_f1", 0.0), 2),
+                     bench.fmt(e.get("eval_best_f1", 0.0), 2),
+                     bench.fmt(r["examples_per_sec"], 1)])
+    table = bench.markdown_table(["run", "EM", "F1", "F1 with answer", "F1 without",
+                                  "best F1", "train windows/sec"], rows)
+    if "hf" in rates:
+        for run in ("ours1", "ours2"):
+            if run in rates:
+                table += f"\n{run} / hf training speed: {rates[run] / rates['hf']:.2f}x"
+    return table
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker == "hf":
+        bench.emit_result(worker_hf(json.loads(args.settings), args.work_dir))
+        return 0
+    records = load_runs(args.records)
+    if not args.report_only:
+        model_dir, data_dir = ensure_model(args), ensure_data(args)
+        os.makedirs(args.work_dir, exist_ok=True)
+        train = subset(os.path.join(data_dir, "train.json"), args.train_questions,
+                       os.path.join(args.work_dir, "train.json"))
+        test = subset(os.path.join(data_dir, "test.json"), args.test_questions,
+                      os.path.join(args.work_dir, "test.json"))
+        s = settings_of(args, model_dir, train, test)
+        for run in args.runs.split(","):
+            if any(r["run"] == run and r["settings"] == s and r.get("status") == "ok"
+                   for r in records):
+                print(f"{run}: recorded, skipped")
+                continue
+            print(f"{run}: running", flush=True)
+            result = run_hf(s, args.work_dir) if run == "hf" else run_ours(
+                s, int(run[len("ours"):]), args.work_dir)
+            record = dict(result, run=run, settings=s, machine=bench.machine_description())
+            append_run(args.records, record)
+            records.append(record)
+    print(bench.cpu_line())
+    if records:
+        s = records[-1]["settings"]
+        print(f"{s['train_questions']} training questions, {s['test_questions'] or 'all'} test "
+              f"questions, {s['epochs']} epoch(s), batch {s['batch']}, max_seq_length "
+              f"{s['max_seq_length']}, model {s['model_dir']}")
+    print(report(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""run_squad_mgpu.py: extractive question answering (SQuAD v1.1/v2.0, CMRC2018, DRCD) on N towers.
+
+Google's run_squad.py flags (--train_file, --predict_file, --do_train,
+--do_predict, --max_seq_length 384, --doc_stride 128, --max_query_length 64,
+--n_best_size 20, --max_answer_length 30, --version_2_with_negative,
+--null_score_diff_threshold, --do_lower_case) plus the classifier's model and
+training flags (--n_gpus, accumulation, precision, resume, multi-worker,
+--eval_every_steps with --keep_best_checkpoint, --do_export). Order: train
+-> export -> predict -> eval.
+
+Files are SQuAD json as published; CMRC2018 and DRCD files as they are. The
+vocab is a WordPiece vocab.txt or a unigram piece list (pieces.tsv of
+multilingual-e5); answers map between characters and pieces exactly, Chinese
+included. Every context is cut into windows (--doc_stride) dealt across the
+towers; a span is answered from the window where it has the most context.
+
+--do_eval scores --dev_file, by default the --predict_file (scored once for
+both when --do_predict is set too), with exact match and F1: SQuAD's
+normalisation for English, CMRC2018's for Chinese (--answer_metric=auto picks
+by the contexts). Outputs in --output_dir: predictions.json,
+nbest_predictions.json, null_odds.json (v2.0), eval_results.txt,
+train_results.txt, model.ckpt-N (docs/squad.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+from absl import flags
+
+from bert_ad.cli import task_runner
+from bert_ad.cli.registry import register_task
+from bert_ad.data.squad_features import SquadWindowSettings
+from bert_ad.errors import fail
+from bert_ad.metrics.squad import STYLES
+from bert_ad.tasks.squad import SquadFiles, SquadTask
+from bert_ad.tasks.squad_answers import AnswerSettings
+
+# The flags every worker of a cluster must agree on (how questions become training
+# windows; the files' paths may differ from machine to machine).
+AGREED_FLAGS = ("doc_stride", "max_query_length", "version_2_with_negative")
+# Google's run_squad.py default; the shared flag's is 128.
+FLAG_DEFAULTS = (("max_seq_length", 384),)
+
+
+def define_task_flags(fv: flags.FlagValues) -> None:
+    """Question answering's own flags (the training and fine-tuning ones are shared)."""
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("train_file", None, "SQuAD json for training (--do_train).", **d)
+    flags.DEFINE_string("dev_file", None,
+                        "SQuAD json with answers that --do_eval and --eval_every_steps "
+                        "score (default: --predict_file).", **d)
+    flags.DEFINE_integer("doc_stride", 128,
+                         "Pieces between the starts of a long context's windows.", **d)
+    flags.DEFINE_integer("max_query_length", 64,
+                         "Longest question in pieces; longer ones are cut (and counted "
+                         "in the log).", **d)
+    flags.DEFINE_integer("n_best_size", 20,
+                         "Start and end candidates per window, and answers kept in "
+                         "nbest_predictions.json.", **d)
+    flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in pieces.", **d)
+    flags.DEFINE_bool("version_2_with_negative", False,
+                      "SQuAD v2.0: questions may have no answer (is_impossible).", **d)
+    flags.DEFINE_float("null_score_diff_threshold", 0.0,
+                       "v2.0: answer \"\" when the null score exceeds the best span's "
+                       "by more than this (eval_results.txt gives the best value).", **d)
+    flags.DEFINE_enum("answer_metric", "auto", ["auto"] + list(STYLES),
+                      "Exact match and F1 as SQuAD's evaluation (squad: English "
+                      "normalisation) or CMRC2018's (cmrc2018: each Chinese character a "
+                      "token); auto: cmrc2018 when most contexts hold Chinese.", **d)
+
+
+def check_flags(f: flags.FlagValues) -> None:
+    if f.do_train and not f.train_file:
+        fail("--do_train needs --train_file (a SQuAD json file)")
+    if f.train_file and not f.do_train:
+        fail(f"--train_file={f.train_file} is only read with --do_train; add --do_train, "
+             "or leave --train_file out")
+    if f.do_predict and not f.predict_file:
+        fail("--do_predict needs --predict_file (a SQuAD json file)")
+    scores_dev = f.do_eval or f.eval_every_steps
+    if scores_dev and not (f.dev_file or (f.do_predict and f.predict_file)):
+        fail("--do_eval and --eval_every_steps score --dev_file (default: --predict_file "
+             "with --do_predict): set one of them")
+    if f.dev_file and not scores_dev:
+        fail(f"--dev_file={f.dev_file} is only read with --do_eval or --eval_every_steps")
+    if f["null_score_diff_threshold"].present and not f.version_2_with_negative:
+        fail("--null_score_diff_threshold is for SQuAD v2.0: set --version_2_with_negative "
+             "too")
+    if not math.isfinite(f.null_score_diff_threshold):
+        fail(f"--null_score_diff_threshold={f.null_score_diff_threshold} must be a finite "
+             "number")
+    window_settings(f).check()
+
+
+def window_settings(f: flags.FlagValues) -> SquadWindowSettings:
+    return SquadWindowSettings(f.max_seq_length, f.doc_stride, f.max_query_length)
+
+
+def build(f: flags.FlagValues, encoder) -> SquadTask:
+    files = SquadFiles(f.train_file or "", f.predict_file or "", f.dev_file or "")
+    answers = AnswerSettings(f.n_best_size, f.max_answer_length, f.version_2_with_negative,
+                             f.null_score_diff_threshold)
+    return SquadTask(encoder, files, window_settings(f), answers, f.answer_metric,
+                     f.max_train_examples, f.max_eval_examples)
+
+
+COMMAND = register_task(
+    "squad", "extractive question answering: SQuAD v1.1/v2.0, CMRC2018, DRCD (run_squad)",
+    define_flags=define_task_flags, build=build, check_flags=check_flags,
+    agreed_flags=AGREED_FLAGS, flag_defaults=FLAG_DEFAULTS, description=__doc__,
+    positive_flags=("predict_batch_size", "doc_stride", "max_query_length", "n_best_size",
+                    "max_answer_length"),
+    aliases=("run_squad",), launcher="run_squad_mgpu.py", console_script="bert-ad-squad")
+
+
+# The launcher's contract (tests and callers parse flags and run in-process):
+# every flag of the command, and the run.
+def define_flags(fv: flags.FlagValues) -> None:
+    task_runner.define_flags(COMMAND, fv)
+
+
+def main(f: flags.FlagValues) -> int:
+    return task_runner.main(COMMAND, f)
+
+
+def cli(argv=None) -> None:
+    """run_squad_mgpu.py, bert-ad-squad, bert-ad squad."""
+    task_runner.run_task(COMMAND, argv)

@@ -1,0 +1,239 @@
+"""Extractive question answering (SQuAD v1.1/v2.0, CMRC2018, DRCD): run_squad on the driver.
+
+Rows are the questions of a SQuAD-layout json file (bert_ad/data/squad_json.py);
+each becomes one or more windows `[CLS] question [SEP] context [SEP]`
+(bert_ad/data/squad_features.py), and the windows are what the driver
+trains on and scores, dealt across the towers like any rows. The head gives
+each piece a start and an end logit (bert_ad/model/span_head.py, Google's
+`cls/squad/...` variables); answers are searched over a question's windows
+afterwards (bert_ad/tasks/squad_answers.py). Results in output_dir, named
+as Google's:
+
+  predictions.json        {question id: answer text} for every question of
+                          the predict file ("" = no answer, v2.0)
+  nbest_predictions.json  {id: [{text, probability, start_logit, end_logit}]}
+  null_odds.json          (v2.0) {id: null score - best span score}
+  eval_results.txt        exact match and F1 in percent (bert_ad/metrics/squad.py),
+                          overall (eval_exact_match, eval_f1) and for questions
+                          with an answer / without (eval_has_answer_*,
+                          eval_no_answer_*); v2.0: eval_best_f1 and the
+                          --null_score_diff_threshold that gives it; eval_loss
+                          (per window), eval_windows, global_step
+
+--do_eval scores --dev_file, by default the --predict_file: when the two are
+the same file, read once, the driver scores it once for both
+(bert_ad/driver.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Dict, Optional
+
+import numpy as np
+
+from bert_ad.data.squad_features import (SQUAD_FEATURES, SquadFeatures, SquadWindowSettings,
+                                         convert_questions)
+from bert_ad.data.squad_json import SquadFile, read_squad_file
+from bert_ad.errors import fail
+from bert_ad.metrics.squad import STYLES, detect_style, score_answers
+from bert_ad.model.span_head import SPAN_FEATURE_SPEC, span_head, span_logits
+from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
+from bert_ad.tasks.squad_answers import AnswerSettings, Answers, answers_from_logits
+
+log = logging.getLogger("bert_ad")
+
+PREDICTIONS, NBEST, NULL_ODDS = "predictions.json", "nbest_predictions.json", "null_odds.json"
+
+
+@dataclasses.dataclass
+class SquadSplit(SplitData):
+    """A split read from one SQuAD file: its questions are the rows.
+
+    Attributes:
+      squad: the whole file (contexts).
+      features: its windows, built once by `batches` and reused to turn the
+        scored windows into answers.
+    """
+    squad: Optional[SquadFile] = None
+    features: Optional[SquadFeatures] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadFiles:
+    """--train_file, --predict_file and --dev_file (default: the predict file)."""
+    train_file: str = ""
+    predict_file: str = ""
+    dev_file: str = ""
+
+    def path(self, split: str) -> str:
+        if split == "train":
+            return self.train_file
+        if split == "predict":
+            return self.predict_file
+        return self.dev_file or self.predict_file
+
+
+class SquadTask(Task):
+    """Start and end logits per piece; answers searched over each question's windows.
+
+    Args:
+      encoder: the model and tokenizer (WordPiece or a unigram piece list).
+      files: where the splits are.
+      windows: max_seq_length, --doc_stride, --max_query_length.
+      answers: --n_best_size, --max_answer_length, v2.0 and its threshold.
+      answer_metric: "auto" (cmrc2018 for Chinese contexts, else squad) or one
+        of bert_ad.metrics.squad.STYLES.
+      max_train_examples, max_eval_examples: only the first N questions.
+    """
+
+    name = "squad"
+    main_metric = "eval_f1"
+    feature_spec = SPAN_FEATURE_SPEC
+
+    def __init__(self, encoder: TextEncoder, files: SquadFiles, windows: SquadWindowSettings,
+                 answers: AnswerSettings, answer_metric: str = "auto",
+                 max_train_examples: Optional[int] = None,
+                 max_eval_examples: Optional[int] = None):
+        if answer_metric not in ("auto",) + STYLES:
+            raise ValueError(f"answer_metric must be auto or one of {STYLES}")
+        windows.check()
+        self.encoder = encoder
+        self.files = files
+        self.windows = windows
+        self.answers = answers
+        self.answer_metric = answer_metric
+        self.limits = {"train": max_train_examples, "dev": max_eval_examples}
+        self._files: Dict[str, SquadFile] = {}
+        self._splits: Dict[tuple, SquadSplit] = {}
+
+    # --- inputs -----------------------------------------------------------------
+
+    def read(self, split: str) -> SquadSplit:
+        """The questions of a split's file, checked; train and dev need answers.
+
+        The dev and predict splits of one file are one SquadSplit (the same
+        object), which the driver scores once for both.
+        """
+        path = self.files.path(split)
+        if not path:
+            flag = {"train": "--train_file", "predict": "--predict_file"}.get(
+                split, "--dev_file (or --do_predict with --predict_file)")
+            fail(f"no file to {'train on' if split == 'train' else 'score'}: set {flag}")
+        limit = self.limits.get(split)
+        key = ("train" if split == "train" else "score", path, limit)
+        if key in self._splits:
+            data = self._splits[key]
+        else:
+            if path not in self._files:
+                self._files[path] = read_squad_file(
+                    path, self.answers.version_2_with_negative, require_answers=False)
+            squad = self._files[path]
+            questions = squad.questions[:limit] if limit is not None else squad.questions
+            data = SquadSplit(split, questions, path, squad=squad)
+            self._splits[key] = data
+        if split != "predict":
+            unanswered = [q for q in data.rows if not q.has_answers]
+            if unanswered:
+                fail(f"{path}: question {unanswered[0].id!r} has no 'answers' (or an empty "
+                     "list without is_impossible); "
+                     f"{'training' if split == 'train' else 'evaluation'} needs the answers "
+                     "of every question")
+        return data
+
+    def batches(self, data: SquadSplit) -> Batches:
+        return self.encoder.batches(self.features(data).examples)
+
+    def features(self, data: SquadSplit) -> SquadFeatures:
+        """The windows of `data` (built on first use)."""
+        if data.features is None:
+            training = data.split == "train"
+            data.features = self.encoder.cached(
+                data, {"task": "squad", "windows": self.windows, "training": training,
+                       "version_2": self.answers.version_2_with_negative,
+                       "tokenizer": type(self.encoder.tokenizer).__name__},
+                lambda: convert_questions(data.rows, data.squad.contexts,
+                                          self.encoder.tokenizer, self.windows, training,
+                                          data.source),
+                SQUAD_FEATURES)
+            features = data.features
+            log.info("%s: %d questions -> %d windows of at most %d pieces (doc_stride %d); "
+                     "%d questions longer than --max_query_length=%d were cut to it%s",
+                     data.split, len(data), len(features.windows),
+                     self.windows.max_seq_length, self.windows.doc_stride,
+                     features.truncated_questions, self.windows.max_query_length,
+                     f"; {features.answers_outside} training windows hold no whole answer "
+                     "(target [CLS])" if training else "")
+        return data.features
+
+    # --- model ------------------------------------------------------------------
+
+    def build_model(self, features, is_training):
+        out = span_head(self.encoder.config, features, is_training, self.encoder.compute_dtype,
+                        self.encoder.remove_padding)
+        return {"loss": out.loss, "per_example_loss": out.per_example_loss,
+                "start_logits": out.start_logits, "end_logits": out.end_logits}
+
+    def serving_outputs(self, features):
+        """`start_logits` and `end_logits` [batch, seq] float32 of each row
+        `[CLS] question [SEP] context [SEP]` (padding at -10000); docs/serving.md
+        turns them into an answer."""
+        complete = serving_features(features, self.feature_spec)
+        start, end = span_logits(self.encoder.config, complete, False,
+                                 self.encoder.compute_dtype, self.encoder.remove_padding)
+        return {"start_logits": start, "end_logits": end}
+
+    # --- results ----------------------------------------------------------------
+
+    def answers_of(self, data: SquadSplit, outputs: Dict[str, np.ndarray]) -> Answers:
+        return answers_from_logits(data.rows, data.squad.contexts, self.features(data),
+                                   list(outputs["start_logits"]), list(outputs["end_logits"]),
+                                   self.answers)
+
+    def style(self, data: SquadSplit) -> str:
+        if self.answer_metric != "auto":
+            return self.answer_metric
+        return detect_style(data.squad.contexts)
+
+    def metrics(self, data: SquadSplit, outputs: Dict[str, np.ndarray]) -> dict:
+        answers = self.answers_of(data, outputs)
+        golds = {q.id: [a.text for a in q.answers] for q in data.rows}
+        version_2 = self.answers.version_2_with_negative
+        figures = score_answers(golds, answers.predictions, self.style(data),
+                                answers.null_odds if version_2 else None,
+                                answers.best_spans if version_2 else None)
+        metrics = {"eval_" + name: value for name, value in figures.items()}
+        metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"])) \
+            if len(outputs.get("per_example_loss", ())) else 0.0
+        metrics["eval_windows"] = len(self.features(data).windows)
+        metrics["eval_answer_metric"] = self.style(data)
+        return metrics
+
+    def prediction_files(self, data: SquadSplit, outputs: Dict[str, np.ndarray]):
+        answers = self.answers_of(data, outputs)
+        files = {PREDICTIONS: _json_lines(answers.predictions),
+                 NBEST: _json_lines(answers.nbest)}
+        if self.answers.version_2_with_negative:
+            files[NULL_ODDS] = _json_lines(answers.null_odds)
+        return files
+
+    def describe_metrics(self, metrics) -> str:
+        line = (f"exact match {metrics['eval_exact_match']:.2f}  F1 {metrics['eval_f1']:.2f}"
+                f"  ({metrics['eval_questions']} questions, {metrics['eval_answer_metric']} "
+                f"answers, step {metrics['global_step']})")
+        for prefix, what in (("has_answer_", "with an answer"), ("no_answer_", "without")):
+            if metrics.get(f"eval_{prefix}questions"):
+                line += (f"\n{what}: exact match {metrics[f'eval_{prefix}exact_match']:.2f}  "
+                         f"F1 {metrics[f'eval_{prefix}f1']:.2f}  "
+                         f"({metrics[f'eval_{prefix}questions']} questions)")
+        if "eval_best_f1" in metrics:
+            line += (f"\nbest F1 {metrics['eval_best_f1']:.2f} at "
+                     f"--null_score_diff_threshold={metrics['eval_best_f1_threshold']:.4f}")
+        return line
+
+
+def _json_lines(values) -> list:
+    """A result file's lines: Google's json.dump(indent=4), UTF-8 as it is."""
+    return json.dumps(values, indent=4, ensure_ascii=False).split("\n")

@@ -1,0 +1,409 @@
+"""run_squad_mgpu.py end to end on a tiny model, and its bad input.
+
+* English SQuAD v1.1 sample: train on 2 towers, export, predict and evaluate
+  in one run; the predict windows do not divide by batch x towers, yet
+  predictions.json answers every question, in file order, with text of its
+  own context; nbest_predictions.json leads with it; eval_results.txt equals
+  our metric on predictions.json. Scored again from the export alone on 1
+  tower with another batch size: the same answers.
+* Chinese CMRC-style sample made v2.0 (unanswerable questions added), with
+  the real Chinese vocab: null_odds.json, "" where the null odds exceed the
+  threshold, CMRC2018 scoring and the no-answer split; evaluated during
+  training too, the best checkpoint kept by F1.
+* Bad input (the launcher's cli in this process): one `error:` line naming the
+  file and the question id (or the flag), exit 2, the output folder unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from bert_ad.cli import squad as squad_cli
+from bert_ad.files import read_key_values
+from bert_ad.metrics.squad import score_answers
+from bert_ad.serving.layout import read_metadata
+
+from helpers import (REPO, TINY_CONFIG, Run, flag_args, run_bad_inputs, run_launcher,
+                     tiny_model)
+
+SAMPLES = os.path.join(REPO, "data", "sample_squad")
+EN, ZH = os.path.join(SAMPLES, "en-v1.1.json"), os.path.join(SAMPLES, "zh-cmrc2018.json")
+LAUNCHER = "run_squad_mgpu.py"
+TOWERS, PREDICT_BATCH = 2, 3
+IMPOSSIBLE = ["长江的水是什么颜色的？", "故宫有多少个房间？", "大熊猫的寿命有多长？"]
+
+
+def load(path: str):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_json(path: str, value) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, ensure_ascii=False)
+    return path
+
+
+def questions_of(squad: dict) -> list:
+    """(id, context, [answer texts]) in file order."""
+    return [(q["id"], p["context"], [a["text"] for a in q["answers"]])
+            for article in squad["data"] for p in article["paragraphs"] for q in p["qas"]]
+
+
+def texts_of(squad: dict) -> list:
+    return [t for _, context, answers in questions_of(squad) for t in [context] + answers] + [
+        q["question"] for a in squad["data"] for p in a["paragraphs"] for q in p["qas"]]
+
+
+class Setup:
+    """Paths of the tiny models and data."""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, chinese_vocab) -> Setup:
+    s = Setup()
+    s.root = str(tmp_path_factory.mktemp("squad"))
+    s.en_model = tiny_model(os.path.join(s.root, "en_model"), texts_of(load(EN)),
+                            max_position_embeddings=64)
+    s.zh_config = os.path.join(s.root, "zh_bert_config.json")
+    write_json(s.zh_config, dict(load(TINY_CONFIG), vocab_size=21128,
+                                 max_position_embeddings=64))
+    s.chinese_vocab = chinese_vocab
+    # The Chinese sample as v2.0: an unanswerable question in every paragraph.
+    zh = load(ZH)
+    for index, (article, question) in enumerate(zip(zh["data"], IMPOSSIBLE)):
+        paragraph = article["paragraphs"][0]
+        for qa in paragraph["qas"]:
+            qa["is_impossible"] = False
+        paragraph["qas"].append({"question": question, "id": f"IMPOSSIBLE_{index}",
+                                 "answers": [], "is_impossible": True})
+    s.zh_v2 = write_json(os.path.join(s.root, "zh-v2.json"), zh)
+    s.common = {"max_seq_length": 48, "doc_stride": 16, "max_query_length": 16,
+                "n_gpus": TOWERS, "train_batch_size": 4, "predict_batch_size": PREDICT_BATCH,
+                "eval_batch_size": PREDICT_BATCH, "learning_rate": 1e-3,
+                "num_train_epochs": 3, "seed": 3}
+    return s
+
+
+def windows_logged(stderr: str, split: str) -> int:
+    match = re.search(split + r": (\d+) questions -> (\d+) windows", stderr)
+    assert match, stderr[-3000:]
+    return int(match.group(2))
+
+
+@pytest.fixture(scope="module")
+def trained(setup):
+    """{"en": (output_dir, run), "zh": ...}: trained on 2 towers, predicted, evaluated."""
+    s = setup
+    en = dict(s.common, vocab_file=s.en_model.vocab_file,
+              bert_config_file=s.en_model.config_file, train_file=EN, predict_file=EN,
+              output_dir=os.path.join(s.root, "en"), do_train=True, do_predict=True,
+              do_eval=True, do_export=True)
+    zh = dict(s.common, vocab_file=s.chinese_vocab, bert_config_file=s.zh_config,
+              train_file=s.zh_v2, predict_file=s.zh_v2, output_dir=os.path.join(s.root, "zh"),
+              do_train=True, do_predict=True, do_eval=True, version_2_with_negative=True,
+              eval_every_steps=10, keep_best_checkpoint=True)
+    with ThreadPoolExecutor(2) as pool:
+        runs = {name: pool.submit(run_launcher, [LAUNCHER] + flag_args(flags))
+                for name, flags in (("en", en), ("zh", zh))}
+        return {name: (flags["output_dir"], runs[name].result().check())
+                for name, flags in (("en", en), ("zh", zh))}
+
+
+def check_predictions(output_dir: str, squad: dict) -> dict:
+    """predictions.json: every question, in file order, text of its own context."""
+    predictions = load(os.path.join(output_dir, "predictions.json"))
+    questions = questions_of(squad)
+    assert list(predictions) == [qid for qid, _, _ in questions]
+    for qid, context, _ in questions:
+        assert predictions[qid] in context
+    nbest = load(os.path.join(output_dir, "nbest_predictions.json"))
+    assert list(nbest) == list(predictions)
+    for qid, entries in nbest.items():
+        assert 1 <= len(entries) <= 20
+        assert sum(e["probability"] for e in entries) == pytest.approx(1.0)
+        assert [e["text"] for e in entries].count(predictions[qid]) == 1
+        scores = [e["start_logit"] + e["end_logit"] for e in entries]
+        assert scores == sorted(scores, reverse=True)
+    return predictions
+
+
+def test_english_predictions_answer_every_question(setup, trained):
+    output_dir, run = trained["en"]
+    windows = windows_logged(run.stderr, "predict")
+    assert windows % (TOWERS * PREDICT_BATCH) != 0   # a short last batch on both towers
+    assert windows > len(questions_of(load(EN)))     # contexts longer than one window
+    predictions = check_predictions(output_dir, load(EN))
+    nbest = load(os.path.join(output_dir, "nbest_predictions.json"))
+    assert all(nbest[qid][0]["text"] == text for qid, text in predictions.items())
+    assert not os.path.exists(os.path.join(output_dir, "null_odds.json"))
+    # The predict file is the dev file: scored once, for both.
+    assert run.stderr.count("scoring") == 1, run.stderr[-3000:]
+
+
+def test_eval_results_are_our_metric_of_predictions_json(trained):
+    output_dir, _ = trained["en"]
+    results = read_key_values(os.path.join(output_dir, "eval_results.txt"))
+    golds = {qid: answers for qid, _, answers in questions_of(load(EN))}
+    expected = score_answers(golds, load(os.path.join(output_dir, "predictions.json")),
+                             "squad")
+    for name in ("exact_match", "f1", "has_answer_exact_match", "has_answer_f1"):
+        assert float(results["eval_" + name]) == pytest.approx(expected[name], abs=1e-4)
+    assert int(results["eval_questions"]) == 14
+    assert results["eval_answer_metric"] == "squad"
+    # The tiny model learnt something from 3 epochs on these questions.
+    assert float(results["eval_f1"]) > 20.0
+
+
+def test_the_export_serves_start_and_end_logits_and_scores_the_same(setup, trained):
+    output_dir, _ = trained["en"]
+    exports = os.path.join(output_dir, "export")
+    export_dir = os.path.join(exports, os.listdir(exports)[0])
+    metadata = read_metadata(export_dir)
+    assert sorted(metadata.outputs) == ["end_logits", "start_logits"]
+    assert sorted(metadata.inputs) == ["input_ids", "input_mask", "segment_ids"]
+    rescored = os.path.join(setup.root, "en_from_export")
+    run_launcher([LAUNCHER] + flag_args(dict(
+        predict_from_export=export_dir, predict_file=EN, do_predict=True, n_gpus=1,
+        predict_batch_size=5, output_dir=rescored, max_query_length=16,
+        doc_stride=16))).check()
+    assert load(os.path.join(rescored, "predictions.json")) == \
+        load(os.path.join(output_dir, "predictions.json"))
+
+
+HARNESS = """
+import json
+from bert_ad.data.squad_features import SquadWindowSettings, convert_questions
+from bert_ad.data.squad_json import Question
+from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
+
+QUESTION = "Who discovered penicillin?"
+CONTEXT = "Penicillin was discovered in 1928 by Alexander Fleming in London."
+text = answer(QUESTION, CONTEXT, max_query_length=16)[0]
+features = convert_questions([Question("q", QUESTION, 0, ())], [CONTEXT], tokenizer,
+                             SquadWindowSettings(64, 16, 16), training=False)
+row = {name: tf.constant([features.examples.columns[name][0]])
+       for name in ("input_ids", "segment_ids")}
+out = serve(input_mask=tf.ones_like(row["input_ids"]), **row)
+ours = answers_from_logits([Question("q", QUESTION, 0, ())], [CONTEXT], features,
+                           [out["start_logits"].numpy()[0]], [out["end_logits"].numpy()[0]],
+                           AnswerSettings(max_answer_length=30))
+print(json.dumps({"doc": text, "ours": ours.predictions["q"], "windows": len(features.windows)}))
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 8), reason="the doc's code is TF 2's "
+                    "(tf.saved_model.load)")
+def test_the_serving_doc_turns_the_logits_into_our_answer(setup, trained, tmp_path):
+    """docs/serving.md's code, run on the export, answers as our own search does."""
+    with open(os.path.join(REPO, "docs", "serving.md"), encoding="utf-8") as f:
+        doc = f.read()
+    section = doc[doc.index("### A question-answering export"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    exports = os.path.join(trained["en"][0], "export")
+    export_dir = os.path.join(exports, os.listdir(exports)[0])
+    assert '"OUT/export/1200"' in code
+    script = tmp_path / "serving_doc.py"
+    script.write_text(code.replace('"OUT/export/1200"', repr(export_dir)) + HARNESS,
+                      encoding="utf-8")
+    run = run_launcher([str(script)]).check()
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["windows"] == 1
+    assert result["doc"] == result["ours"]
+    assert result["doc"] and result["doc"] in \
+        "Penicillin was discovered in 1928 by Alexander Fleming in London."
+
+
+def test_version_2_answers_nothing_where_the_null_odds_win(setup, trained):
+    output_dir, _ = trained["zh"]
+    squad = load(setup.zh_v2)
+    predictions = check_predictions(output_dir, squad)
+    null_odds = load(os.path.join(output_dir, "null_odds.json"))
+    assert list(null_odds) == list(predictions)
+    nbest = load(os.path.join(output_dir, "nbest_predictions.json"))
+    for qid, odds in null_odds.items():
+        if odds > 0.0:
+            assert predictions[qid] == ""
+        else:
+            assert predictions[qid] == next(e["text"] for e in nbest[qid] if e["text"])
+        assert "" in [e["text"] for e in nbest[qid]]
+    results = read_key_values(os.path.join(output_dir, "eval_results.txt"))
+    assert results["eval_answer_metric"] == "cmrc2018"
+    assert int(results["eval_no_answer_questions"]) == len(IMPOSSIBLE)
+    assert int(results["eval_has_answer_questions"]) == 10
+    golds = {qid: answers for qid, _, answers in questions_of(squad)}
+    expected = score_answers(golds, predictions, "cmrc2018")
+    for name in ("exact_match", "f1", "no_answer_f1", "has_answer_f1"):
+        assert float(results["eval_" + name]) == pytest.approx(expected[name], abs=1e-4)
+    assert float(results["eval_best_f1"]) >= float(results["eval_f1"]) - 1e-4
+    # --eval_every_steps --keep_best_checkpoint: the dev file (the predict file)
+    # scored while training, the best by eval_f1 kept.
+    best = load(os.path.join(output_dir, "best", "best.json"))
+    assert best["metric"] == "eval_f1" and best["higher_is_better"]
+    assert any(name.startswith("model.ckpt-") for name in
+               os.listdir(os.path.join(output_dir, "best")))
+
+
+# ---------------------------------------------------------------------------
+# Bad input.
+
+
+def run_in_process(argv) -> Run:
+    """The launcher's cli on argv, in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, log = sys.argv, logging.getLogger("bert_ad")
+    saved_log = (log.handlers[:], log.propagate, log.level)
+    sys.argv = list(argv)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                squad_cli.cli()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = saved_argv
+        log.handlers[:], log.propagate, log.level = saved_log
+    return Run(list(argv), code, out.getvalue(), err.getvalue())
+
+
+def broken(setup, name: str, change) -> str:
+    """The English sample changed by change(data), written as NAME.json."""
+    data = load(EN)
+    change(data)
+    return write_json(os.path.join(setup.root, "bad", name + ".json"), data)
+
+
+def first_qa(data: dict) -> dict:
+    return data["data"][0]["paragraphs"][0]["qas"][0]
+
+
+def _bad_cases(setup, trained_dir: str) -> dict:
+    os.makedirs(os.path.join(setup.root, "bad"), exist_ok=True)
+    s = setup
+
+    def raw(name, text):
+        path = os.path.join(s.root, "bad", name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    def set_field(key, value):
+        return lambda d: first_qa(d).__setitem__(key, value)
+
+    def drop(where, key):
+        return lambda d: where(d).pop(key)
+
+    files = {
+        "answer_start_off": (broken(s, "start_off", lambda d: first_qa(d)["answers"][0]
+                                    .__setitem__("answer_start", 25)),
+                             ["sample-001", "answer_start 25 does not match"]),
+        "answer_outside": (broken(s, "outside", lambda d: first_qa(d)["answers"][0]
+                                  .__setitem__("answer_start", 10_000)),
+                           ["sample-001", "runs outside its context"]),
+        "duplicate_id": (broken(s, "duplicate", lambda d: d["data"][1]["paragraphs"][0]["qas"]
+                                [0].__setitem__("id", "sample-001")),
+                         ["sample-001", "appears twice"]),
+        "no_context": (broken(s, "no_context", drop(lambda d: d["data"][0]["paragraphs"][0],
+                                                    "context")),
+                       ["sample-001", "no 'context' field"]),
+        "no_question": (broken(s, "no_question", drop(first_qa, "question")),
+                        ["sample-001", "no 'question' field"]),
+        "no_id": (broken(s, "no_id", drop(first_qa, "id")),
+                  ["data[0].paragraphs[0].qas[0]", "no 'id' field"]),
+        "no_answers": (broken(s, "no_answers", drop(first_qa, "answers")),
+                       ["sample-001", "has no 'answers'"]),
+        "answer_not_number": (broken(s, "start_text", lambda d: first_qa(d)["answers"][0]
+                                     .__setitem__("answer_start", "24")),
+                              ["sample-001", "'answer_start' must be an integer"]),
+        "v2_without_flag": (broken(s, "v2", set_field("is_impossible", True)),
+                            ["sample-001", "is_impossible", "--version_2_with_negative"]),
+        "not_json": (raw("not_json.json", '{"data": [}'), ["not_json.json", "is not JSON"]),
+        "empty": (raw("empty.json", "\n"), ["empty.json", "is empty"]),
+        "not_squad": (raw("list.json", "[1, 2]"), ["list.json", "not a JSON object"]),
+    }
+    base = {"vocab_file": s.en_model.vocab_file, "bert_config_file": s.en_model.config_file,
+            "max_seq_length": 48, "max_query_length": 16}
+    cases = {}
+    for name, (path, expected) in files.items():
+        output_dir = os.path.join(s.root, "bad_out", name)
+        flags = dict(base, train_file=path, do_train=True, output_dir=output_dir)
+        cases[name] = ([LAUNCHER] + flag_args(flags), output_dir,
+                       [os.path.basename(path)] + expected)
+    # A bad predict file against a trained output_dir: nothing in it changes.
+    cases["predict_duplicate_trained_dir"] = (
+        [LAUNCHER] + flag_args(dict(base, predict_file=files["duplicate_id"][0],
+                                    do_predict=True, output_dir=trained_dir)),
+        trained_dir, ["duplicate.json", "sample-001", "appears twice"])
+    cases["eval_without_answers"] = (
+        [LAUNCHER] + flag_args(dict(base, dev_file=files["no_answers"][0], do_eval=True,
+                                    init_checkpoint=trained_dir, output_dir=trained_dir)),
+        trained_dir, ["no_answers.json", "sample-001", "'answers'"])
+    flag_cases = {
+        "train_without_file": (dict(do_train=True), ["--do_train needs --train_file"]),
+        "eval_without_file": (dict(do_eval=True), ["--dev_file"]),
+        "query_too_long": (dict(do_predict=True, predict_file=EN, max_query_length=46),
+                           ["--max_seq_length=48", "--max_query_length=46"]),
+        "threshold_without_v2": (dict(do_predict=True, predict_file=EN,
+                                      null_score_diff_threshold=1.0),
+                                 ["--null_score_diff_threshold", "--version_2_with_negative"]),
+        "zero_n_best": (dict(do_predict=True, predict_file=EN, n_best_size=0),
+                        ["--n_best_size=0"]),
+    }
+    for name, (flags, expected) in flag_cases.items():
+        output_dir = os.path.join(s.root, "bad_out", name)
+        cases[name] = ([LAUNCHER] + flag_args(dict(base, output_dir=output_dir, **flags)),
+                       output_dir, expected)
+    return cases
+
+
+BAD_CASES = ["answer_start_off", "answer_outside", "duplicate_id", "no_context", "no_question",
+             "no_id", "no_answers", "answer_not_number", "v2_without_flag", "not_json", "empty",
+             "not_squad", "predict_duplicate_trained_dir", "eval_without_answers",
+             "train_without_file", "eval_without_file", "query_too_long",
+             "threshold_without_v2", "zero_n_best"]
+
+
+@pytest.fixture(scope="module")
+def bad_runs(setup, trained):
+    return run_bad_inputs(_bad_cases(setup, trained["en"][0]), BAD_CASES, run=run_in_process,
+                          parallel=1)
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_is_one_error_line_and_nothing_written(bad_runs, case):
+    bad_runs[case].assert_refused()
+
+
+def test_the_command_line_prints_one_error_line_and_exits_2(setup):
+    output_dir = os.path.join(setup.root, "bad_out", "subprocess")
+    run = run_launcher([LAUNCHER] + flag_args(dict(
+        vocab_file=setup.en_model.vocab_file, bert_config_file=setup.en_model.config_file,
+        train_file=broken(setup, "duplicate_sub", lambda d: d["data"][1]["paragraphs"][0]
+                          ["qas"][0].__setitem__("id", "sample-001")),
+        do_train=True, output_dir=output_dir, max_seq_length=48, max_query_length=16)))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1].startswith("error: ")
+    assert "sample-001" in run.stderr.splitlines()[-1]
+    assert not os.path.exists(output_dir)
+
+
+def test_googles_defaults_and_the_classifiers_unchanged():
+    from bert_ad.cli import classifier
+    from bert_ad.cli.runner import parse_flags
+    f = parse_flags(squad_cli.define_flags, ["run_squad_mgpu.py"], "", "")
+    assert (f.max_seq_length, f.doc_stride, f.max_query_length, f.n_best_size,
+            f.max_answer_length, f.version_2_with_negative, f.null_score_diff_threshold,
+            f.do_lower_case) == (384, 128, 64, 20, 30, False, 0.0, True)
+    assert parse_flags(classifier.define_flags, ["run_classifier_mgpu.py"], "",
+                       "").max_seq_length == 128
