@@ -32,9 +32,10 @@ from typing import List, Tuple
 
 import numpy as np
 
-from bert_ad.data.tokenization import (UNK, FullTokenizer, PieceListTokenizer, _is_control,
-                                       _is_punctuation, _is_whitespace, _strip_accents,
-                                       _to_text, is_chinese_char)
+# Google's character classes, as the tokenizers apply them (offsets must agree).
+from bert_ad.data.basic_tokenization import (_is_control, _is_punctuation, _is_whitespace,
+                                             is_chinese_char, strip_accents, to_text)
+from bert_ad.data.tokenization import UNK, FullTokenizer, PieceListTokenizer
 from bert_ad.data.unigram import WORD_START
 from bert_ad.errors import fail
 
@@ -60,7 +61,7 @@ def piece_spans(tokenizer, text: str) -> PieceSpans:
       UserError: a tokenizer that cannot say where its pieces come from
         (SentencePiece .model files).
     """
-    text = _to_text(text)
+    text = to_text(text)
     if isinstance(tokenizer, FullTokenizer):
         spans = _wordpiece_spans(tokenizer, text)
     elif isinstance(tokenizer, PieceListTokenizer):
@@ -107,12 +108,12 @@ def _normalise_word(chars: List[Tuple[str, int]], do_lower_case: bool) -> List[C
     if not do_lower_case:
         return [(char, index, index + 1) for char, index in chars]
     normalised = [(out, index, index + 1) for char, index in chars
-                  for out in _strip_accents(char.lower())]
+                  for out in strip_accents(char.lower())]
     word = "".join(char for char, _ in chars)
-    if "".join(char for char, _, _ in normalised) == _strip_accents(word.lower()):
+    if "".join(char for char, _, _ in normalised) == strip_accents(word.lower()):
         return normalised
     first, last = chars[0][1], chars[-1][1] + 1
-    return [(out, first, last) for out in _strip_accents(word.lower())]
+    return [(out, first, last) for out in strip_accents(word.lower())]
 
 
 def _split_punctuation(word: List[Char]) -> List[List[Char]]:
