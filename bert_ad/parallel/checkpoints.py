@@ -14,6 +14,8 @@ import logging
 import os
 import re
 
+import numpy as np
+
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.errors import fail
 
@@ -34,20 +36,26 @@ def resolve_checkpoint(path: str, flag: str = "--init_checkpoint") -> str:
 
     A directory resolves to its newest readable `model.ckpt-N`, else
     `bert_model.ckpt`. UserError (one line naming the file) when there is
-    none, or when the checkpoint is cut short or has a file missing.
+    none, or when the checkpoint is cut short, has a file missing or holds
+    NaN or inf numbers.
     """
     if os.path.isdir(path):
+        steps = step_checkpoints(path)
+        if steps and all(checkpoint_problem(p) for p in reversed(steps)):
+            # Not "a directory without a checkpoint": say what is wrong with it.
+            fail(f"{flag}={path}: {checkpoint_problem(steps[-1])}")
         found = latest_checkpoint(path)
-        if found is None and os.path.exists(os.path.join(path, "bert_model.ckpt.index")):
-            found = os.path.join(path, "bert_model.ckpt")
-        if found is None:
+        if found is not None:
+            return found
+        if not os.path.exists(os.path.join(path, "bert_model.ckpt.index")):
             fail(f"{flag}={path} is a directory without a checkpoint "
                  "(no model.ckpt-N.index or bert_model.ckpt.index in it)")
-        return found
-    prefix = checkpoint_prefix(path)
-    if not os.path.exists(prefix + ".index"):
-        fail(f"{flag}={path} is not a checkpoint: {prefix}.index does not exist; give a "
-             "prefix such as .../bert_model.ckpt")
+        prefix = os.path.join(path, "bert_model.ckpt")
+    else:
+        prefix = checkpoint_prefix(path)
+        if not os.path.exists(prefix + ".index"):
+            fail(f"{flag}={path} is not a checkpoint: {prefix}.index does not exist; give "
+                 "a prefix such as .../bert_model.ckpt")
     problem = checkpoint_problem(prefix)
     if problem:
         fail(f"{flag}={path}: {problem}")
@@ -81,13 +89,39 @@ def checkpoint_problem(prefix: str) -> str | None:
 def _read_whole(prefix: str) -> str | None:
     try:
         reader = tf.train.NewCheckpointReader(prefix)
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
+        for name in sorted(reader.get_variable_to_shape_map()):
+            # A NaN or inf weight (a damaged file, a diverged run saved by
+            # another tool) would surface later as a "non-finite loss".
+            summary = non_finite_summary(reader.get_tensor(name))
+            if summary:
+                return (f"the checkpoint {prefix} holds non-finite numbers: {name} {summary}; "
+                        "it was damaged, or saved by a run that diverged: use an earlier "
+                        "checkpoint")
     except Exception as e:  # noqa: BLE001 - TF's reader raises OpError, IndexError, ...
         cause = " ".join(str(getattr(e, "message", e)).split())
         return f"the checkpoint {prefix} cannot be read ({cause[:200]}); it was cut short " \
                "or a file is missing"
     return None
+
+
+def non_finite_summary(value) -> str | None:
+    """'holds 2 non-finite numbers (1 NaN, 1 inf), the first at [3, 5]', or None.
+
+    For any array (non-float ones are always finite).
+    """
+    value = np.asarray(value)
+    if not np.issubdtype(value.dtype, np.floating):
+        return None
+    bad = ~np.isfinite(value)
+    count = int(bad.sum())
+    if not count:
+        return None
+    nans = int(np.isnan(value).sum())
+    kinds = ", ".join(f"{n} {kind}" for n, kind in ((nans, "NaN"), (count - nans, "inf"))
+                      if n)
+    first = [int(i) for i in np.unravel_index(int(np.argmax(bad.ravel())), value.shape)]
+    return (f"holds {count} non-finite number{'' if count == 1 else 's'} ({kinds}), "
+            f"the first at {first}")
 
 
 def step_checkpoints(directory: str) -> list:

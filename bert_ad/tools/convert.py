@@ -31,7 +31,7 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from bert_ad.resources import safetensors
-from bert_ad.parallel.checkpoints import resolve_checkpoint
+from bert_ad.parallel.checkpoints import non_finite_summary, resolve_checkpoint
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import fail, require_file
 from bert_ad.files import cannot_write, staging_directory
@@ -214,6 +214,10 @@ def _google_tensors_from_hf(weights_path: str, config: BertConfig,
             skipped.append(hf_name)
             continue
         value = np.asarray(value, dtype=np.float32)
+        not_finite = non_finite_summary(value)
+        if not_finite:
+            fail(f"{weights_path}: {hf_name} {not_finite}; the file is damaged or was "
+                 "saved from a model that diverged: convert another copy")
         if is_kernel(name):
             value = np.ascontiguousarray(value.T)
         if name not in expected:
