@@ -21,7 +21,7 @@ import pytest
 
 from helpers import (REPO, SAMPLE_SENTIMENT, Processes, assert_one_error_line, flag_args,
                      logged_run, read_text, run_command, run_launcher,
-                     save_initial_checkpoint, tiny_model, tree_digest, wait)
+                     save_initial_checkpoint, tiny_model, tree_digest, wait, write_config)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 
@@ -94,6 +94,31 @@ def test_relabelled_data_is_refused_before_anything_is_written(ws, tmp_path):
     three = run_launcher(flags(ws, output_dir, data_dir=str(data), num_train_epochs=2))
     assert_one_error_line(three, "labels.txt lists the labels 0, 1", "are 0, 1, 2")
     assert tree_digest(output_dir) == before
+
+
+def test_an_output_dir_trained_with_another_config_is_refused_before_anything_is_written(
+        ws, tmp_path):
+    """Resuming, predicting or exporting with a --bert_config_file of another shape
+    than the one output_dir's checkpoints were trained with: one line naming a
+    variable, both shapes and the config fields, before anything is written."""
+    output_dir = str(tmp_path / "out")
+    run_launcher(flags(ws, output_dir)).check()
+    before = tree_digest(output_dir)
+    wider = write_config(str(tmp_path / "wider.json"), ws.model.vocab_size, hidden_size=64,
+                         intermediate_size=128)
+    newest = os.path.join(output_dir, "model.ckpt-10")
+    rows = ws.model.vocab_size
+    for changes in ({"num_train_epochs": 2}, {"do_train": None, "do_predict": True},
+                    {"do_train": None, "do_export": True}):
+        run = run_launcher(flags(ws, output_dir, bert_config_file=wider, init_checkpoint=None,
+                                 **changes))
+        assert_one_error_line(
+            run, f"{newest} (the newest checkpoint in --output_dir) does not fit "
+                 f"--bert_config_file={wider}: bert/embeddings/word_embeddings is [{rows}, 32] "
+                 f"there but [{rows}, 64] by the config (the checkpoint's hidden_size=32, "
+                 "intermediate_size=64; the config's hidden_size=64, intermediate_size=128); "
+                 "give the --bert_config_file it was trained with, or use a new --output_dir")
+        assert tree_digest(output_dir) == before
 
 
 def test_resume_skips_a_cut_short_checkpoint(ws, tmp_path):

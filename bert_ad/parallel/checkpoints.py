@@ -18,6 +18,8 @@ import numpy as np
 
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.errors import fail
+from bert_ad.model.modeling import BertConfig
+from bert_ad.model.variable_shapes import config_fields_of, google_variable_shapes
 
 log = logging.getLogger("bert_ad")
 
@@ -199,6 +201,55 @@ def require_variables(checkpoint: str, variables: list, what: str = "checkpoint"
                  f"{saved[name]} there, {shape} here); {advice}")
 
 
+def config_mismatch(checkpoint: str, config: BertConfig) -> str | None:
+    """How the encoder in `checkpoint` differs from the one `config` describes, or None.
+
+    Every encoder variable is compared by shape, and the layer count; a
+    checkpoint without BertModel's variables (another model's) is not
+    compared. The answer names a variable, both shapes and the config fields
+    that differ, e.g. "bert/embeddings/word_embeddings is [633, 32] there but
+    [633, 64] by the config (the checkpoint's hidden_size=32; the config's
+    hidden_size=64)".
+    """
+    saved = dict(list_checkpoint_variables(checkpoint))
+    if not any(name.startswith("bert/") for name in saved):
+        return None
+    expected = google_variable_shapes(config)
+    theirs, ours = config_fields_of(saved), config_fields_of(expected)
+    differ = [field for field in ours if field in theirs and theirs[field] != ours[field]]
+    fields = (" (the checkpoint's " + ", ".join(f"{k}={theirs[k]}" for k in differ)
+              + "; the config's " + ", ".join(f"{k}={ours[k]}" for k in differ) + ")"
+              if differ else "")
+    for name, shape in expected.items():
+        if name in saved and saved[name] != shape:
+            return f"{name} is {saved[name]} there but {shape} by the config{fields}"
+    missing = [name for name in expected if name not in saved
+               and not name.startswith("bert/pooler/")]  # models saved without a pooler
+    extra = sorted(name for name in saved if name.startswith("bert/encoder/")
+                   and not is_optimizer_state(name) and name not in expected)
+    if missing:
+        return f"{missing[0]} {expected[missing[0]]} is not there{fields}"
+    if extra:
+        return f"{extra[0]} {saved[extra[0]]} is there but not in the config's model{fields}"
+    return None
+
+
+def check_fits_config(checkpoint: str, config: BertConfig, what: str, config_flag: str,
+                      advice: str) -> None:
+    """UserError (one line) unless `checkpoint` holds the encoder `config` describes.
+
+    Args:
+      checkpoint: a readable checkpoint prefix.
+      config: the run's --bert_config_file.
+      what: the checkpoint as the user knows it ("--init_checkpoint=...").
+      config_flag: "--bert_config_file=...".
+      advice: what to do about it.
+    """
+    mismatch = config_mismatch(checkpoint, config)
+    if mismatch:
+        fail(f"{what} does not fit {config_flag}: {mismatch}; {advice}")
+
+
 class WarmStart:
     """The plan for loading `init_checkpoint` into a graph's variables.
 
@@ -223,7 +274,8 @@ class WarmStart:
             graph_shape = variable.shape.as_list()
             if graph_shape != in_checkpoint[name]:
                 hint = ""
-                if name.endswith("word_embeddings"):
+                if name.endswith("word_embeddings") and \
+                        graph_shape[0] != in_checkpoint[name][0]:
                     hint = ("; vocab_size in --bert_config_file must match the "
                             "checkpoint and --vocab_file")
                 fail(f"--init_checkpoint={self.checkpoint}: variable {name} has "
