@@ -101,6 +101,12 @@ def hf_to_google_names(hf_name: str) -> str | None:
 hf_to_google_name = hf_to_google_names
 
 
+def is_hf_non_weight(hf_name: str) -> bool:
+    """A stored tensor that is not a weight of its own (the position-id buffer,
+    the decoder weight tied to the word embeddings)."""
+    return bool(_HF_NOT_WEIGHTS.search(hf_name))
+
+
 def google_to_hf_name(name: str) -> str | None:
     """The Hugging Face name (no `bert.` prefix) of a Google variable, or None.
 
