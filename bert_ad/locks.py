@@ -23,6 +23,7 @@ import time
 
 from bert_ad.errors import fail
 from bert_ad.files import cannot_write, fsync_path
+from bert_ad.signals import forget, remove_on_stop
 
 try:
     import fcntl
@@ -106,6 +107,7 @@ class OutputDirLock:
                             "running: taking the lock over", self.directory,
                             describe_owner(left))
             self._write_owner(me)
+            remove_on_stop(self.path)  # a run stopped by a signal leaves no lock file
             self.held = True
             return
         fail(f"could not take the lock {self.path}: it keeps changing; is another run "
@@ -171,6 +173,7 @@ class OutputDirLock:
     def release(self) -> None:
         if self.held:
             self.held = False
+            forget(self.path)
             self._drop()
 
     def __enter__(self) -> "OutputDirLock":
