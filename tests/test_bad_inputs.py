@@ -295,6 +295,21 @@ def _cases(w: Workspace) -> dict:
     pretrain("pretrain_eval_on_training_shards", ["--eval_input_file shares"],
              do_eval=True, eval_input_file=shard)
     pretrain("pretrain_steps_zero", ["--num_train_steps=0"], num_train_steps=0)
+    pretrain("pretrain_towers_beyond_bound", ["--n_gpus=4096", "at most 8 towers per device"],
+             n_gpus=4096)
+    # A real shard (the checks of the shards come first), MLM instances of the samples.
+    from bert_ad.pretraining.instances import InstanceSettings
+    from bert_ad.pretraining.pipeline import create_pretraining_data
+    good_shard = os.path.join(w.root, "shards", "mlm.tfrecord")
+    create_pretraining_data([os.path.join(SAMPLE_SENTIMENT, "train.tsv")], [good_shard],
+                            InstanceSettings(vocab_file=w.model.vocab_file, max_seq_length=32,
+                                             max_predictions_per_seq=5, dupe_factor=1,
+                                             mode="mlm"), doc_per_line=True)
+    pretrain("pretrain_init_checkpoint_of_another_config",
+             [f"--init_checkpoint={w.init} does not fit", "hidden_size=32", "hidden_size=64"],
+             init_checkpoint=w.init, input_file=good_shard, max_seq_length=32,
+             max_predictions_per_seq=5,
+             bert_config_file=os.path.join(w.root, "config_of_another_hidden_size.json"))
 
     # --- create_pretraining_data.py ----------------------------------------------------
     corpus = _write(os.path.join(w.root, "corpus.txt"), "one sentence .\n\nanother one .\n")
@@ -337,6 +352,18 @@ def _cases(w: Workspace) -> dict:
            ["model.safetensors: encoder.layer.0.attention.self.key.weight holds 2 non-finite "
             "numbers (1 NaN, 1 inf), the first at [2, 7]"], "bert_ad.convert",
            ["hf2google", "--hf_dir", w.hf_not_finite, "--output_dir", convert_out], convert_out)
+    convert_out = out("convert_google2hf_not_finite")
+    module("convert_google2hf_not_finite_checkpoint",
+           [f"--checkpoint={w.not_finite}: the checkpoint", "holds non-finite numbers"],
+           "bert_ad.convert", ["google2hf", "--checkpoint", w.not_finite, "--bert_config_file",
+                               w.model.config_file, "--output_dir", convert_out], convert_out)
+    vocab_out = out("vocab_not_finite")
+    module("vocab_extend_not_finite_checkpoint",
+           [f"--checkpoint={w.not_finite}: the checkpoint", "holds non-finite numbers"],
+           "bert_ad.vocab", ["extend", "--checkpoint", w.not_finite, "--bert_config_file",
+                             w.model.config_file, "--vocab_file", w.model.vocab_file,
+                             "--words", corpus, "--output_dir",
+                             os.path.join(vocab_out, "new")], vocab_out)
     vocab_out = out("vocab_existing")
     module("vocab_output_exists", ["already exists"], "bert_ad.vocab",
            ["extend", "--checkpoint", w.init, "--vocab_file", w.model.vocab_file,
@@ -414,7 +441,9 @@ CASE_NAMES = [
     "towers_beyond_bound", "create_workers_beyond_bound", "init_checkpoint_not_finite",
     "init_checkpoint_of_another_hidden_size", "init_checkpoint_of_another_intermediate_size",
     "init_checkpoint_of_another_more_layers", "init_checkpoint_of_another_fewer_layers",
-    "convert_not_finite_weights",
+    "convert_not_finite_weights", "pretrain_towers_beyond_bound",
+    "pretrain_init_checkpoint_of_another_config", "convert_google2hf_not_finite_checkpoint",
+    "vocab_extend_not_finite_checkpoint",
 ]
 
 

@@ -341,28 +341,28 @@ def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSet
 
 
 def check_checkpoints_fit_config(f: flags.FlagValues, init_checkpoint: str) -> None:
-    """The checkpoints this run reads hold the encoder --bert_config_file describes.
+    """The checkpoint this run reads holds the encoder --bert_config_file describes.
 
-    Checked with the other inputs, before anything is written: a mismatch
-    found at the warm start came after cache/ and labels.txt were written, and
-    a hidden_size mismatch read as a vocab_size one.
+    That is output_dir's newest readable checkpoint (a resume, eval, predict
+    or export reads it), else --init_checkpoint. Checked with the other
+    inputs, before anything is written: a mismatch found at the warm start
+    came after cache/ and labels.txt were written, and a hidden_size mismatch
+    read as a vocab_size one.
     """
     config = BertConfig.from_json_file(f.bert_config_file)
     config_flag = f"--bert_config_file={f.bert_config_file}"
-    if init_checkpoint:
-        check_fits_config(init_checkpoint, config, f"--init_checkpoint={f.init_checkpoint}",
-                          config_flag, "give the bert_config.json the checkpoint was "
-                          "trained with, or the checkpoint of this config")
     actions = [f[name].value for name in ("do_train", "do_eval", "do_export") if name in f]
-    if "predict_from_export" in f and f.predict_from_export and not any(actions):
-        return  # scored with the export alone
-    # The checkpoint a resume, eval, predict or export reads (its newest readable).
-    for prefix in reversed(step_checkpoints(f.output_dir)):
+    export_only = "predict_from_export" in f and f.predict_from_export and not any(actions)
+    for prefix in [] if export_only else reversed(step_checkpoints(f.output_dir)):
         if checkpoint_problem(prefix) is None:
             check_fits_config(prefix, config, f"{prefix} (the newest checkpoint in "
                               "--output_dir)", config_flag, "give the --bert_config_file "
                               "it was trained with, or use a new --output_dir")
             return
+    if init_checkpoint:
+        check_fits_config(init_checkpoint, config, f"--init_checkpoint={f.init_checkpoint}",
+                          config_flag, "give the bert_config.json the checkpoint was "
+                          "trained with, or the checkpoint of this config")
 
 
 def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:
