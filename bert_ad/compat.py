@@ -217,6 +217,38 @@ def onednn_state() -> str:
     return f"{state} ({ONEDNN_VARIABLE}={value}, {who})"
 
 
+# TensorFlow's oneDNN build logs "oneDNN supports DT_INT32 (DT_HALF, DT_BFLOAT16)
+# only on platforms with AVX-512. Falling back to the default Eigen-based
+# implementation" at ERROR level (which TF_CPP_MIN_LOG_LEVEL=2 lets through)
+# the first time a graph holds such an op: NER's CRF, fp16 exports and their
+# scoring. It is a note about TensorFlow's own kernel choice, once per process
+# (tensorflow/core/util/util.cc, DataTypeUnsupportedWarning: one call_once
+# flag), so bert_ad spends it on a tiny graph with fd 2 muted.
+_ONEDNN_NOTICE_SPENT = False
+
+
+def quiet_onednn_notices() -> None:
+    """Absorb TensorFlow's once-per-process oneDNN data-type notice, quietly.
+
+    Runs a transpose in int32, float16 and bfloat16 (each dtype in case a
+    TensorFlow logs it per dtype) once, with stderr muted; nothing when the
+    user asked for TensorFlow's logs (TF_CPP_MIN_LOG_LEVEL), in TF 1.15, or
+    with oneDNN off.
+    """
+    global _ONEDNN_NOTICE_SPENT
+    if _ONEDNN_NOTICE_SPENT or TF_LOGS_ASKED_FOR or IS_TF1 or not onednn_enabled():
+        return
+    _ONEDNN_NOTICE_SPENT = True
+    with quiet_stderr():
+        graph = tf.Graph()
+        with graph.as_default():
+            transposed = [tf.transpose(tf.placeholder_with_default(
+                tf.zeros([2, 3], dtype), [None, 3])) for dtype in (tf.int32, tf.float16,
+                                                                    tf.bfloat16)]
+        with tf.Session(graph=graph, config=tf.ConfigProto(device_count={"GPU": 0})) as s:
+            s.run(transposed)
+
+
 def session_config(num_cpu_devices: int = 1, allow_soft_placement: bool = False,
                    use_xla: bool = False) -> "tf.ConfigProto":
     """A ConfigProto with `num_cpu_devices` logical CPU devices.

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Callable, NoReturn
 
+from bert_ad.signals import stop_on_signals
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
@@ -53,24 +55,30 @@ def run_cli(main: Callable[[], int | None]) -> NoReturn:
 
     A UserError becomes `error: ...` on stderr and exit 2 (a Stopped run exits
     with its own code); an OSError (a read-only or full disk, a path under a
-    file) names its path and cause, exit 2; Ctrl-C before the training loop
-    took over says nothing was saved, exit 130.
+    file) names its path and cause, exit 2. Ctrl-C, SIGTERM or SIGHUP outside
+    the training loop (which saves first) remove what was being written, say
+    so in one line and exit 128 + the signal (bert_ad/signals.py).
     """
-    try:
-        code = main()
-    except UserError as e:
-        _error_line(str(e))
-        sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
-    except OSError as e:
-        where = f"{e.filename}: " if e.filename else ""
-        _error_line(f"{where}{e.strerror or e}; check the path, its permissions and the "
-                    "free disk space")
-        sys.exit(EXIT_USER_ERROR)
-    except KeyboardInterrupt:
-        _error_line("interrupted before training started; nothing was written")
-        sys.exit(EXIT_INTERRUPTED)
+    with stop_on_signals():
+        try:
+            code = main()
+        except UserError as e:
+            _error_line(str(e))
+            sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            _error_line(f"{where}{e.strerror or e}; check the path, its permissions and the "
+                        "free disk space")
+            sys.exit(EXIT_USER_ERROR)
+        except KeyboardInterrupt:  # where no handler could be installed (not the main thread)
+            _error_line("stopped by Ctrl-C (SIGINT): nothing half-written was kept (files "
+                        "being written were removed); run the same command again to finish")
+            sys.exit(EXIT_INTERRUPTED)
     sys.exit(code or 0)
 
 
 def _error_line(message: str) -> None:
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    try:
+        print(f"error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    except OSError:  # stderr is gone (a hung-up terminal): the exit code still tells
+        pass

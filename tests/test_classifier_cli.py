@@ -385,8 +385,9 @@ def _bad_cases(s: Setup, trained_dir: str) -> dict:
     wider = write_config(os.path.join(root, "wider_config.json"), s.vocab_size,
                          initializer_range=WIDE_INIT, hidden_size=64, intermediate_size=128)
     output_dir = trained_copy("other_model_shape")
-    add("other_model_shape", output_dir, [output_dir, "different model shape"],
-        do_train=True, bert_config_file=wider)
+    add("other_model_shape", output_dir,
+        [output_dir, "(the newest checkpoint in --output_dir) does not fit --bert_config_file",
+         "hidden_size=64"], do_train=True, bert_config_file=wider)
     config = os.path.join(root, "no_such_config.json")
     add("missing_bert_config", trained_copy("missing_bert_config"),
         ["bert_config_file", config], do_predict=True, bert_config_file=config)

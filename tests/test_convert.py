@@ -456,6 +456,47 @@ def test_google2hf_skips_optimizer_slots_and_picks_the_newest_step(tmp_path):
     assert not os.path.exists(str(tmp_path / "hf" / "vocab.txt"))  # none to copy
 
 
+def test_google2hf_of_a_fine_tuned_checkpoint_names_the_head_it_leaves_out(tmp_path):
+    """A classifier's head was left out, hidden among 86 "non-weights" (optimizer
+    slots). Hugging Face's BertModel has no place for it, and which head class
+    would fit depends on the task (pooled or per token, CRF): it is named plainly."""
+    config = BertConfig.from_dict(dict(TINY))
+    weights = {n: np.ones(s, np.float32)
+               for n, s in weight_names.google_variable_shapes(config).items()}
+    weights.update({"output_weights": np.ones([3, 8], np.float32),
+                    "output_bias": np.zeros([3], np.float32),
+                    "crf/transitions": np.zeros([3, 3], np.float32),
+                    "output_weights/adam_m": np.ones([3, 8], np.float32),
+                    "bert/pooler/dense/kernel/adam_v": np.ones([8, 8], np.float32),
+                    "global_step": np.array(7, np.int64)})
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    _save_google_checkpoint(str(train_dir / "model.ckpt-7"), weights)
+    (train_dir / "bert_config.json").write_text(config.to_json_string())
+    result = convert.convert_google_to_hf(str(train_dir), str(tmp_path / "hf"))
+    assert result.summary() == (
+        f"wrote {tmp_path / 'hf' / 'model.safetensors'}: 39 tensors, 1,560 parameters (left "
+        "out 3 non-weights: bert/pooler/dense/kernel/adam_v, global_step, "
+        "output_weights/adam_m); NOT converted: the task head crf/transitions [3, 3], "
+        "output_bias [3], output_weights [3, 8], which Hugging Face's BertModel has no place "
+        "for (it stays in the checkpoint)")
+    assert "output_weights" not in safetensors.load(result.path)
+
+
+def test_hf2google_of_a_fine_tuned_model_names_the_head_it_leaves_out(tmp_path):
+    """Sibling: BertForSequenceClassification's classifier.weight/bias were left out
+    among "non-weights", next to the position-id buffer."""
+    hf = _tiny_hf_dir(tmp_path / "hf", heads=False)
+    hf["classifier.weight"] = np.ones([3, 8], np.float32)
+    hf["classifier.bias"] = np.zeros([3], np.float32)
+    safetensors.save(hf, str(tmp_path / "hf" / "model.safetensors"))
+    result = convert.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "google"))
+    assert result.summary().endswith(
+        "(left out 1 non-weight: bert.embeddings.position_ids); NOT converted: the task head "
+        "classifier.bias [3], classifier.weight [3, 8], which Google's BERT checkpoint has no "
+        "name for (bert_ad trains its own head: --init_checkpoint loads the encoder)")
+
+
 def test_occupied_output_dir_needs_overwrite(tmp_path):
     _tiny_hf_dir(tmp_path / "hf", heads=False)
     out = tmp_path / "out"
@@ -538,6 +579,12 @@ def _break(kind: str, hf_dir) -> None:
     elif kind == "corrupt_weights":
         with open(os.path.join(hf_dir, "model.safetensors"), "r+b") as f:
             f.truncate(100)
+    elif kind == "not_finite":  # a damaged file, or a model saved after it diverged
+        path = os.path.join(hf_dir, "model.safetensors")
+        tensors = safetensors.load(path)
+        weight = tensors["bert.encoder.layer.1.output.dense.weight"]
+        weight[3, 5], weight[7, 1] = np.nan, -np.inf
+        safetensors.save(tensors, path)
 
 
 BAD_HF_INPUT = [
@@ -552,6 +599,9 @@ BAD_HF_INPUT = [
     ("embedding_rows", r"vocab mismatch: .*model\.safetensors has 12 word embeddings "
                        r"but .*vocab\.txt has 14 lines"),
     ("corrupt_weights", r"safetensors file '.*model\.safetensors' is truncated"),
+    ("not_finite", r"^error: .*hf/model\.safetensors: bert\.encoder\.layer\.1\.output\.dense\."
+                   r"weight holds 2 non-finite numbers \(1 NaN, 1 inf\), the first at "
+                   r"\[3, 5\]; the file is damaged or was saved from a model that diverged"),
     ("roberta", r"config\.json describes a 'roberta' model; only BERT"),
     ("relative_positions", r"position_embedding_type 'relative_key' is not supported"),
 ]
@@ -641,6 +691,27 @@ def test_google2hf_without_config_is_one_line(tmp_path, minilm_google_ckpt, caps
                         r"bias has shape \[1536\] but .*small\.json implies \[1024\]\n",
                         stderr)
     assert sorted(os.listdir(str(tmp_path))) == ["ckpt", "small.json"]
+
+
+def test_google2hf_refuses_a_checkpoint_with_non_finite_weights(tmp_path, capsys):
+    """NaN or inf weights were converted and the run exited 0."""
+    config = BertConfig.from_dict(dict(TINY))
+    weights = {n: np.ones(s, np.float32)
+               for n, s in weight_names.google_variable_shapes(config).items()}
+    weights["bert/encoder/layer_0/attention/self/key/bias"][6] = np.inf
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    _save_google_checkpoint(str(train_dir / "model.ckpt-3"), weights)
+    (train_dir / "bert_config.json").write_text(config.to_json_string())
+    code, _, stderr = _cli_in_process(["google2hf", "--checkpoint", str(train_dir),
+                                       "--output_dir", str(tmp_path / "hf")], capsys)
+    assert code == 2
+    assert re.fullmatch(
+        r"error: --checkpoint=.*train: the checkpoint .*train/model\.ckpt-3 holds "
+        r"non-finite numbers: bert/encoder/layer_0/attention/self/key/bias holds 1 "
+        r"non-finite number \(1 inf\), the first at \[6\]; it was damaged, or saved by a "
+        r"run that diverged: use an earlier checkpoint\n", stderr), stderr
+    assert sorted(os.listdir(str(tmp_path))) == ["train"]
 
 
 def test_cli_converts_and_prints_a_summary(tmp_path, capsys):

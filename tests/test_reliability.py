@@ -14,14 +14,15 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
 import pytest
 
-from helpers import (REPO, SAMPLE_SENTIMENT, Processes, assert_one_error_line, flag_args,
-                     logged_run, read_text, run_command, run_launcher,
-                     save_initial_checkpoint, tiny_model, tree_digest, wait)
+from helpers import (REPO, SAMPLE_SENTIMENT, Processes, Run, assert_one_error_line, flag_args,
+                     launcher_env, logged_run, read_text, run_command, run_launcher,
+                     save_initial_checkpoint, tiny_model, tree_digest, wait, write_config)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 
@@ -96,6 +97,31 @@ def test_relabelled_data_is_refused_before_anything_is_written(ws, tmp_path):
     assert tree_digest(output_dir) == before
 
 
+def test_an_output_dir_trained_with_another_config_is_refused_before_anything_is_written(
+        ws, tmp_path):
+    """Resuming, predicting or exporting with a --bert_config_file of another shape
+    than the one output_dir's checkpoints were trained with: one line naming a
+    variable, both shapes and the config fields, before anything is written."""
+    output_dir = str(tmp_path / "out")
+    run_launcher(flags(ws, output_dir)).check()
+    before = tree_digest(output_dir)
+    wider = write_config(str(tmp_path / "wider.json"), ws.model.vocab_size, hidden_size=64,
+                         intermediate_size=128)
+    newest = os.path.join(output_dir, "model.ckpt-10")
+    rows = ws.model.vocab_size
+    for changes in ({"num_train_epochs": 2}, {"do_train": None, "do_predict": True},
+                    {"do_train": None, "do_export": True}):
+        run = run_launcher(flags(ws, output_dir, bert_config_file=wider, init_checkpoint=None,
+                                 **changes))
+        assert_one_error_line(
+            run, f"{newest} (the newest checkpoint in --output_dir) does not fit "
+                 f"--bert_config_file={wider}: bert/embeddings/word_embeddings is [{rows}, 32] "
+                 f"there but [{rows}, 64] by the config (the checkpoint's hidden_size=32, "
+                 "intermediate_size=64; the config's hidden_size=64, intermediate_size=128); "
+                 "give the --bert_config_file it was trained with, or use a new --output_dir")
+        assert tree_digest(output_dir) == before
+
+
 def test_resume_skips_a_cut_short_checkpoint(ws, tmp_path):
     output_dir = str(tmp_path / "out")
     # 40 rows / 4 = 10 steps an epoch.
@@ -143,6 +169,115 @@ def test_sigterm_saves_and_the_same_command_resumes(ws, tmp_path, first, second)
         assert f"resuming from {match.group(2)}" in text
         assert re.search(r"error: stopped by Ctrl-C \(SIGINT\) at step (\d+): saved ", text)
         assert "Traceback" not in text
+
+
+@pytest.fixture(scope="module")
+def trained(ws, tmp_path_factory) -> str:
+    """An output_dir after 10 training steps (model.ckpt-10, labels.txt)."""
+    output_dir = str(tmp_path_factory.mktemp("trained") / "out")
+    run_launcher(flags(ws, output_dir)).check()
+    return output_dir
+
+
+def signalled_at(command: list, marker: str, signum: int) -> Run:
+    """Run `command`, send it `signum` as soon as a line holding `marker` is written
+    (stdout and stderr together), and return how it ended."""
+    process = subprocess.Popen(command, cwd=REPO, env=launcher_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, universal_newlines=True)
+    seen = []
+    try:
+        for line in process.stdout:
+            seen.append(line)
+            if marker in line:
+                process.send_signal(signum)
+                break
+        rest, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log = "".join(seen) + rest
+    assert any(marker in line for line in seen), log
+    return Run(command, process.returncode, "", log)
+
+
+def leftovers(directory: str) -> list:
+    """Hidden staging folders and temporary files anywhere under `directory`."""
+    return [os.path.join(root, name) for root, dirs, files in os.walk(directory)
+            for name in dirs + files if ".staging" in name or name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("phase, marker", [("graph", "training classifier:"),
+                                           ("predict", "predict: scoring"),
+                                           ("export", "export: saved_model")])
+def test_sigterm_outside_the_training_loop_is_one_line_and_leaves_nothing(
+        ws, trained, tmp_path, phase, marker):
+    """SIGTERM while the training graph was built, during predict or during an
+    export ended the run with 143 and no message, and left export/.N.XXXX.staging."""
+    output_dir = str(tmp_path / "out")
+    if phase == "graph":
+        changes = {"num_train_epochs": 2}
+    else:
+        shutil.copytree(trained, output_dir)
+        changes = {"do_train": None, "do_predict": phase == "predict" or None,
+                   "do_export": phase == "export" or None}
+    if phase == "predict":  # long enough to be in the middle of it
+        rows = open(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), encoding="utf-8").read()
+        (tmp_path / "many.tsv").write_text(rows * 200, encoding="utf-8")
+        changes["predict_file"] = str(tmp_path / "many.tsv")
+    command = [sys.executable] + flags(ws, output_dir, **changes)
+    run = signalled_at(command, marker, signal.SIGTERM)
+    line = assert_one_error_line(Run(command, 2, "", run.stderr))  # the one line, last
+    assert run.returncode == 128 + signal.SIGTERM, run.describe()
+    assert line == ("error: stopped by SIGTERM: nothing half-written was kept (files being "
+                    "written were removed); run the same command again to finish"), line
+    assert not leftovers(output_dir), run.describe()
+    assert not os.path.exists(os.path.join(output_dir, "predict.txt"))
+    assert not os.path.exists(os.path.join(output_dir, "export", "10"))
+    if phase == "export":
+        # What a kill -9 leaves (no handler runs) is removed by the next run.
+        stale = os.path.join(output_dir, "export", ".10.0123abcd.staging")
+        os.makedirs(os.path.join(stale, "variables"))
+        again = run_launcher(command[1:]).check()
+        assert f"cleaned up {stale}, left by an earlier run" in again.stderr
+        assert not leftovers(output_dir)
+        assert os.path.exists(os.path.join(output_dir, "export", "10", "saved_model.pb"))
+
+
+def test_sighup_saves_and_stops_like_sigterm(ws, tmp_path):
+    """Sibling: SIGHUP (the terminal closed, an ssh connection dropped) killed a
+    training run on the spot: no checkpoint since the last save, no message."""
+    output_dir = str(tmp_path / "out")
+    command = [sys.executable] + flags(ws, output_dir, num_train_epochs=500,
+                                       save_checkpoints_steps=100000)
+    run = signalled_at(command, "step 3/", signal.SIGHUP)
+    assert run.returncode == 128 + signal.SIGHUP, run.describe()
+    line = assert_one_error_line(Run(command, 2, "", run.stderr))
+    match = re.fullmatch(r"error: stopped by SIGHUP \(the terminal closed\) at step (\d+): "
+                         r"saved (\S+); the same command resumes from there", line)
+    assert match, line
+    assert os.path.exists(match.group(2) + ".index")
+
+
+def test_tensorflow_notices_stay_out_of_the_terminal(ws, tmp_path):
+    """TensorFlow's `E0000 ... oneDNN supports DT_INT32 only on platforms with
+    AVX-512` (DT_HALF with fp16) reached the terminal: here NER --use_crf's
+    Viterbi, at predict. Only bert_ad's own lines (and no absl/glog line) may show."""
+    data = tmp_path / "ner"
+    data.mkdir()
+    sentences = "the O\ngood B-X\nfilm I-X\n. O\n\nbad B-X\nmovie O\n\n"
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.txt").write_text(sentences, encoding="utf-8")
+    launcher = os.path.join(REPO, "run_ner_mgpu.py")
+    run = run_launcher([launcher] + flag_args({
+        "data_dir": str(data), "vocab_file": ws.model.vocab_file,
+        "bert_config_file": ws.model.config_file, "init_checkpoint": ws.init,
+        "output_dir": str(tmp_path / "out"), "max_seq_length": 32, "train_batch_size": 2,
+        "num_train_epochs": 1, "use_crf": True, "do_train": True, "do_predict": True})).check()
+    assert "predict: wrote 2 rows" in run.stderr, run.describe()
+    noise = [line for line in run.stderr.splitlines()
+             if re.match(r"^[IWEF]\d{4} |^WARNING: All log messages before absl", line)]
+    assert not noise, run.describe()
 
 
 def test_disk_full_during_a_checkpoint_save_is_one_line(ws, tmp_path):

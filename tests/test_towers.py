@@ -32,9 +32,12 @@ def test_round_robin_over_visible_cards():
     assert plan.tower_devices == ["/gpu:0", "/gpu:1", "/gpu:0", "/gpu:1"]
     assert plan.physical_names == ["card 3", "card 5", "card 3", "card 5"]
     assert plan.num_cpu_devices == 1
-    described = plan.describe()
-    assert "tower 2 -> /gpu:0 (card 3)" in described
-    assert "variables and optimizer on /cpu:0" in described
+    lines = plan.describe().splitlines()
+    # One line per device, naming its towers as the graph's ops are named.
+    assert lines[0] == "device plan: 4 towers on 2 devices, variables and optimizer on /cpu:0"
+    assert lines[1:3] == ["  /gpu:0 (card 3): tower_0, tower_2 (2 towers)",
+                          "  /gpu:1 (card 5): tower_1, tower_3 (2 towers)"]
+    assert lines[3].startswith("  CPU kernels: oneDNN ") and len(lines) == 4
 
 
 def test_cpu_towers_without_gpus():
@@ -56,6 +59,31 @@ def test_fewer_real_gpus_than_listed_uses_only_the_real_ones():
 def test_zero_towers_is_refused():
     with pytest.raises(UserError, match=r"--n_gpus=0"):
         plan_devices(0, None)
+
+
+@pytest.mark.parametrize("n_towers, cards, cpus, message", [
+    (100000, "", 2, r"--n_gpus=100000 asks for 100000 towers on 2 logical CPUs \(no GPU\): "
+                    r"at most 8 towers per device \(16 here\)"),
+    (17, "", 2, r"--n_gpus=17 asks for 17 towers on 2 logical CPUs"),
+    (17, "3,5", 2, r"--n_gpus=17 asks for 17 towers on 2 GPUs: at most 8 towers per device "
+                   r"\(16 here\)"),
+])
+def test_more_towers_than_eight_per_device_are_refused(n_towers, cards, cpus, message):
+    """--n_gpus=100000 printed 100,000 plan lines and grew past 6 GB before step 1."""
+    with pytest.raises(UserError, match=message) as error:
+        plan_devices(n_towers, cards, cpus=cpus)
+    assert "--train_batch_size or --gradient_accumulation_steps" in str(error.value)
+
+
+def test_eight_towers_per_device_are_planned_one_line_per_device():
+    assert plan_devices(16, "", cpus=2).num_towers == 16
+    plan = plan_devices(16, "3,5", cpus=2)
+    lines = plan.describe().splitlines()
+    assert len(lines) == 1 + 2 + 1
+    assert lines[1] == ("  /gpu:0 (card 3): tower_0, tower_2, tower_4, tower_6, tower_8, "
+                        "tower_10, tower_12, tower_14 (8 towers)")
+    assert plan_devices(1, "", cpus=2).describe().splitlines()[1] == \
+        "  /cpu:0 (logical CPU 0): tower_0"
 
 
 def _device(op) -> str:

@@ -368,6 +368,24 @@ def test_checkpoint_without_word_embeddings(tmp_path, capsys):
         "bert/embeddings/word_embeddings; give a BERT checkpoint"]
 
 
+def test_a_checkpoint_with_non_finite_weights_is_refused(tmp_path, capsys):
+    """Its NaN rows were averaged into the new words' rows and written out."""
+    source = tmp_path / "model"
+    tensors = tiny_model(source, len(EXTEND_VOCAB), optimizer_state=False)
+    tensors[WORDS][4, 2] = np.nan
+    convert.write_tf_checkpoint(tensors, str(source / "bert_model.ckpt"))
+    write_lines(source / "vocab.txt", EXTEND_VOCAB)
+    words = write_lines(tmp_path / "words.txt", ["playing"])
+    code, lines = _cli(["extend", "--checkpoint", str(source), "--words", words,
+                        "--output_dir", str(tmp_path / "out")], capsys)
+    assert code == 2 and len(lines) == 1
+    assert lines[0] == (
+        f"error: --checkpoint={source}: the checkpoint {source / 'bert_model.ckpt'} holds "
+        f"non-finite numbers: {WORDS} holds 1 non-finite number (1 NaN), the first at "
+        "[4, 2]; it was damaged, or saved by a run that diverged: use an earlier checkpoint")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("content", ["", "\n  \n\r\n"])
 def test_extend_with_an_empty_word_list(tmp_path, capsys, content):
     source = tmp_path / "model"

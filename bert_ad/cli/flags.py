@@ -29,7 +29,8 @@ from bert_ad.compat import session_config
 from bert_ad.errors import fail
 from bert_ad.model.modeling import BertConfig
 from bert_ad.model.precision import PRECISIONS, compute_dtype
-from bert_ad.parallel.checkpoints import resolve_checkpoint
+from bert_ad.parallel.checkpoints import (check_fits_config, checkpoint_problem,
+                                          resolve_checkpoint, step_checkpoints)
 from bert_ad.parallel.learning_rate import LR_SCALING_MODES
 from bert_ad.parallel.optimization import OPTIMIZERS
 from bert_ad.parallel.towers import plan_from_environment
@@ -337,7 +338,34 @@ def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSet
     for name in ("best_metric", "predict_from_export"):  # unset string flags are None
         if name in values:
             values[name] = values[name] or ""
+    if placement.is_chief:
+        check_checkpoints_fit_config(f, values["init_checkpoint"])
     return RunSettings(**values)
+
+
+def check_checkpoints_fit_config(f: flags.FlagValues, init_checkpoint: str) -> None:
+    """The checkpoint this run reads holds the encoder --bert_config_file describes.
+
+    That is output_dir's newest readable checkpoint (a resume, eval, predict
+    or export reads it), else --init_checkpoint. Checked with the other
+    inputs, before anything is written: a mismatch found at the warm start
+    came after cache/ and labels.txt were written, and a hidden_size mismatch
+    read as a vocab_size one.
+    """
+    config = BertConfig.from_json_file(f.bert_config_file)
+    config_flag = f"--bert_config_file={f.bert_config_file}"
+    actions = [f[name].value for name in ("do_train", "do_eval", "do_export") if name in f]
+    export_only = "predict_from_export" in f and f.predict_from_export and not any(actions)
+    for prefix in [] if export_only else reversed(step_checkpoints(f.output_dir)):
+        if checkpoint_problem(prefix) is None:
+            check_fits_config(prefix, config, f"{prefix} (the newest checkpoint in "
+                              "--output_dir)", config_flag, "give the --bert_config_file "
+                              "it was trained with, or use a new --output_dir")
+            return
+    if init_checkpoint:
+        check_fits_config(init_checkpoint, config, f"--init_checkpoint={f.init_checkpoint}",
+                          config_flag, "give the bert_config.json the checkpoint was "
+                          "trained with, or the checkpoint of this config")
 
 
 def text_encoder_from_flags(f: flags.FlagValues) -> TextEncoder:

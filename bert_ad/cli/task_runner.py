@@ -34,6 +34,7 @@ from bert_ad.cli.inference_flags import (check_inference_flags, define_inference
                                          inference_placement_from_flags)
 from bert_ad.cli.registry import TaskCommand
 from bert_ad.cli.runner import run_launcher
+from bert_ad.compat import quiet_onednn_notices
 from bert_ad.errors import fail
 
 log = logging.getLogger("bert_ad")
@@ -78,6 +79,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     task = command.build(f, encoder)
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
+    quiet_onednn_notices()
     do_predict = "do_predict" in command.actions and f.do_predict
     return driver.run(task, settings, placement, f.do_train, f.do_eval, do_predict,
                       export_settings)

@@ -14,8 +14,12 @@ import logging
 import os
 import re
 
+import numpy as np
+
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.errors import fail
+from bert_ad.model.modeling import BertConfig
+from bert_ad.model.variable_shapes import config_fields_of, google_variable_shapes
 
 log = logging.getLogger("bert_ad")
 
@@ -34,20 +38,26 @@ def resolve_checkpoint(path: str, flag: str = "--init_checkpoint") -> str:
 
     A directory resolves to its newest readable `model.ckpt-N`, else
     `bert_model.ckpt`. UserError (one line naming the file) when there is
-    none, or when the checkpoint is cut short or has a file missing.
+    none, or when the checkpoint is cut short, has a file missing or holds
+    NaN or inf numbers.
     """
     if os.path.isdir(path):
+        steps = step_checkpoints(path)
+        if steps and all(checkpoint_problem(p) for p in reversed(steps)):
+            # Not "a directory without a checkpoint": say what is wrong with it.
+            fail(f"{flag}={path}: {checkpoint_problem(steps[-1])}")
         found = latest_checkpoint(path)
-        if found is None and os.path.exists(os.path.join(path, "bert_model.ckpt.index")):
-            found = os.path.join(path, "bert_model.ckpt")
-        if found is None:
+        if found is not None:
+            return found
+        if not os.path.exists(os.path.join(path, "bert_model.ckpt.index")):
             fail(f"{flag}={path} is a directory without a checkpoint "
                  "(no model.ckpt-N.index or bert_model.ckpt.index in it)")
-        return found
-    prefix = checkpoint_prefix(path)
-    if not os.path.exists(prefix + ".index"):
-        fail(f"{flag}={path} is not a checkpoint: {prefix}.index does not exist; give a "
-             "prefix such as .../bert_model.ckpt")
+        prefix = os.path.join(path, "bert_model.ckpt")
+    else:
+        prefix = checkpoint_prefix(path)
+        if not os.path.exists(prefix + ".index"):
+            fail(f"{flag}={path} is not a checkpoint: {prefix}.index does not exist; give "
+                 "a prefix such as .../bert_model.ckpt")
     problem = checkpoint_problem(prefix)
     if problem:
         fail(f"{flag}={path}: {problem}")
@@ -81,13 +91,39 @@ def checkpoint_problem(prefix: str) -> str | None:
 def _read_whole(prefix: str) -> str | None:
     try:
         reader = tf.train.NewCheckpointReader(prefix)
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
+        for name in sorted(reader.get_variable_to_shape_map()):
+            # A NaN or inf weight (a damaged file, a diverged run saved by
+            # another tool) would surface later as a "non-finite loss".
+            summary = non_finite_summary(reader.get_tensor(name))
+            if summary:
+                return (f"the checkpoint {prefix} holds non-finite numbers: {name} {summary}; "
+                        "it was damaged, or saved by a run that diverged: use an earlier "
+                        "checkpoint")
     except Exception as e:  # noqa: BLE001 - TF's reader raises OpError, IndexError, ...
         cause = " ".join(str(getattr(e, "message", e)).split())
         return f"the checkpoint {prefix} cannot be read ({cause[:200]}); it was cut short " \
                "or a file is missing"
     return None
+
+
+def non_finite_summary(value) -> str | None:
+    """'holds 2 non-finite numbers (1 NaN, 1 inf), the first at [3, 5]', or None.
+
+    For any array (non-float ones are always finite).
+    """
+    value = np.asarray(value)
+    if not np.issubdtype(value.dtype, np.floating):
+        return None
+    bad = ~np.isfinite(value)
+    count = int(bad.sum())
+    if not count:
+        return None
+    nans = int(np.isnan(value).sum())
+    kinds = ", ".join(f"{n} {kind}" for n, kind in ((nans, "NaN"), (count - nans, "inf"))
+                      if n)
+    first = [int(i) for i in np.unravel_index(int(np.argmax(bad.ravel())), value.shape)]
+    return (f"holds {count} non-finite number{'' if count == 1 else 's'} ({kinds}), "
+            f"the first at {first}")
 
 
 def step_checkpoints(directory: str) -> list:
@@ -167,6 +203,55 @@ def require_variables(checkpoint: str, variables: list, what: str = "checkpoint"
                  f"{saved[name]} there, {shape} here); {advice}")
 
 
+def config_mismatch(checkpoint: str, config: BertConfig) -> str | None:
+    """How the encoder in `checkpoint` differs from the one `config` describes, or None.
+
+    Every encoder variable is compared by shape, and the layer count; a
+    checkpoint without BertModel's variables (another model's) is not
+    compared. The answer names a variable, both shapes and the config fields
+    that differ, e.g. "bert/embeddings/word_embeddings is [633, 32] there but
+    [633, 64] by the config (the checkpoint's hidden_size=32; the config's
+    hidden_size=64)".
+    """
+    saved = dict(list_checkpoint_variables(checkpoint))
+    if not any(name.startswith("bert/") for name in saved):
+        return None
+    expected = google_variable_shapes(config)
+    theirs, ours = config_fields_of(saved), config_fields_of(expected)
+    differ = [field for field in ours if field in theirs and theirs[field] != ours[field]]
+    fields = (" (the checkpoint's " + ", ".join(f"{k}={theirs[k]}" for k in differ)
+              + "; the config's " + ", ".join(f"{k}={ours[k]}" for k in differ) + ")"
+              if differ else "")
+    for name, shape in expected.items():
+        if name in saved and saved[name] != shape:
+            return f"{name} is {saved[name]} there but {shape} by the config{fields}"
+    missing = [name for name in expected if name not in saved
+               and not name.startswith("bert/pooler/")]  # models saved without a pooler
+    extra = sorted(name for name in saved if name.startswith("bert/encoder/")
+                   and not is_optimizer_state(name) and name not in expected)
+    if missing:
+        return f"{missing[0]} {expected[missing[0]]} is not there{fields}"
+    if extra:
+        return f"{extra[0]} {saved[extra[0]]} is there but not in the config's model{fields}"
+    return None
+
+
+def check_fits_config(checkpoint: str, config: BertConfig, what: str, config_flag: str,
+                      advice: str) -> None:
+    """UserError (one line) unless `checkpoint` holds the encoder `config` describes.
+
+    Args:
+      checkpoint: a readable checkpoint prefix.
+      config: the run's --bert_config_file.
+      what: the checkpoint as the user knows it ("--init_checkpoint=...").
+      config_flag: "--bert_config_file=...".
+      advice: what to do about it.
+    """
+    mismatch = config_mismatch(checkpoint, config)
+    if mismatch:
+        fail(f"{what} does not fit {config_flag}: {mismatch}; {advice}")
+
+
 class WarmStart:
     """The plan for loading `init_checkpoint` into a graph's variables.
 
@@ -191,7 +276,8 @@ class WarmStart:
             graph_shape = variable.shape.as_list()
             if graph_shape != in_checkpoint[name]:
                 hint = ""
-                if name.endswith("word_embeddings"):
+                if name.endswith("word_embeddings") and \
+                        graph_shape[0] != in_checkpoint[name][0]:
                     hint = ("; vocab_size in --bert_config_file must match the "
                             "checkpoint and --vocab_file")
                 fail(f"--init_checkpoint={self.checkpoint}: variable {name} has "

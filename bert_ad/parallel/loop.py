@@ -19,8 +19,6 @@ import dataclasses
 import logging
 import math
 import os
-import signal
-import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
@@ -30,6 +28,9 @@ from bert_ad.files import cannot_write, fsync_path
 from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                           set_aside_newer, step_checkpoints)
 from bert_ad.parallel.train_graph import TrainGraph
+from bert_ad.signals import install as install_signal_handler
+from bert_ad.signals import restore as restore_signal_handlers
+from bert_ad.signals import signal_name
 
 log = logging.getLogger("bert_ad")
 
@@ -337,14 +338,14 @@ def make_durable(prefix: str) -> None:
 
 
 class StopSignals:
-    """SIGINT and SIGTERM ask the loop to save and stop after the current step.
+    """SIGINT, SIGTERM and SIGHUP ask the loop to save and stop after the current step.
 
-    A scheduler sends SIGTERM before it kills: a preempted job loses at most
-    the step it was in. A second signal ends the process at once. Outside
-    the main thread (tests running a loop in a thread) nothing is installed.
+    A scheduler sends SIGTERM before it kills, a closing terminal or a dropped
+    ssh connection SIGHUP: the run loses at most the step it was in. A second
+    signal ends the process at once. Signals the process ignores (nohup's
+    SIGHUP) stay ignored; outside the main thread (tests running a loop in a
+    thread) nothing is installed (bert_ad/signals.py).
     """
-
-    NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
 
     def __init__(self):
         self.signal: Optional[int] = None
@@ -352,24 +353,21 @@ class StopSignals:
 
     @property
     def name(self) -> str:
-        return self.NAMES.get(self.signal, f"signal {self.signal}")
+        return signal_name(self.signal)
 
     def _handle(self, signum, frame) -> None:
         if self.signal is not None:
             os._exit(128 + signum)
         self.signal = signum
         log.info("%s: saving a checkpoint after the current step, then stopping "
-                 "(again to stop at once)", self.NAMES.get(signum, signum))
+                 "(again to stop at once)", signal_name(signum))
 
     def __enter__(self) -> "StopSignals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.NAMES:
-                self.previous[signum] = signal.signal(signum, self._handle)
+        self.previous = install_signal_handler(self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
+        restore_signal_handlers(self.previous)
 
 
 def _run_locally(session, fetches, feed_dict=None, what: str = ""):

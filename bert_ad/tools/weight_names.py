@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from bert_ad.model.modeling import BertConfig
+# The shapes live beside the model (the checkpoint checks need them too).
+from bert_ad.model.variable_shapes import google_variable_shapes  # noqa: F401
 
 
 
@@ -100,6 +101,12 @@ def hf_to_google_names(hf_name: str) -> str | None:
 hf_to_google_name = hf_to_google_names
 
 
+def is_hf_non_weight(hf_name: str) -> bool:
+    """A stored tensor that is not a weight of its own (the position-id buffer,
+    the decoder weight tied to the word embeddings)."""
+    return bool(_HF_NOT_WEIGHTS.search(hf_name))
+
+
 def google_to_hf_name(name: str) -> str | None:
     """The Hugging Face name (no `bert.` prefix) of a Google variable, or None.
 
@@ -117,45 +124,6 @@ def google_to_hf_name(name: str) -> str | None:
 def is_kernel(google_name: str) -> bool:
     """Dense kernels are [in, out] in TF and [out, in] in PyTorch."""
     return google_name.endswith("/kernel")
-
-
-def google_variable_shapes(config: BertConfig, with_heads: bool = False
-                           ) -> dict[str, list[int]]:
-    """{Google variable name: shape} of BertModel (and the pre-training heads)."""
-    h, i = config.hidden_size, config.intermediate_size
-    shapes = {
-        "bert/embeddings/word_embeddings": [config.vocab_size, h],
-        "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
-        "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
-        "bert/embeddings/LayerNorm/gamma": [h],
-        "bert/embeddings/LayerNorm/beta": [h],
-    }
-
-    def dense(name, rows, cols):
-        shapes[name + "/kernel"] = [rows, cols]
-        shapes[name + "/bias"] = [cols]
-
-    def layer_norm(name):
-        shapes[name + "/gamma"] = [h]
-        shapes[name + "/beta"] = [h]
-
-    for n in range(config.num_hidden_layers):
-        layer = f"bert/encoder/layer_{n}"
-        for projection in ("query", "key", "value"):
-            dense(f"{layer}/attention/self/{projection}", h, h)
-        dense(f"{layer}/attention/output/dense", h, h)
-        layer_norm(f"{layer}/attention/output/LayerNorm")
-        dense(f"{layer}/intermediate/dense", h, i)
-        dense(f"{layer}/output/dense", i, h)
-        layer_norm(f"{layer}/output/LayerNorm")
-    dense("bert/pooler/dense", h, h)
-    if with_heads:
-        dense("cls/predictions/transform/dense", h, h)
-        layer_norm("cls/predictions/transform/LayerNorm")
-        shapes["cls/predictions/output_bias"] = [config.vocab_size]
-        shapes["cls/seq_relationship/output_weights"] = [2, h]
-        shapes["cls/seq_relationship/output_bias"] = [2]
-    return shapes
 
 
 def is_optional_weight(google_name: str) -> bool:

@@ -1,0 +1,118 @@
+"""Ctrl-C, SIGTERM and SIGHUP end a run cleanly wherever they arrive.
+
+The training loop saves a checkpoint and stops after the current step
+(bert_ad/parallel/loop.py, StopSignals). Everywhere else (reading and
+checking inputs, building a graph, predicting, exporting, converting) the
+run stops at once (`stop_on_signals`, around every command line in
+`errors.run_cli`): what was being written is removed (every temporary file
+and staging folder bert_ad/files.py hands out, and the output_dir lock, are
+registered here while they exist), one line says so, and the process exits
+128 + the signal, as a shell reports it.
+
+The stop happens in the handler itself rather than by raising an exception
+into the interrupted code: TensorFlow calls back into Python from C++, and an
+exception raised there can be swallowed (the run then went on to its end).
+A signal the process started with ignored stays ignored (`nohup` ignores
+SIGHUP).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import threading
+from typing import Callable, Dict, Iterator
+
+# The signals that stop a run, as its one line names them.
+NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
+         signal.SIGHUP: "SIGHUP (the terminal closed)"}
+
+# Paths to remove if a stop signal ends the process while they exist, in the
+# order registered (a dict as an ordered set).
+_REMOVE_ON_STOP: Dict[str, None] = {}
+
+
+def signal_name(signum: int) -> str:
+    return NAMES.get(signum, f"signal {signum}")
+
+
+def remove_on_stop(path: str) -> str:
+    """Register `path` (a temporary file or a staging folder being written): a stop
+    signal outside the training loop removes it before the process exits.
+    A path that no longer exists then (renamed into place) is left alone.
+    Returns `path`."""
+    _REMOVE_ON_STOP[os.path.abspath(path)] = None
+    return path
+
+
+def forget(path: str) -> None:
+    """`path` is no longer this process's to remove (committed, or handed over)."""
+    _REMOVE_ON_STOP.pop(os.path.abspath(path), None)
+
+
+def install(handler: Callable) -> Dict[int, object]:
+    """Set `handler` for every stop signal not ignored; returns the previous handlers.
+
+    Nothing is installed outside the main thread (Python allows handlers only
+    there; tests run loops in threads).
+    """
+    previous = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for signum in NAMES:
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            continue  # e.g. nohup's SIGHUP: the user asked for it to be ignored
+        previous[signum] = signal.signal(signum, handler)
+    return previous
+
+
+def restore(previous: Dict[int, object]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def _remove_registered() -> None:
+    for path in reversed(list(_REMOVE_ON_STOP)):
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.remove(path)
+        except OSError:
+            pass  # best effort: the next run removes what is left (driver.remove_leftovers)
+
+
+def _write_line(text: str) -> None:
+    """`text` on stderr from a signal handler (Python's buffered streams may be in
+    the middle of a write of the interrupted code)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, RuntimeError, ValueError, AttributeError):
+            pass
+    try:
+        os.write(2, (text + "\n").encode("utf-8", "replace"))
+    except OSError:  # stderr is gone (a hung-up terminal): the exit code still tells
+        pass
+
+
+def stop_now(signum: int, frame=None) -> None:
+    """The handler outside the training loop: remove what is being written, say so
+    in one line, exit 128 + `signum`."""
+    _remove_registered()
+    _write_line(f"error: stopped by {signal_name(signum)}: nothing half-written was kept "
+                "(files being written were removed); run the same command again to finish")
+    os._exit(128 + signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block, a stop signal stops the process at once, cleanly (`stop_now`)."""
+    previous = install(stop_now)
+    try:
+        yield
+    finally:
+        restore(previous)

@@ -1,0 +1,65 @@
+"""Stop signals outside the training loop (bert_ad/signals.py), in a small process.
+
+The whole runs (SIGTERM while a graph is built, during predict and export;
+SIGHUP in the training loop) are in test_reliability.py; here the mechanism:
+what is registered is removed, what is committed is kept, one line, exit
+128 + the signal, and a signal the process was started with ignored stays
+ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bert_ad import signals
+from helpers import launcher_env
+
+STOPPED = ("import os, signal, sys\n"
+           "from bert_ad.errors import run_cli\n"
+           "from bert_ad.files import StagedFiles, atomic_open, staging_directory\n"
+           "def main():\n"
+           "    folder = sys.argv[1]\n"
+           "    with atomic_open(os.path.join(folder, 'done.txt')) as f:\n"
+           "        f.write('committed')\n"
+           "    staging = staging_directory(os.path.join(folder, 'export'))\n"
+           "    open(os.path.join(staging, 'saved_model.pb'), 'w').write('half')\n"
+           "    staged = StagedFiles()\n"
+           "    open(staged.stage(os.path.join(folder, 'predict.txt')), 'w').write('half')\n"
+           "    print('writing', flush=True)\n"
+           "    os.kill(os.getpid(), int(sys.argv[2]))\n"
+           "    print('never here', flush=True)\n"
+           "run_cli(main)\n")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_removes_what_is_being_written_and_says_so(tmp_path, signum):
+    folder = str(tmp_path)
+    run = subprocess.run([sys.executable, "-c", STOPPED, folder, str(int(signum))],
+                         env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=60)
+    assert run.returncode == 128 + signum
+    assert run.stdout == "writing\n"
+    assert run.stderr == (f"error: stopped by {signals.signal_name(signum)}: nothing "
+                          "half-written was kept (files being written were removed); run the "
+                          "same command again to finish\n")
+    assert sorted(os.listdir(folder)) == ["done.txt"]  # the staging folder and .tmp gone
+
+
+def test_signals_the_process_ignores_stay_ignored():
+    """nohup starts a run with SIGHUP ignored: closing the terminal must not stop it."""
+    saved = {s: signal.getsignal(s) for s in signals.NAMES}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with signals.stop_on_signals():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == signals.stop_now
+            assert signal.getsignal(signal.SIGINT) == signals.stop_now
+        assert signal.getsignal(signal.SIGTERM) == saved[signal.SIGTERM]
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
