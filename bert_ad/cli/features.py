@@ -190,15 +190,5 @@ COMMAND = register_task(
     launcher="extract_features.py", console_script="bert-ad-features")
 
 
-# The launcher's contract (tests and callers parse flags and run in-process).
-def define_flags(fv: flags.FlagValues) -> None:
-    task_runner.define_flags(COMMAND, fv)
-
-
-def main(f: flags.FlagValues) -> int:
-    return task_runner.main(COMMAND, f)
-
-
-def cli(argv=None) -> None:
-    """extract_features.py, bert-ad-features, bert-ad features."""
-    task_runner.run_task(COMMAND, argv)
+# The launcher's contract (run_classifier_mgpu.py-style callers and tests).
+define_flags, main, cli = task_runner.launcher_functions(COMMAND)

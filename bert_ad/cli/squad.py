@@ -114,16 +114,5 @@ COMMAND = register_task(
     aliases=("run_squad",), launcher="run_squad_mgpu.py", console_script="bert-ad-squad")
 
 
-# The launcher's contract (tests and callers parse flags and run in-process):
-# every flag of the command, and the run.
-def define_flags(fv: flags.FlagValues) -> None:
-    task_runner.define_flags(COMMAND, fv)
-
-
-def main(f: flags.FlagValues) -> int:
-    return task_runner.main(COMMAND, f)
-
-
-def cli(argv=None) -> None:
-    """run_squad_mgpu.py, bert-ad-squad, bert-ad squad."""
-    task_runner.run_task(COMMAND, argv)
+# The launcher's contract (run_classifier_mgpu.py-style callers and tests).
+define_flags, main, cli = task_runner.launcher_functions(COMMAND)
