@@ -357,6 +357,32 @@ def run_bad_inputs(cases: Mapping[str, Tuple[Sequence[str], str, Sequence[str]]]
 # In-process entry points.
 
 
+def run_cli_in_process(cli: Callable[[], None], argv: Sequence[str]) -> Run:
+    """A command line's `cli()` on argv (argv[0]: the program), in this process:
+    its exit code, stdout and stderr, as run_command would give them."""
+    import contextlib
+    import io
+    import logging
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv = sys.argv
+    # The command sets the "bert_ad" logger up for a terminal; later tests
+    # (caplog) need it as it was.
+    log = logging.getLogger("bert_ad")
+    saved_log = (log.handlers[:], log.propagate, log.level)
+    sys.argv = list(argv)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = saved_argv
+        log.handlers[:], log.propagate, log.level = saved_log
+    return Run(list(argv), code, out.getvalue(), err.getvalue())
+
+
 def run_main(cli, flags: Mapping[str, object]) -> int:
     """A launcher module's main (bert_ad.cli.classifier, ...) on {flag: value}
     (as flag_args writes them), in this process: a UserError propagates."""

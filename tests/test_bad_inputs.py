@@ -18,18 +18,14 @@ none regresses.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import json
-import logging
 import os
 import shutil
-import sys
 
 import pytest
 
-from helpers import (REPO, SAMPLE_SENTIMENT, Run, flag_args, run_bad_inputs,
+from helpers import (REPO, SAMPLE_SENTIMENT, Run, flag_args, run_bad_inputs, run_cli_in_process,
                      save_initial_checkpoint, tiny_model)
 
 CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
@@ -466,24 +462,7 @@ def _run(argv) -> Run:
     """`argv` through its entry point's cli, in this process: (exit code, stdout, stderr)."""
     module = importlib.import_module(ENTRY_POINTS[argv[0]])
     program = argv[0] if argv[0].endswith(".py") else f"python -m {argv[0]}"
-    out, err = io.StringIO(), io.StringIO()
-    saved_argv = sys.argv
-    # The launcher sets the "bert_ad" logger up for a terminal; later tests
-    # (caplog) need it as it was.
-    log = logging.getLogger("bert_ad")
-    saved_log = (log.handlers[:], log.propagate, log.level)
-    sys.argv = [program] + list(argv[1:])
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                module.cli()
-                code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-    finally:
-        sys.argv = saved_argv
-        log.handlers[:], log.propagate, log.level = saved_log
-    return Run([program] + list(argv[1:]), code, out.getvalue(), err.getvalue())
+    return run_cli_in_process(module.cli, [program] + list(argv[1:]))
 
 
 @pytest.fixture(scope="module")

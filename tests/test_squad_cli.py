@@ -16,10 +16,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
 import os
 import re
 import sys
@@ -32,7 +29,8 @@ from bert_ad.files import read_key_values
 from bert_ad.metrics.squad import score_answers
 from bert_ad.serving.layout import read_metadata
 
-from helpers import (REPO, TINY_CONFIG, Run, flag_args, run_bad_inputs, run_launcher,
+from helpers import (REPO, TINY_CONFIG, Run, flag_args, run_bad_inputs, run_cli_in_process,
+                     run_launcher,
                      tiny_model)
 
 SAMPLES = os.path.join(REPO, "data", "sample_squad")
@@ -260,21 +258,7 @@ def test_version_2_answers_nothing_where_the_null_odds_win(setup, trained):
 
 def run_in_process(argv) -> Run:
     """The launcher's cli on argv, in this process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    saved_argv, log = sys.argv, logging.getLogger("bert_ad")
-    saved_log = (log.handlers[:], log.propagate, log.level)
-    sys.argv = list(argv)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                squad_cli.cli()
-                code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-    finally:
-        sys.argv = saved_argv
-        log.handlers[:], log.propagate, log.level = saved_log
-    return Run(list(argv), code, out.getvalue(), err.getvalue())
+    return run_cli_in_process(squad_cli.cli, argv)
 
 
 def broken(setup, name: str, change) -> str:
