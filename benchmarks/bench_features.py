@@ -22,8 +22,11 @@ rounds alternate their order and the table gives medians.
         encode() does.
 
 Both sides are timed from loading the model to the saved file (the
-interpreter and library imports excluded). Every worker reports its peak
-resident memory (ru_maxrss: the libraries included). --memory_rows runs ours
+interpreter and library imports excluded, transformers' lazy ones too).
+A bf16 row shows ours at --precision=bf16 (AMX matmuls where the CPU has
+them): faster, but its vectors differ from fp32's in the third decimal.
+Every worker reports its peak resident memory (ru_maxrss: the libraries
+included). --memory_rows runs ours
 alone on growing inputs: its peak memory stays flat because it streams.
 The table names the CPU, its vector ISA and oneDNN's state.
 """
@@ -69,7 +72,8 @@ def worker_ours(args) -> dict:
             f"--bert_config_file={os.path.join(args.model_dir, 'bert_config.json')}",
             f"--init_checkpoint={os.path.join(args.model_dir, 'bert_model.ckpt')}",
             f"--max_seq_length={args.seq}", f"--batch_size={args.batch}",
-            f"--n_gpus={args.towers}", "--pooling=mean", "--normalize"]
+            f"--n_gpus={args.towers}", "--pooling=mean", "--normalize",
+            f"--precision={args.precision}"]
     start, cpu_start = time.perf_counter(), time.process_time()
     features.main(parse_flags(features.define_flags, argv, "", ""))
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
@@ -90,9 +94,11 @@ def worker_hf(args, sort_by_length: bool) -> dict:
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(os.cpu_count() or 1)
     hf_dir = args.hf_dir or assets.path("minilm", assets.MINILM_MODEL_DIR)
+    # transformers imports its classes on first use: not part of the timing.
+    auto_tokenizer, bert_model = transformers.AutoTokenizer, transformers.BertModel
     start, cpu_start = time.perf_counter(), time.process_time()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
-    model = transformers.BertModel.from_pretrained(hf_dir, local_files_only=True)
+    tokenizer = auto_tokenizer.from_pretrained(hf_dir, local_files_only=True)
+    model = bert_model.from_pretrained(hf_dir, local_files_only=True)
     model.eval()
     with open(args.input, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
@@ -125,13 +131,17 @@ def worker_hf(args, sort_by_length: bool) -> dict:
 COMPARISONS = (("ours, 1 tower, oneDNN on (default)", "ours", 1, {}),
                ("ours, 2 towers, oneDNN on", "ours", 2, {}),
                ("ours, 1 tower, oneDNN off", "ours", 1, {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+               ("ours, 1 tower, --precision=bf16 (AMX; not fp32's numbers)", "ours_bf16", 1,
+                {}),
                ("HF transformers, input order", "hf", 1, {}),
                ("HF transformers, sorted by length (as sentence-transformers)",
                 "hf_sorted", 1, {}))
 
 
 def worker_command(args, impl: str, towers: int, input_file: str) -> list:
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
+    precision = "bf16" if impl == "ours_bf16" else "fp32"
+    impl = "ours" if impl == "ours_bf16" else impl
+    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl, "--precision", precision,
                "--towers", str(towers), "--input", input_file, "--tmp", args.tmp,
                "--seq", str(args.seq), "--batch", str(args.batch),
                "--model_dir", args.model_dir]
@@ -151,7 +161,7 @@ def run_compare(args, input_file: str) -> None:
             print(f"  {label}: {result['rows_per_sec']:7.1f} lines/sec, peak "
                   f"{result['peak_rss_mb']:.0f} MB (load {result['loadavg']})",
                   file=sys.stderr, flush=True)
-    hf = COMPARISONS[3][0]
+    hf = next(label for label, impl, _, _ in COMPARISONS if impl == "hf")
     print(f"\n### Sentence embeddings side by side: {args.rows} lines, max_seq_length "
           f"{args.seq}, batch {args.batch}, mean pooling + L2 ({args.repeats} round(s))\n")
     onednn = results[COMPARISONS[0][0]][0]["onednn"]
@@ -163,7 +173,7 @@ def run_compare(args, input_file: str) -> None:
         cpu_ratios = [a["rows_per_cpu_sec"] / b["rows_per_cpu_sec"]
                       for a, b in zip(runs, results[hf])]
         rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
-                     runs[0]["onednn"].split(" ")[0] if impl == "ours" else "-",
+                     runs[0]["onednn"].split(" ")[0] if impl.startswith("ours") else "-",
                      bench.fmt(bench.median([r["rows_per_sec"] for r in runs])),
                      bench.fmt(bench.median(ratios), 2),
                      bench.fmt(bench.median([r["rows_per_cpu_sec"] for r in runs])),
@@ -215,6 +225,7 @@ def main(argv=None) -> int:
     parser.add_argument("--worker", choices=["ours", "hf", "hf_sorted"], default=None,
                         help=argparse.SUPPRESS)
     parser.add_argument("--towers", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     parser.add_argument("--input", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -164,7 +164,7 @@ def test_five_thousand_lines_stream_out_complete_and_in_order(model, tmp_path):
     run_main(features_cli, model_flags(model, input_file=distinct, output_file=alone,
                                        pooling="mean", batch_size=1))
     streamed = tmp_path / "streamed.npy"
-    # 4 rows x 2 towers x 32 batches a window: 20 windows, each sorted by length.
+    # 4 rows x 2 towers x 64 batches a window: 10 windows, each sorted by length.
     run_main(features_cli, model_flags(model, input_file=stream, output_file=streamed,
                                        pooling="mean", batch_size=4, n_gpus=2))
     expected = np.load(alone)[which]

@@ -50,7 +50,7 @@ EMBEDDING = "embedding"
 PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")
 # Global batches scored from one window of the input: per-token outputs
 # ([seq, hidden] per layer and row) wait for their turn in fewer rows.
-WINDOW_BATCHES_POOLED = 32
+WINDOW_BATCHES_POOLED = 64
 WINDOW_BATCHES_TOKENS = 4
 BYTE_ORDER_MARK = "\ufeff"
 
