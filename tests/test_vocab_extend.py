@@ -158,11 +158,14 @@ def test_added_words_are_one_piece_in_our_reader_and_the_sentencepiece_model(ext
         "龘龘": [W, "龘龘"],
         # 发展中|国家 ran across 中国's ends: the old split stays.
         "发展中国家": [W, "发展中", "国家"],
+        # Deep into a long line (a running score near -49,000, where float32's
+        # step is 1/256) the margin still decides.
+        "好" * 5000 + "我爱中国": [W] + ["好"] * 5000 + ["我爱", "中国"],
     }
     for text, pieces in cases.items():
-        assert new.tokenize(text) == pieces, text
-        assert list(sp.EncodeAsPieces(text)) == pieces, text
-        assert list(sp.EncodeAsIds(text)) == new.encode(text), text
+        assert new.tokenize(text) == pieces, text[-20:]
+        assert list(sp.EncodeAsPieces(text)) == pieces, text[-20:]
+        assert list(sp.EncodeAsIds(text)) == new.encode(text), text[-20:]
 
 
 def test_lines_without_the_new_words_get_the_same_ids(extended):
