@@ -388,3 +388,19 @@ def test_bad_input_is_one_error_line_and_nothing_written(extended, tmp_path, cap
                         "--output_dir", str(exists), "--overwrite"], capsys)
     assert code == 0, err
     assert not (exists / "keep.txt").exists() and (exists / "sentencepiece.model").exists()
+
+
+def test_the_segmentation_benchmark_counts(extended):
+    from benchmarks.extend_segmentation import compare, report
+    root, _, out = extended
+    texts = HELD_OUT + ["我爱中国", "发展中国家", "bioinformatics is good"]
+    counts = compare(str(root / "model"), str(out), texts)
+    assert {k: v for k, v in counts.items() if k != "per_piece"} == dict(
+        lines=len(texts), without_new=len(HELD_OUT), same_ids=len(HELD_OUT),
+        sentencepiece_same=len(texts))
+    # 发展中国家 holds 中国's text but keeps its old split.
+    assert counts["per_piece"] == {W + "bioinformatics": [1, 1], "新冠肺炎": [0, 0],
+                                   "中国": [2, 1], "新冠": [0, 0], W + "goods": [0, 0],
+                                   "龘龘": [0, 0]}
+    assert report(counts)[-6:] == ["_bioinformatics\t1\t1", "新冠肺炎\t0\t0", "中国\t2\t1",
+                                   "新冠\t0\t0", "_goods\t0\t0", "龘龘\t0\t0"]
