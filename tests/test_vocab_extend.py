@@ -24,7 +24,7 @@ from bert_ad.errors import run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.parallel.checkpoints import WarmStart
 from bert_ad.tools import convert, weight_names
-from bert_ad.tools.vocab_extend import SCORE_MARGIN, orphan_characters
+from bert_ad.tools.vocab_extend import SCORE_MARGIN, orphan_characters, plan_pieces
 
 from helpers import tree_digest
 
@@ -404,3 +404,21 @@ def test_the_segmentation_benchmark_counts(extended):
                                    "龘龘": [0, 0]}
     assert report(counts)[-6:] == ["_bioinformatics\t1\t1", "新冠肺炎\t0\t0", "中国\t2\t1",
                                    "新冠\t0\t0", "_goods\t0\t0", "龘龘\t0\t0"]
+
+
+def test_a_list_without_the_lone_word_start_gets_both_forms_of_a_chinese_word():
+    """Without `▁` alone, `▁` + 中国 cannot follow a word start: `▁中国` is added too.
+    (`▁` is then an orphan, so the scores are floored at -40, below them.)"""
+    pieces = CONTROL + [("中", -9.0), ("国", -9.3), (W + "中", -9.5), ("x", -40.0),
+                        ("<mask>", 0.0)]
+    tokenizer = UnigramTokenizer([p for p, _ in pieces], [s for _, s in pieces])
+    plan = plan_pieces(tokenizer, ["中国"], False, "words.txt")
+    assert [(p.piece, p.how, p.piece_id) for p in plan] == [
+        ("中国", "added", len(pieces)), (W + "中国", "added", len(pieces) + 1)]
+    # 中国 inside text: 中 国 (-18.3); after a word start: ▁中 国 (-18.8).
+    assert plan[0].score == pytest.approx(-18.3 + SCORE_MARGIN, abs=1e-5)
+    assert plan[1].score == pytest.approx(-18.8 + SCORE_MARGIN, abs=1e-5)
+    new = UnigramTokenizer([p for p, _ in pieces] + [p.piece for p in plan],
+                           [s for _, s in pieces] + [p.score for p in plan])
+    assert new.tokenize("中国") == [W + "中国"]
+    assert new.tokenize("x中国") == ["<unk>", "x", "中国"]

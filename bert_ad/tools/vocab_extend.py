@@ -80,8 +80,9 @@ from bert_ad.tools.spm_model import spm_model_bytes
 from bert_ad.tools.trim_inputs import in_scripts
 from bert_ad.tools.vocab_trim import SPM_MODEL
 
-# Above float32's rounding of a line's running score (2^-9 up to |total| 16,384,
-# a thousand pieces or so), far below the gaps between real splits.
+# Well above float32's step at a line's running score (1/1024 down to a total of
+# -16,384, about a thousand pieces; 1/256 down to -65,536), well below the gaps
+# between real splits (tenths of a unit and more).
 SCORE_MARGIN = 0.05
 # Scripts written without spaces between words.
 WITHOUT_SPACES = ("han", "kana", "bopomofo")
@@ -161,7 +162,7 @@ def _new_score(tokenizer: UnigramTokenizer, form: str, floor: float) -> float:
 
 
 def plan_pieces(tokenizer: UnigramTokenizer, words: Sequence[str], do_lower_case: bool,
-                words_file: str = "--words") -> List[NewPiece]:
+                words_file: str) -> List[NewPiece]:
     """One NewPiece per form of every word, in word order.
 
     New pieces get ids after the last piece, in word order. `tokenizer` is
@@ -201,12 +202,12 @@ def _pieces_bytes(pieces_file: str, plan: Sequence[NewPiece]) -> bytes:
     """The old pieces.tsv byte for byte, then one `piece<TAB>score` line per new piece."""
     with open(pieces_file, "rb") as f:
         data = f.read()
-    newline = b"\r\n" if b"\r\n" in data.split(b"\n", 1)[0] + b"\n" else b"\n"
+    newline = b"\r\n" if data.split(b"\n", 1)[0].endswith(b"\r") else b"\n"
     if data and not data.endswith(b"\n"):
         data += newline
     for p in plan:
         if p.how == ADDED:
-            data += f"{p.piece}\t{float(p.score)!r}".encode("utf-8") + newline
+            data += f"{p.piece}\t{float(p.score)!r}".encode() + newline
     return data
 
 
