@@ -2,7 +2,9 @@
 
   transplant  checkpoint + its tokenizer + a new vocab.txt -> a checkpoint for
               the new vocab (bert_ad/tools/vocab.py)
-  extend      add domain words to a model's vocab (bert_ad/tools/vocab.py)
+  extend      add domain words to a model's vocab: a WordPiece vocab.txt
+              (bert_ad/tools/vocab.py) or a unigram piece list
+              (bert_ad/tools/vocab_extend.py)
   trim        keep only the pieces of a unigram vocab that corpora use (and
               chosen scripts): bert_ad/tools/vocab_trim.py
 
@@ -17,7 +19,7 @@ from absl import flags
 
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import Subcommand, run_subcommand, tool_cli
-from bert_ad.tools import vocab, vocab_trim
+from bert_ad.tools import vocab, vocab_extend, vocab_trim
 
 PROGRAM = "python -m bert_ad.vocab"
 DESCRIPTION = ("Move a BERT checkpoint onto another vocab (transplant), add words to its "
@@ -48,9 +50,13 @@ def _transplant_flags(fv: flags.FlagValues) -> None:
 def _extend_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_string("words", None, "One word per line (required).", **d)
-    flags.DEFINE_string("vocab_file", None, "Default: vocab.txt beside the checkpoint.", **d)
+    flags.DEFINE_string("vocab_file", None, "The model's WordPiece vocab.txt or unigram "
+                        "pieces.tsv (default: vocab.txt, else pieces.tsv beside the "
+                        "checkpoint).", **d)
     flags.DEFINE_bool("do_lower_case", True,
-                      "The model is uncased (--do_lower_case=false for a cased one).", **d)
+                      "The model is uncased (--do_lower_case=false for a cased one). With "
+                      "a piece list the list's own casing counts unless this is given.", **d)
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.", **d)
     _model_flags(fv)
 
 
@@ -97,8 +103,9 @@ def _transplant(f: flags.FlagValues) -> int:
 
 
 def _extend(f: flags.FlagValues) -> int:
-    print(vocab.extend(f.checkpoint, f.words, f.output_dir, f.vocab_file,
-                       f.bert_config_file, f.do_lower_case, f.seed).summary())
+    print(vocab_extend.extend(f.checkpoint, f.words, f.output_dir, f.vocab_file,
+                              f.bert_config_file, f.do_lower_case, f["do_lower_case"].present,
+                              f.seed, f.overwrite).summary())
     return 0
 
 
@@ -106,7 +113,8 @@ SUBCOMMANDS = (
     Subcommand("transplant", "checkpoint + its tokenizer + a new vocab.txt -> a checkpoint "
                "for the new vocab", _transplant_flags, _transplant,
                required=("checkpoint", "target_vocab", "output_dir")),
-    Subcommand("extend", "add domain words to a model's vocab", _extend_flags, _extend,
+    Subcommand("extend", "add domain words to a model's vocab (vocab.txt or pieces.tsv)",
+               _extend_flags, _extend,
                required=("checkpoint", "words", "output_dir")),
     Subcommand("trim", "keep the pieces of a unigram vocab that corpora use (and chosen "
                "scripts)", _trim_flags, _trim,

@@ -37,7 +37,7 @@ import math
 import os
 import struct
 import unicodedata
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from bert_ad.errors import fail, require_file
 
@@ -103,6 +103,22 @@ class UnigramTokenizer:
         return cls(pieces, scores, read_normalization(norm_path), source=path,
                    normalization_file=norm_path)
 
+    def add_piece(self, piece: str, score: float) -> int:
+        """Append a new matchable piece (`bert-ad vocab extend`); returns its id.
+
+        The `<unk>` penalty follows the lowest score, as in the constructor.
+        """
+        if piece in self.piece_ids:
+            raise ValueError(f"{piece!r} is already piece {self.piece_ids[piece]}")
+        piece_id = len(self.pieces)
+        self.pieces.append(piece)
+        self.scores.append(_f32(score))
+        self.piece_ids[piece] = piece_id
+        self._matchable[piece] = piece_id
+        self._max_piece_chars = max(self._max_piece_chars, len(piece))
+        self._unk_score = _f32(min(self.scores) - UNK_PENALTY)
+        return piece_id
+
     @property
     def vocab_size(self) -> int:
         return len(self.pieces)
@@ -138,6 +154,11 @@ class UnigramTokenizer:
         Returns:
           Piece ids, left to right; one `unk_id` per uncovered character.
         """
+        return self.segment_with_score(normalized)[0]
+
+    def segment_with_score(self, normalized: str) -> Tuple[List[int], float]:
+        """`segment`'s ids and the split's total score (float32, an unknown
+        character counted at the `<unk>` penalty); 0.0 for empty text."""
         n = len(normalized)
         best = [-math.inf] * (n + 1)
         best[0] = 0.0
@@ -164,7 +185,7 @@ class UnigramTokenizer:
             piece_id = back_piece[end]
             ids.append(self.unk_id if piece_id < 0 else piece_id)
             end = back_start[end]
-        return ids[::-1]
+        return ids[::-1], best[n]
 
     def encode(self, text: str) -> List[int]:
         """Piece ids of `text` (no <s>/</s> around them)."""

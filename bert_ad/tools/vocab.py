@@ -26,8 +26,10 @@ text without the new words do not change. Note that BERT's basic tokenizer
 splits CJK characters and punctuation apart before WordPiece: such a word
 gets its row, but the tokenizer will not produce it (the report says which).
 
-Both refuse an existing --output_dir (nothing is ever overwritten) and write
-through a staging folder renamed into place.
+A piece list (`pieces.tsv`) is extended by bert_ad/tools/vocab_extend.py,
+which also picks between the two. Both write through a staging folder renamed
+into place; transplant refuses an existing --output_dir, extend replaces one
+only with --overwrite.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.tools.convert import (
     CHECKPOINT_NAME, GOOGLE_CONFIG, VOCAB, staged_output, write_tf_checkpoint)
 from bert_ad.errors import fail, require_file
+from bert_ad.files import cannot_write, replace_directory, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.data.basic_tokenization import strip_accents
 from bert_ad.data.tokenization import UNK, FullTokenizer, load_vocab
@@ -60,7 +63,7 @@ DEFAULT_SEED = 12345
 
 # --- Checkpoints -----------------------------------------------------------------------
 
-def _model_paths(checkpoint: str, bert_config_file: Optional[str]) -> tuple:
+def model_paths(checkpoint: str, bert_config_file: Optional[str]) -> tuple:
     if not checkpoint:
         fail("--checkpoint is not set")
     prefix = resolve_checkpoint(checkpoint, flag="--checkpoint")
@@ -107,35 +110,54 @@ def truncated_normal(rows: int, cols: int, stddev: float, seed: int) -> np.ndarr
     return (values * stddev).astype(np.float32)
 
 
-def _new_output_dir(output_dir: str) -> None:
+def check_output_dir(output_dir: str, overwrite: Optional[bool] = None) -> None:
+    """`overwrite`: None for a command without --overwrite (never replaces)."""
     if not output_dir:
         fail("--output_dir is not set")
-    if os.path.exists(output_dir):
-        fail(f"--output_dir {output_dir!r} already exists; give a new folder "
-             "(nothing is ever overwritten)")
+    if os.path.exists(output_dir) and not overwrite:
+        fail(f"--output_dir {output_dir!r} already exists; give a new folder " +
+             ("(nothing is ever overwritten)" if overwrite is None
+              else "or pass --overwrite to replace it"))
 
 
-def _write_model(output_dir: str, weights: Dict[str, np.ndarray], config: BertConfig,
+def write_model(output_dir: str, weights: Dict[str, np.ndarray], config: BertConfig,
+                files: Dict[str, object], overwrite: bool = False) -> None:
+    """Checkpoint, config and `files` ({name: bytes, a source path or a list of
+    lines}), built in a staging folder and renamed into place: a new output_dir
+    in one step; an existing one (only with `overwrite`) replaced as a whole."""
+    if not (overwrite and os.path.exists(output_dir)):
+        with staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
+            _write_files(staging, weights, config, files)
+        return
+    staging = staging_directory(output_dir)
+    try:
+        _write_files(staging, weights, config, files)
+        replace_directory(staging, output_dir)
+    except BaseException as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, (OSError, tf.errors.OpError)):
+            raise cannot_write(output_dir, e) from e
+        raise
+
+
+def _write_files(staging: str, weights: Dict[str, np.ndarray], config: BertConfig,
                  files: Dict[str, object]) -> None:
-    """Checkpoint, config and `files` ({name: source path or list of lines}),
-    staged and renamed into the new output_dir in one step."""
-    with staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
-        write_tf_checkpoint(weights, os.path.join(staging, CHECKPOINT_NAME))
-        with open(os.path.join(staging, GOOGLE_CONFIG), "w", encoding="utf-8") as f:
-            f.write(config.to_json_string())
-        for name, content in files.items():
-            target = os.path.join(staging, name)
-            if isinstance(content, bytes):
-                with open(target, "wb") as f:
-                    f.write(content)
-            elif isinstance(content, str):
-                shutil.copyfile(content, target)
-            else:
-                with open(target, "w", encoding="utf-8", newline="\n") as f:
-                    f.write("".join(line + "\n" for line in content))
+    write_tf_checkpoint(weights, os.path.join(staging, CHECKPOINT_NAME))
+    with open(os.path.join(staging, GOOGLE_CONFIG), "w", encoding="utf-8") as f:
+        f.write(config.to_json_string())
+    for name, content in files.items():
+        target = os.path.join(staging, name)
+        if isinstance(content, bytes):
+            with open(target, "wb") as f:
+                f.write(content)
+        elif isinstance(content, str):
+            shutil.copyfile(content, target)
+        else:
+            with open(target, "w", encoding="utf-8", newline="\n") as f:
+                f.write("".join(line + "\n" for line in content))
 
 
-def _with_vocab_size(config: BertConfig, vocab_size: int) -> BertConfig:
+def with_vocab_size(config: BertConfig, vocab_size: int) -> BertConfig:
     values = config.to_dict()
     values["vocab_size"] = vocab_size
     return BertConfig.from_dict(values)
@@ -189,8 +211,8 @@ def transplant(checkpoint: str, target_vocab: str, output_dir: str,
     Returns:
       TransplantResult; the per-row plan is also in transplant_report.txt.
     """
-    _new_output_dir(output_dir)
-    prefix, folder, config, config_path = _model_paths(checkpoint, bert_config_file)
+    check_output_dir(output_dir)
+    prefix, folder, config, config_path = model_paths(checkpoint, bert_config_file)
     if not source_vocab:
         source_vocab = next((os.path.join(folder, name) for name in (VOCAB, PIECES)
                              if os.path.isfile(os.path.join(folder, name))), None)
@@ -224,7 +246,7 @@ def transplant(checkpoint: str, target_vocab: str, output_dir: str,
     report.append("# id\ttoken\thow\tsource pieces")
     report += [f"{i}\t{token}\t{plan.how}\t" + " ".join(source.pieces[j] for j in plan.source_ids)
                for i, (token, plan) in enumerate(zip(tokens, plans))]
-    _write_model(output_dir, weights, _with_vocab_size(config, len(tokens)),
+    write_model(output_dir, weights, with_vocab_size(config, len(tokens)),
                  {VOCAB: target_vocab, TRANSPLANT_REPORT: report})
     return TransplantResult(output_dir, counts, plans, left_out)
 
@@ -289,8 +311,9 @@ def _vocab_lines(path: str) -> tuple:
 
 def extend(checkpoint: str, words_file: str, output_dir: str,
            vocab_file: Optional[str] = None, bert_config_file: Optional[str] = None,
-           do_lower_case: bool = True, seed: int = DEFAULT_SEED) -> ExtendResult:
-    """Add the words of `words_file` to a model's vocab and checkpoint.
+           do_lower_case: bool = True, seed: int = DEFAULT_SEED,
+           overwrite: bool = False) -> ExtendResult:
+    """Add the words of `words_file` to a model's WordPiece vocab and checkpoint.
 
     Args:
       checkpoint: a checkpoint prefix, or a folder holding bert_model.ckpt.
@@ -301,11 +324,12 @@ def extend(checkpoint: str, words_file: str, output_dir: str,
       do_lower_case: the model's tokenizer lower-cases (an uncased model); the
         words are then added lower-cased and without accents.
       seed: for words none of whose pieces is known (their row starts fresh).
+      overwrite: replace an existing output_dir.
     Returns:
       ExtendResult; per word details are in extend_report.txt.
     """
-    _new_output_dir(output_dir)
-    prefix, folder, config, config_path = _model_paths(checkpoint, bert_config_file)
+    check_output_dir(output_dir, overwrite)
+    prefix, folder, config, config_path = model_paths(checkpoint, bert_config_file)
     vocab_file = vocab_file or os.path.join(folder, VOCAB)
     require_file(vocab_file, "--vocab_file")
     tokenizer = FullTokenizer(vocab_file, do_lower_case)
@@ -363,6 +387,7 @@ def extend(checkpoint: str, words_file: str, output_dir: str,
     header = [f"# extend of {prefix} ({vocab_file}) with {words_file}",
               f"added\t{len(added)}", f"present\t{len(present)}",
               "# word\tid\thow\tpieces its row is the mean of"]
-    _write_model(output_dir, weights, _with_vocab_size(config, len(lines)),
-                 {VOCAB: newline.join(lines) + newline, EXTEND_REPORT: header + report})
+    write_model(output_dir, weights, with_vocab_size(config, len(lines)),
+                {VOCAB: newline.join(lines) + newline, EXTEND_REPORT: header + report},
+                overwrite)
     return ExtendResult(output_dir, added, present, split_apart, len(lines))
