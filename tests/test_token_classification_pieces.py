@@ -32,7 +32,7 @@ from bert_ad.data.conll import read_conll
 from bert_ad.data.tokenization import PieceListTokenizer
 from bert_ad.files import read_key_values
 from bert_ad.metrics.entities import entity_metrics
-from bert_ad.model.heads import TOKEN_FEATURE_SPEC, token_classifier
+from bert_ad.model.heads import PIECE_TOKEN_FEATURE_SPEC, token_classifier
 from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
@@ -143,6 +143,7 @@ def _task(s: Setup, use_crf: bool) -> tuple:
 def test_names_are_one_piece_and_windows_hold_more_words_than_pieces(setup):
     task, train = _task(setup, use_crf=False)
     assert task.segmentation == "sentence"
+    assert task.feature_spec == PIECE_TOKEN_FEATURE_SPEC
     examples = task.features(train).examples
     words = sum(len(s) for s in setup.train)
     pieces = sum(len(ids) - 2 for ids in examples.columns["input_ids"])
@@ -172,7 +173,7 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, use_cr
     def build(n_towers):
         plan = plan_devices(n_towers, cuda_visible_devices="")
         graph = build_train_graph(
-            plan, TOKEN_FEATURE_SPEC, lambda f, i: task.build_model(f, True)["loss"],
+            plan, task.feature_spec, lambda f, i: task.build_model(f, True)["loss"],
             TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1))
         return plan, graph
 
@@ -207,7 +208,7 @@ def test_without_offset_vectors_a_softmax_tags_a_piece_once(setup):
     for piece_offsets in (False, True):
         with tf.Graph().as_default():
             tf.set_random_seed(3)
-            features = {name: tf.constant(batch[name]) for name in TOKEN_FEATURE_SPEC}
+            features = {name: tf.constant(batch[name]) for name in PIECE_TOKEN_FEATURE_SPEC}
             out = token_classifier(config, features, len(task.labels), False,
                                    piece_offsets=piece_offsets)
             with tf.Session() as session:

@@ -178,18 +178,20 @@ def next_sentence_head(config: BertConfig, pooled_output):
 
 # Per-tower inputs of token classification (bert_ad/data/token_features.py's
 # columns): [batch, seq] pieces; [batch, words] per word: the position of the
-# piece it reads, its tag id, its offset among the words reading that piece,
-# 1 for a real word.
+# piece it reads, its tag id, 1 for a real word.
 TOKEN_FEATURE_SPEC = {
     "input_ids": (tf.int32, [None, None]),
     "input_mask": (tf.int32, [None, None]),
     "segment_ids": (tf.int32, [None, None]),
     "word_positions": (tf.int32, [None, None]),
     "word_tag_ids": (tf.int32, [None, None]),
-    "word_offsets": (tf.int32, [None, None]),
     "word_mask": (tf.int32, [None, None]),
     "example_weights": (tf.float32, [None]),
 }
+# With `piece_offsets` (a piece list: words may share a piece) also each word's
+# offset among the words reading its piece. A separate spec, so a WordPiece
+# graph has exactly the placeholders (and, in TF 1.x, the op-derived seeds) it had.
+PIECE_TOKEN_FEATURE_SPEC = dict(TOKEN_FEATURE_SPEC, word_offsets=(tf.int32, [None, None]))
 # Rows of `output_offset_embeddings`: word offsets 1..7 inside a piece (a larger
 # offset shares the last row; 8 characters in one piece is rare even in Chinese).
 PIECE_OFFSET_ROWS = 7
@@ -234,15 +236,16 @@ def token_classifier(config: BertConfig, features: dict, num_tags: int, is_train
     Variables: `output_weights` [num_tags, hidden] and `output_bias` at the top
     level (as the classifier's), `crf/transitions` [num_tags, num_tags] with
     `use_crf` (bert_ad/model/crf.py), and with `piece_offsets`
-    `output_offset_embeddings` [PIECE_OFFSET_ROWS, hidden].
+    `output_offset_embeddings` [PIECE_OFFSET_ROWS, hidden] (features as
+    PIECE_TOKEN_FEATURE_SPEC, else TOKEN_FEATURE_SPEC).
 
     piece_offsets: words that share a piece (a unigram piece list segmenting a
     sentence as a whole: `中国` for `中`, `国`) read the same vector, so a
     softmax would give them the same tag. With it, a word at offset k >= 1 in
     its piece (`word_offsets`) gets a learned vector for k added before the
     classifier, so `国` can be `I-LOC` after `中`'s `B-LOC`. Offset 0 adds
-    nothing and the rows start at zero: the first word of a piece, and every
-    word at the start, reads exactly what the plain head reads.
+    nothing and the rows start at zero: the first word of a piece always, and
+    every word before training, reads exactly what the plain head reads.
 
     The loss of a window is its negative log-likelihood (summed over its
     words; a CRF scores the whole tag path), and a tower's loss the mean over

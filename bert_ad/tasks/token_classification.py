@@ -42,7 +42,8 @@ from bert_ad.data.token_features import (COLUMNS, TOKEN_FEATURES, TokenFeatures,
 from bert_ad.data.token_pieces import segments_whole_sentences
 from bert_ad.errors import fail
 from bert_ad.metrics.entities import entity_metric_names, entity_metrics
-from bert_ad.model.heads import TOKEN_FEATURE_SPEC, token_classifier
+from bert_ad.model.heads import (PIECE_TOKEN_FEATURE_SPEC, TOKEN_FEATURE_SPEC,
+                                 token_classifier)
 from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates)
 
@@ -100,11 +101,12 @@ class TokenClassificationTask(Task):
       doc_stride: pieces between the starts of a long sentence's windows.
       use_crf: a linear-chain CRF (Viterbi decoding) instead of a softmax.
       head_learning_rate_multiplier: the head (output_weights, output_bias,
-        output_offset_embeddings, crf/transitions) learns this many times faster than the encoder. It
-        starts from random weights near 0: at the encoder's fine-tuning rate
-        it learns so slowly that the encoder drifts first (a model whose
-        token vectors collapse to one, docs/ner.md), and a CRF's transitions
-        would hardly move (bert4keras's crf_lr_multiplier).
+        output_offset_embeddings, crf/transitions) learns this many times
+        faster than the encoder. It starts from random weights near 0 (or
+        zeros): at the encoder's fine-tuning rate it learns so slowly that
+        the encoder drifts first (a model whose token vectors collapse to
+        one, docs/ner.md), and a CRF's transitions would hardly move
+        (bert4keras's crf_lr_multiplier).
       max_train_examples, max_eval_examples: only the first N sentences.
     """
 
@@ -133,6 +135,8 @@ class TokenClassificationTask(Task):
         # piece (bert_ad/data/token_pieces.py); other vocabularies, token by token.
         self.segmentation = ("sentence" if segments_whole_sentences(encoder.tokenizer)
                              else "token")
+        if self.segmentation == "sentence":
+            self.feature_spec = PIECE_TOKEN_FEATURE_SPEC  # with word_offsets
 
     # --- inputs -----------------------------------------------------------------
 
