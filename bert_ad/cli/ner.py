@@ -3,7 +3,9 @@
 CoNLL files in --data_dir (train.txt, dev.txt, test.txt; one token a line
 with its tag, a blank line between sentences; --train_file etc. rename them),
 tags in BIO, BIOES, BMES or IO (read from the tags unless --tag_scheme).
-Every word is tagged from its first WordPiece; a sentence longer than
+Every word is tagged from its first WordPiece, or with a unigram piece list
+(pieces.tsv) from the piece of the whole sentence's segmentation that covers
+its first character (several words may share one); a sentence longer than
 --max_seq_length is split into overlapping windows (--doc_stride) and each
 word takes its tag from the window where it has the most context. The head is
 a softmax over the tags, or with --use_crf a linear-chain CRF (Viterbi).

@@ -28,7 +28,8 @@ class TokenizedExamples:
     `columns` maps a feature name to a list of 1-D int arrays; the first
     column's lengths are the examples' lengths (they set `input_mask` and the
     padded length); another column may be shorter (e.g. one entry per word,
-    not per token) and is zero-padded to the same length. `labels` is [n] int
+    not per token) and is zero-padded to the same length, or longer (words
+    sharing pieces) and is zero-padded to its own longest row in the batch. `labels` is [n] int
     (batched as `label_ids`); `row_values` maps other per-example features to
     [n, ...] arrays of any dtype (a regression target, a multi-hot label
     vector), batched under their own names.
@@ -68,7 +69,10 @@ def make_batch(examples: TokenizedExamples, indices: Sequence[int], padding,
     rows = batch_size or len(indices)
     longest = int(examples.lengths[indices].max()) if len(indices) else 1
     seq = padded_length(longest, padding)
-    batch = {name: np.zeros((rows, seq), np.int32) for name in examples.columns}
+    # Another column may be longer than the first (a sentence's words when
+    # several share a piece): it is padded to its own longest row.
+    batch = {name: np.zeros((rows, max([seq] + [len(column[i]) for i in indices])), np.int32)
+             for name, column in examples.columns.items()}
     mask = np.zeros((rows, seq), np.int32)
     for row, index in enumerate(indices):
         for name, column in examples.columns.items():

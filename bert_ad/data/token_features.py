@@ -1,17 +1,21 @@
-"""Tagged sentences -> WordPiece windows for token classification, and back.
+"""Tagged sentences -> windows of pieces for token classification, and back.
 
-Every word is split into WordPiece pieces (`tokenizer.tokenize(word)`); its
-tag sits on its first piece and the other pieces are left out of the loss and
-of the prediction. A word with no pieces (a lone whitespace or control
-character) becomes [UNK], so every input word gets exactly one tag. Chinese
-text with one character per word works as is.
+Each sentence becomes pieces and each word (input token) reads one of them
+(bert_ad/data/token_pieces.py): with WordPiece every word is split on its own
+(`tokenizer.tokenize(word)`) and reads its first piece; with a unigram piece
+list the sentence is segmented as a whole and each word reads the first piece
+covering one of its characters, so several words may read one piece (`中国`
+for `中`, `国`). A word's tag is predicted from the piece it reads; the other
+pieces are left out of the loss and of the prediction. A word with no pieces
+(a lone whitespace or control character) becomes [UNK], so every input word
+gets exactly one tag. Chinese text with one character per word works as is.
 
 A sentence longer than max_seq_length - 2 pieces is cut into overlapping
 windows exactly as Google's run_squad cuts a document: windows of up to
 max_seq_length - 2 pieces ([CLS] and [SEP] around them), each starting
 `doc_stride` pieces after the previous one, the last one ending at the
-sentence's end. A word belongs to every window holding its first piece and is
-predicted by the one where that piece has the most context (run_squad's
+sentence's end. A word belongs to every window holding the piece it reads and
+is predicted by the one where that piece has the most context (run_squad's
 `_check_is_max_context`: the largest min(left, right) context, plus 0.01 x the
 window length; the first window wins a tie).
 
@@ -20,18 +24,23 @@ these columns (all int32, input_ids first: its length is the example's):
 
   input_ids      [pieces + 2]  [CLS] pieces [SEP]
   segment_ids    [pieces + 2]  zeros
-  tag_ids        [pieces + 2]  a word's tag id on its first piece, 0 elsewhere
-  tag_mask       [pieces + 2]  1 on the first piece of every word, 0 elsewhere
-  word_positions [words]       index in input_ids of each word's first piece
+  tag_ids        [pieces + 2]  a word's tag id on the piece it reads (the first
+                               word's when words share a piece), 0 elsewhere
+  tag_mask       [pieces + 2]  1 on every piece a word reads, 0 elsewhere
+  word_positions [words]       index in input_ids of the piece each word reads
+                               (non-decreasing; repeated for words sharing a piece)
   word_tag_ids   [words]       tag id of each word
+  word_offsets   [words]       0 for the first word reading its piece, 1 for the
+                               next one reading the same piece, ... (always 0
+                               with WordPiece)
   word_mask      [words]       ones: after padding, marks the real words
 
-`words` counts the words whose first piece is in the window, in sentence
-order: a softmax head gathers the sequence output at word_positions, and a
-CRF runs over those [words] positions, not over the pieces. The name is
-`tag_ids`, not `label_ids`, because make_batch fills `label_ids` with the
-per-example labels. Windows without the first piece of any word (possible
-only inside a word longer than a window) are dropped.
+`words` counts the words whose piece is in the window, in sentence order (a
+window may hold more words than pieces): a softmax head gathers the sequence
+output at word_positions, and a CRF runs over those [words] positions, not
+over the pieces. The name is `tag_ids`, not `label_ids`, because make_batch
+fills `label_ids` with the per-example labels. Windows holding no piece a word
+reads (possible only inside a word longer than a window) are dropped.
 
 `words_from_windows` turns per-window predictions back into exactly one
 value per input word, in input order.
@@ -46,12 +55,13 @@ import numpy as np
 
 from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.feature_cache import Codec, DamagedCache, decode_examples, encode_examples
+from bert_ad.data.token_pieces import sentence_pieces
+from bert_ad.data.tokenization import CLS, SEP
 from bert_ad.errors import UserError
-from bert_ad.data.tokenization import CLS, SEP, UNK
 
 # The columns of one window, in order (see the module docstring).
 COLUMNS = ("input_ids", "segment_ids", "tag_ids", "tag_mask",
-           "word_positions", "word_tag_ids", "word_mask")
+           "word_positions", "word_tag_ids", "word_offsets", "word_mask")
 
 
 @dataclass
@@ -159,27 +169,6 @@ def max_context_span(spans: Sequence[Tuple[int, int]], position: int) -> int:
     return best_index
 
 
-def word_pieces(words: Sequence[str], tokenizer, cache: Optional[Dict[str, List[str]]] = None
-                ) -> List[List[str]]:
-    """The pieces of each word; [UNK] for a word the tokenizer drops entirely.
-
-    Args:
-      words: the words of one sentence.
-      tokenizer: anything with tokenize(text) -> pieces (FullTokenizer).
-      cache: word -> pieces, shared across sentences to tokenize each distinct
-        word once.
-    """
-    cache = {} if cache is None else cache
-    pieces = []
-    for word in words:
-        found = cache.get(word)
-        if found is None:
-            found = list(tokenizer.tokenize(word)) or [UNK]
-            cache[word] = found
-        pieces.append(found)
-    return pieces
-
-
 def convert_sentences(sentences: Sequence[Sequence[str]],
                       tags: Optional[Sequence[Sequence[str]]],
                       tokenizer, label_list: Sequence[str], max_seq_length: int,
@@ -213,11 +202,12 @@ def convert_sentences(sentences: Sequence[Sequence[str]],
                              f"tags for {len(words)} words")
         word_tags = _tag_ids(tags[sentence_index] if tags is not None else None,
                              len(words), label_index, unseen_tag)
-        pieces = word_pieces(words, tokenizer, cache)
-        flat = [piece for word in pieces for piece in word]
+        segmented = sentence_pieces(words, tokenizer, cache)
+        flat = segmented.pieces
         piece_ids = np.array(tokenizer.convert_tokens_to_ids(flat), np.int32)
-        # first_piece[w]: index in `flat` of word w's first piece.
-        first_piece = np.cumsum([0] + [len(p) for p in pieces[:-1]]).astype(np.int64)
+        # first_piece[w]: index in `flat` of the piece word w reads (non-decreasing).
+        first_piece = segmented.first_piece
+        word_offsets = segmented.offsets
         spans = window_spans(len(flat), max_seq_length - 2, doc_stride)
         best_span = np.array([max_context_span(spans, int(p)) for p in first_piece])
         for span_index, (start, length) in enumerate(spans):
@@ -230,7 +220,8 @@ def convert_sentences(sentences: Sequence[Sequence[str]],
             ids = np.concatenate([[cls_sep[0]], piece_ids[start:start + length],
                                   [cls_sep[1]]]).astype(np.int32)
             piece_tags = np.zeros(size, np.int32)
-            piece_tags[positions] = word_tags[in_window]
+            read, first_reader = np.unique(positions, return_index=True)
+            piece_tags[read] = word_tags[in_window][first_reader]
             piece_mask = np.zeros(size, np.int32)
             piece_mask[positions] = 1
             for name, values in (("input_ids", ids),
@@ -238,6 +229,7 @@ def convert_sentences(sentences: Sequence[Sequence[str]],
                                  ("tag_ids", piece_tags), ("tag_mask", piece_mask),
                                  ("word_positions", positions),
                                  ("word_tag_ids", word_tags[in_window]),
+                                 ("word_offsets", word_offsets[in_window]),
                                  ("word_mask", np.ones(len(in_window), np.int32))):
                 columns[name].append(values)
             windows.append(Window(sentence_index, int(in_window[0]),

@@ -11,7 +11,7 @@
 * `masked_lm_head` (`cls/predictions/...`, output embedding tied to the
   input one) and `next_sentence_head` (`cls/seq_relationship/...`): Google's
   pretraining heads, so continued-pretraining checkpoints stay Google's.
-* `token_classifier`: one tag per word from its first piece, softmax or a
+* `token_classifier`: one tag per word from the piece it reads, softmax or a
   linear-chain CRF (token classification, run_ner_mgpu.py).
 """
 
@@ -177,8 +177,8 @@ def next_sentence_head(config: BertConfig, pooled_output):
 # --- token classification ------------------------------------------------------------
 
 # Per-tower inputs of token classification (bert_ad/data/token_features.py's
-# columns): [batch, seq] pieces; [batch, words] per word (words <= seq after
-# padding): the position of its first piece, its tag id, 1 for a real word.
+# columns): [batch, seq] pieces; [batch, words] per word: the position of the
+# piece it reads, its tag id, 1 for a real word.
 TOKEN_FEATURE_SPEC = {
     "input_ids": (tf.int32, [None, None]),
     "input_mask": (tf.int32, [None, None]),
@@ -188,6 +188,13 @@ TOKEN_FEATURE_SPEC = {
     "word_mask": (tf.int32, [None, None]),
     "example_weights": (tf.float32, [None]),
 }
+# With `piece_offsets` (a piece list: words may share a piece) also each word's
+# offset among the words reading its piece. A separate spec, so a WordPiece
+# graph has exactly the placeholders (and, in TF 1.x, the op-derived seeds) it had.
+PIECE_TOKEN_FEATURE_SPEC = dict(TOKEN_FEATURE_SPEC, word_offsets=(tf.int32, [None, None]))
+# Rows of `output_offset_embeddings`: word offsets 1..7 inside a piece (a larger
+# offset shares the last row; 8 characters in one piece is rare even in Chinese).
+PIECE_OFFSET_ROWS = 7
 
 
 class TokenClassifierOutputs:
@@ -209,14 +216,36 @@ class TokenClassifierOutputs:
         self.loss = loss
 
 
+def offset_vectors(offsets, hidden: int):
+    """[batch, words] offsets inside a piece -> [batch, words, hidden]: zeros at
+    offset 0, row min(k, PIECE_OFFSET_ROWS) - 1 of `output_offset_embeddings`
+    at offset k."""
+    table = tf.get_variable("output_offset_embeddings", [PIECE_OFFSET_ROWS, hidden],
+                            tf.float32, tf.zeros_initializer())
+    rows = tf.concat([tf.zeros([1, hidden], tf.float32), table], 0)
+    return tf.gather(rows, tf.minimum(offsets, PIECE_OFFSET_ROWS))
+
+
 def token_classifier(config: BertConfig, features: dict, num_tags: int, is_training: bool,
                      use_crf: bool = False, compute_dtype=tf.float32,
-                     remove_padding: bool = True) -> TokenClassifierOutputs:
-    """BERT sequence output at each word's first piece -> dropout -> dense -> tags.
+                     remove_padding: bool = True,
+                     piece_offsets: bool = False) -> TokenClassifierOutputs:
+    """BERT sequence output at the piece each word reads [+ its offset's vector]
+    -> dropout -> dense -> tags.
 
     Variables: `output_weights` [num_tags, hidden] and `output_bias` at the top
-    level (as the classifier's), and `crf/transitions` [num_tags, num_tags]
-    with `use_crf` (bert_ad/model/crf.py).
+    level (as the classifier's), `crf/transitions` [num_tags, num_tags] with
+    `use_crf` (bert_ad/model/crf.py), and with `piece_offsets`
+    `output_offset_embeddings` [PIECE_OFFSET_ROWS, hidden] (features as
+    PIECE_TOKEN_FEATURE_SPEC, else TOKEN_FEATURE_SPEC).
+
+    piece_offsets: words that share a piece (a unigram piece list segmenting a
+    sentence as a whole: `中国` for `中`, `国`) read the same vector, so a
+    softmax would give them the same tag. With it, a word at offset k >= 1 in
+    its piece (`word_offsets`) gets a learned vector for k added before the
+    classifier, so `国` can be `I-LOC` after `中`'s `B-LOC`. Offset 0 adds
+    nothing and the rows start at zero: the first word of a piece always, and
+    every word before training, reads exactly what the plain head reads.
 
     The loss of a window is its negative log-likelihood (summed over its
     words; a CRF scores the whole tag path), and a tower's loss the mean over
@@ -233,6 +262,8 @@ def token_classifier(config: BertConfig, features: dict, num_tags: int, is_train
     batch, words = tf.shape(positions)[0], tf.shape(positions)[1]
     hidden = config.hidden_size
     word_vectors = tf.reshape(gather_positions(sequence, positions), [batch, words, hidden])
+    if piece_offsets:
+        word_vectors += offset_vectors(features["word_offsets"], hidden)
     if is_training:
         word_vectors = dropout(word_vectors, config.hidden_dropout_prob)
     output_weights = tf.get_variable("output_weights", [num_tags, hidden], tf.float32,

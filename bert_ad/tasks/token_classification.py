@@ -1,12 +1,13 @@
 """Token classification (NER, word segmentation, tagging) on CoNLL files, on the driver.
 
 Rows are the sentences of a CoNLL file (bert_ad/data/conll.py: one token a
-line with its tag, a blank line between sentences). Each word becomes
-WordPiece pieces and long sentences overlapping windows
-(bert_ad/data/token_features.py); the head tags each word from its first
-piece, by a softmax or a linear-chain CRF (bert_ad/model/heads.py
-`token_classifier`); each word's tag comes from the window where it has the
-most context. Results in output_dir:
+line with its tag, a blank line between sentences). Each sentence becomes
+pieces, word by word with WordPiece or as a whole with a unigram piece list
+(bert_ad/data/token_pieces.py), and long sentences overlapping windows
+(bert_ad/data/token_features.py); the head tags each word from the piece it
+reads (its first; words may share one with a piece list), by a softmax or a
+linear-chain CRF (bert_ad/model/heads.py `token_classifier`); each word's tag
+comes from the window where it has the most context. Results in output_dir:
 
   predict.txt              the input file line for line: `token<TAB>tag` on
                            token lines, blank and -DOCSTART- lines as they are
@@ -36,18 +37,20 @@ from bert_ad.data.conll import ConllFile, read_conll, prediction_lines, token_se
 from bert_ad.data.tag_schemes import (OUTSIDE, TagScheme, detect_scheme, get_scheme, label_list,
                                       span_records, span_types, validate_label_list,
                                       validate_tags)
-from bert_ad.data.token_features import (TOKEN_FEATURES, TokenFeatures, convert_sentences,
-                                         words_from_windows)
+from bert_ad.data.token_features import (COLUMNS, TOKEN_FEATURES, TokenFeatures,
+                                         convert_sentences, words_from_windows)
+from bert_ad.data.token_pieces import segments_whole_sentences
 from bert_ad.errors import fail
 from bert_ad.metrics.entities import entity_metric_names, entity_metrics
-from bert_ad.model.heads import TOKEN_FEATURE_SPEC, token_classifier
+from bert_ad.model.heads import (PIECE_TOKEN_FEATURE_SPEC, TOKEN_FEATURE_SPEC,
+                                 token_classifier)
 from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates)
 
 log = logging.getLogger("bert_ad")
 
 # The head's variables (bert_ad/model/heads.py token_classifier), as a regular expression.
-HEAD_VARIABLES = "^(output_weights|output_bias|crf/transitions)$"
+HEAD_VARIABLES = "^(output_weights|output_bias|output_offset_embeddings|crf/transitions)$"
 
 
 @dataclasses.dataclass
@@ -98,11 +101,12 @@ class TokenClassificationTask(Task):
       doc_stride: pieces between the starts of a long sentence's windows.
       use_crf: a linear-chain CRF (Viterbi decoding) instead of a softmax.
       head_learning_rate_multiplier: the head (output_weights, output_bias,
-        crf/transitions) learns this many times faster than the encoder. It
-        starts from random weights near 0: at the encoder's fine-tuning rate
-        it learns so slowly that the encoder drifts first (a model whose
-        token vectors collapse to one, docs/ner.md), and a CRF's transitions
-        would hardly move (bert4keras's crf_lr_multiplier).
+        output_offset_embeddings, crf/transitions) learns this many times
+        faster than the encoder. It starts from random weights near 0 (or
+        zeros): at the encoder's fine-tuning rate it learns so slowly that
+        the encoder drifts first (a model whose token vectors collapse to
+        one, docs/ner.md), and a CRF's transitions would hardly move
+        (bert4keras's crf_lr_multiplier).
       max_train_examples, max_eval_examples: only the first N sentences.
     """
 
@@ -127,6 +131,12 @@ class TokenClassificationTask(Task):
         self.head_learning_rate_multiplier = check_head_learning_rate_multiplier(
             head_learning_rate_multiplier)
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
+        # A piece list segments each sentence as a whole, so words may share a
+        # piece (bert_ad/data/token_pieces.py); other vocabularies, token by token.
+        self.segmentation = ("sentence" if segments_whole_sentences(encoder.tokenizer)
+                             else "token")
+        if self.segmentation == "sentence":
+            self.feature_spec = PIECE_TOKEN_FEATURE_SPEC  # with word_offsets
 
     # --- inputs -----------------------------------------------------------------
 
@@ -218,6 +228,7 @@ class TokenClassificationTask(Task):
             data.features = self.encoder.cached(
                 data, {"task": "token_classification", "labels": self.labels,
                        "doc_stride": self.doc_stride, "tagged": tags is not None,
+                       "columns": list(COLUMNS), "pieces": self.segmentation,
                        "unseen_tag": self._stand_in_tag() if data.split == "dev" else None},
                 lambda: convert_sentences([s.tokens for s in data.rows], tags,
                                           self.encoder.tokenizer, self.labels,
@@ -237,7 +248,8 @@ class TokenClassificationTask(Task):
     def build_model(self, features, is_training):
         out = token_classifier(self.encoder.config, features, len(self.labels), is_training,
                                self.use_crf, self.encoder.compute_dtype,
-                               self.encoder.remove_padding)
+                               self.encoder.remove_padding,
+                               piece_offsets=self.segmentation == "sentence")
         return {"loss": out.loss, "predicted": out.predicted,
                 "per_example_loss": out.per_example_loss}
 
