@@ -206,9 +206,9 @@ def replicated_step(model: Model, machine: Machine, n: int, batch: int, seq: int
     return Step(compute, exposed_allreduce=exposed, gpu_apply=apply)
 
 
-def speedups(step_of, counts=(2, 4, 8)) -> list:
-    one = step_of(1).total
-    return [n * one / step_of(n).total for n in counts]
+def speedups(steps: dict) -> list:
+    """{N: Step} (N = 1 included) -> the speedup of each N > 1 over one GPU."""
+    return [n * steps[1].total / step.total for n, step in steps.items() if n > 1]
 
 
 def table(header: list, rows: list) -> str:
@@ -254,19 +254,18 @@ def print_scaling(cpu_gbps: float, overlap: bool) -> None:
                   f"(CPU {cpu_gbps:g} GB/s{'' if overlap else ', no overlap'})\n")
             rows = []
             for m in MACHINES:
-                ps = [parameter_server_step(model, m, n, batch, seq, cpu_gbps, overlap)
-                      for n in (1, 2, 4, 8)]
-                rep = [replicated_step(model, m, n, batch, seq, overlap)
-                       for n in (1, 2, 4, 8)]
-                s8, r8 = ps[3], rep[3]
+                ps = {n: parameter_server_step(model, m, n, batch, seq, cpu_gbps, overlap)
+                      for n in (1, 2, 4, 8)}
+                rep = {n: replicated_step(model, m, n, batch, seq, overlap)
+                       for n in (1, 2, 4, 8)}
+                s8, r8 = ps[8], rep[8]
                 rows.append([
                     m.name, ms(s8.compute),
                     f"{ms(s8.exposed_up)} + {ms(s8.cpu_apply)} + {ms(s8.exposed_down)}",
-                    x(speedups(lambda n: parameter_server_step(
-                        model, m, n, batch, seq, cpu_gbps, overlap))),
+                    x(speedups(ps)),
                     f"{100 * s8.compute / s8.total:.0f}%",
                     f"{ms(r8.exposed_allreduce)} + {ms(r8.gpu_apply)}",
-                    x(speedups(lambda n: replicated_step(model, m, n, batch, seq, overlap))),
+                    x(speedups(rep)),
                     f"{100 * r8.compute / r8.total:.0f}%",
                     f"{s8.total / r8.total:.1f}x"])
             print(table(["GPUs", "compute ms", "parameter_server at 8: up + CPU apply + "
@@ -295,10 +294,10 @@ def print_checks(cpu_gbps: float) -> None:
     p100 = MACHINES[0]
     for model in (BERT_BASE, CHINESE):
         for seq, batch in SHAPES:
-            one = parameter_server_step(model, p100, 1, batch, seq, cpu_gbps, True)
-            rows.append([model.name, f"{seq} x {batch}", x(speedups(
-                lambda n: parameter_server_step(model, p100, n, batch, seq, cpu_gbps, True),
-                (2, 4))), f"{100 * one.compute / one.total:.0f}%"])
+            steps = {n: parameter_server_step(model, p100, n, batch, seq, cpu_gbps, True)
+                     for n in (1, 2, 4)}
+            rows.append([model.name, f"{seq} x {batch}", x(speedups(steps)),
+                         f"{100 * steps[1].compute / steps[1].total:.0f}%"])
     print(table(["model", "seq x batch", "speedup 2 / 4 vs 1 P100",
                  "1 P100 busy computing"], rows))
     print()

@@ -308,3 +308,12 @@ def test_replicated_is_refused_with_sparse_embedding_updates(tmp_path):
                         "--variable_update=replicated"])
     assert_one_error_line(run, "--sparse_embedding_updates does not work with "
                                "--variable_update=replicated")
+
+
+def test_replicated_is_refused_in_a_cluster(tmp_path):
+    run = run_launcher(["run_classifier_mgpu.py", "--task_name=sentiment",
+                        f"--output_dir={tmp_path / 'out'}", "--bert_config_file=x.json",
+                        "--do_train", "--variable_update=replicated",
+                        "--worker_hosts=localhost:1,localhost:2", "--task_index=0"])
+    assert_one_error_line(run, "--variable_update=replicated works on one machine")
+    assert not os.path.exists(tmp_path / "out")
