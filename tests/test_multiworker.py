@@ -6,7 +6,8 @@
 * run_classifier_mgpu.py as users run it: 2 workers x 1 tower (started with
   scripts/launch_local_workers.sh) end with the same weights and optimizer
   state as 1 worker x 2 towers and as 1 worker x 1 tower with the double
-  batch (dropout off, relative difference <= 1e-5); run_pretraining_mgpu.py
+  batch (dropout off, relative difference <= 5e-5 after 5 Adam steps, see
+  STEPS_TOLERANCE); run_pretraining_mgpu.py
   likewise with 2 workers and 2 towers, accumulating 2 micro-batches.
 * A killed worker makes the other stop with a one-line error within its
   timeout; relaunching both resumes from the chief's newest checkpoint, and
@@ -316,6 +317,15 @@ def checkpoint_values(prefix: str) -> dict:
             for name, _ in tf.train.list_variables(prefix)}
 
 
+# Five Adam steps of float32 sums taken in different orders (one tower of 2B rows, two of
+# B, two workers) leave rounding noise of up to lr x 1e-4 in weights whose gradient
+# nearly cancels (Adam divides by its root mean square; TF 1.15 measured 1.6e-5 of the
+# largest value on a LayerNorm beta that started at zero). A real defect (a tower's
+# gradient lost, an average over the wrong count) moves weights by about lr, relative
+# differences above 1e-2: the bound is 3x the noise measured and 200x below a defect.
+STEPS_TOLERANCE = 5e-5
+
+
 def relative_difference(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-6))
@@ -410,8 +420,8 @@ def test_two_workers_equal_two_towers_and_the_double_batch(setup, equivalence_ru
                 assert np.max(np.abs(final[other][name])) < 1e-5, name
                 continue
             difference = relative_difference(final[other][name], reference[name])
-            assert difference <= 1e-5, f"{other} vs two_towers: {name} differs by " \
-                                       f"{difference:.2e}"
+            assert difference <= STEPS_TOLERANCE, \
+                f"{other} vs two_towers: {name} differs by {difference:.2e}"
     assert final["two_workers"]["global_step"] == STEPS
     # The step moved the weights, so the comparison above could fail.
     start = checkpoint_values(setup.init_checkpoint)
@@ -430,7 +440,7 @@ def test_pretraining_two_workers_equal_two_towers(equivalence_runs):
         if "attention/self/key/bias" in name:  # rounding noise, see above
             continue
         difference = relative_difference(two_workers[name], two_towers[name])
-        assert difference <= 1e-5, f"{name} differs by {difference:.2e}"
+        assert difference <= STEPS_TOLERANCE, f"{name} differs by {difference:.2e}"
     assert two_workers["global_step"] == STEPS
     assert two_workers["examples_seen"] == STEPS * 2 * BATCH * 2
 

@@ -8,7 +8,7 @@
 * A TensorFlow that is too old, has no tf.compat.v1, or fails to import
   (fake `tensorflow` packages on PYTHONPATH): refused the same way.
 * --version names the package and the lane's TensorFlow.
-* With BERT_AD_WHEEL_TESTS=1 (a separate .ci/run step: it installs a second
+* With BERT_AD_WHEEL_TESTS=1 (a separate .ci/run step, tf1 lane: it installs a second
   TensorFlow, 1-3 minutes): the wheel installed into a fresh venv that already
   holds tensorflow-cpu; pip adds no `tensorflow` beside it, every command
   answers --help and the tiny-model smoke job trains through the console script.

