@@ -250,15 +250,18 @@ def quiet_onednn_notices() -> None:
 
 
 def session_config(num_cpu_devices: int = 1, allow_soft_placement: bool = False,
-                   use_xla: bool = False) -> "tf.ConfigProto":
+                   use_xla: bool = False, collective_nccl: bool = False) -> "tf.ConfigProto":
     """A ConfigProto with `num_cpu_devices` logical CPU devices.
 
     Several logical CPU devices let the multi-tower graph run for real on a
     machine without GPUs: tower i is pinned to /cpu:i exactly as it would be
-    pinned to /gpu:i.
+    pinned to /gpu:i. `collective_nccl`: collective ops between this process's
+    GPUs use NCCL (TF 1.15 picks it here; TF 2.x per op).
     """
     config = tf.ConfigProto(allow_soft_placement=allow_soft_placement,
                             device_count={"CPU": max(1, num_cpu_devices)})
+    if IS_TF1 and collective_nccl:
+        config.experimental.collective_nccl = True
     if use_xla:
         config.graph_options.optimizer_options.global_jit_level = (
             tf.OptimizerOptions.ON_1)

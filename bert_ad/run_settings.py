@@ -101,8 +101,9 @@ class Placement:
         return self.cluster is None or self.cluster.is_chief
 
     def local_session_config(self):
-        """For scoring: this machine's towers only."""
-        return session_config(self.plan.num_cpu_devices, use_xla=self.use_xla)
+        """This machine's towers only (scoring; training without a cluster)."""
+        return session_config(self.plan.num_cpu_devices, use_xla=self.use_xla,
+                              collective_nccl=self.plan.replicated and self.plan.uses_gpu)
 
 
 @dataclasses.dataclass(frozen=True)

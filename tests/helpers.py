@@ -439,6 +439,8 @@ def train_one_step(build_graph: Callable[[], tuple], checkpoint: str,
         with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
             session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
             tf.train.Saver(var_list=graph.variables).restore(session, checkpoint)
+            if graph.sync_replicas is not None:
+                session.run(graph.sync_replicas)
 
             def feed(tower_batches):
                 assert len(tower_batches) == len(graph.placeholders)

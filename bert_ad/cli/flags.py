@@ -33,7 +33,8 @@ from bert_ad.parallel.checkpoints import (check_fits_config, checkpoint_problem,
                                           resolve_checkpoint, step_checkpoints)
 from bert_ad.parallel.learning_rate import LR_SCALING_MODES
 from bert_ad.parallel.optimization import OPTIMIZERS
-from bert_ad.parallel.towers import plan_from_environment
+from bert_ad.parallel.towers import (PARAMETER_SERVER, REPLICATED, VARIABLE_UPDATES,
+                                     plan_from_environment)
 from bert_ad.parallel.train_graph import check_sparse_embedding_updates
 from bert_ad.run_settings import Placement, RunSettings
 from bert_ad.serving import layout
@@ -96,6 +97,12 @@ def define_training_flags(fv: flags.FlagValues,
                          "Checkpoint every N steps.", **d)
     flags.DEFINE_integer("n_gpus", 1, "Towers: one per visible GPU (round-robin if more "
                          "towers than cards), or logical CPU devices without GPUs.", **d)
+    flags.DEFINE_enum("variable_update", PARAMETER_SERVER, list(VARIABLE_UPDATES),
+                      "parameter_server (default): variables on the CPU, tower gradients "
+                      "averaged and applied there once. replicated: a copy of the "
+                      "variables on every tower, gradients all-reduced between the towers "
+                      "(NCCL on GPUs), one apply per tower; one tower per card, one "
+                      "machine (docs/gpu_scaling.md).", **d)
     flags.DEFINE_integer("gradient_accumulation_steps", default("gradient_accumulation_steps"),
                          "Micro-batches per applied step.", **d)
     flags.DEFINE_enum("optimizer", default("optimizer"), list(OPTIMIZERS),
@@ -262,6 +269,9 @@ def check_training_flags(f: flags.FlagValues, *positive: str) -> None:
              "--do_predict, or leave --predict_file out")
     if f.sparse_embedding_updates:
         check_sparse_embedding_updates(f.optimizer, f.gradient_accumulation_steps, 1)
+        if f.variable_update == REPLICATED:
+            fail("--sparse_embedding_updates does not work with --variable_update="
+                 "replicated (the all-reduced gradient is dense); leave one of them out")
     if f.lr_reference_batch < 0:
         fail(f"--lr_reference_batch={f.lr_reference_batch} must be positive, or 0 for "
              "--train_batch_size")
@@ -305,11 +315,16 @@ def placement_from_flags(f: flags.FlagValues,
     here, before any data is read, so a port in use is reported at once;
     `agreed_flags` are compared with every other worker's.
     """
-    plan = plan_from_environment(f.n_gpus)
+    plan = plan_from_environment(f.n_gpus, f.variable_update)
     placement = Placement(plan, None, f.use_xla)
     spec = resolve_cluster(f.worker_hosts, f.task_index)
     if spec is None:
         return placement
+    if plan.replicated:
+        # Replicas on each worker plus a cross-worker exchange would need a
+        # hierarchical all-reduce; out of scope (docs/gpu_scaling.md).
+        fail("--variable_update=replicated works on one machine; a cluster (--worker_hosts "
+             "or TF_CONFIG) averages on each worker's CPU: leave --variable_update out")
     if f.sparse_embedding_updates:
         check_sparse_embedding_updates(f.optimizer, f.gradient_accumulation_steps,
                                        spec.num_workers)

@@ -20,7 +20,7 @@ def deduplicate_rows(slices):
     return tf.IndexedSlices(values, unique, slices.dense_shape)
 
 
-def clip_by_global_norm(grads: Sequence, clip_norm: float | None):
+def clip_by_global_norm(grads: Sequence, clip_norm: float | None, use_norm=None):
     """Scale all gradients by min(1, clip_norm / global_norm), Google-style.
 
     IndexedSlices are first deduplicated (rows with the same index summed)
@@ -34,6 +34,9 @@ def clip_by_global_norm(grads: Sequence, clip_norm: float | None):
       grads: list of tensors, IndexedSlices or None.
       clip_norm: the maximum global norm; None or <= 0 returns the gradients
         unclipped (the norm is still computed, for logging).
+      use_norm: the global norm, computed elsewhere (replicated towers clip
+        their copies by tower 0's norm, so every copy gets the same scale);
+        None computes it from `grads`.
 
     Returns:
       (clipped gradients in the same order, global norm as a scalar tensor)
@@ -41,5 +44,5 @@ def clip_by_global_norm(grads: Sequence, clip_norm: float | None):
     with tf.name_scope("clip_by_global_norm"):
         grads = [deduplicate_rows(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if clip_norm is None or clip_norm <= 0:
-            return grads, tf.linalg.global_norm(grads)
-        return tf.clip_by_global_norm(grads, clip_norm)
+            return grads, tf.linalg.global_norm(grads) if use_norm is None else use_norm
+        return tf.clip_by_global_norm(grads, clip_norm, use_norm=use_norm)

@@ -159,6 +159,10 @@ def train_loop(graph: TrainGraph, batches: BatchSource,
                 session.run(init_global)
                 if warm_start:
                     warm_start.restore(session)
+            if graph.sync_replicas is not None:
+                # Replicated towers: every copy starts from tower 0's weights
+                # and slots, the ones the checkpoint holds.
+                session.run(graph.sync_replicas)
             if cluster is not None:
                 cluster.synchronize(session, start_sync)
             return _steps(session, graph, batches, settings, saver, summaries, run,

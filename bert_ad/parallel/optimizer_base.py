@@ -41,6 +41,7 @@ from typing import Iterable, Sequence
 from bert_ad.compat import tf
 from bert_ad.errors import fail
 from bert_ad.parallel.gradients import deduplicate_rows
+from bert_ad.parallel.replicated import google_name
 
 
 def _variable_name(name: str) -> str:
@@ -178,6 +179,9 @@ class Optimizer:
         v = tf.get_variable(name=param_name + "/adam_v", shape=shape, dtype=tf.float32,
                             trainable=False, initializer=tf.zeros_initializer())
         self._slots.extend([m, v])
+        # The rules (weight decay, learning-rate multipliers, LAMB's
+        # exclusions) read Google's name, whichever tower's copy this is.
+        param_name = google_name(param_name)
         lr = self._learning_rate_of(param_name, lr)
         if isinstance(grad, tf.IndexedSlices):
             if self.sparse_updates:

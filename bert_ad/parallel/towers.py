@@ -8,9 +8,17 @@ The policy in one place (after tf_cnn_benchmarks' variable managers):
   no GPU, so the same multi-tower graph runs for real on a CPU-only machine.
   At most 8 towers per card, or per logical CPU without GPUs (bert_ad/limits.py);
   the plan is logged one line per device.
-* Every variable and optimizer slot lives on the CPU (`plan.variable_device`).
-  Towers read the weights, compute their gradients next to their own ops, and
-  the CPU averages them (dense and IndexedSlices alike) for one apply.
+* `--variable_update=parameter_server` (the default, the card's design; the
+  name is tf_cnn_benchmarks' for this layout with the CPU as the parameter
+  device): every variable and optimizer slot lives on the CPU
+  (`plan.variable_device`). Towers read the weights, compute their gradients
+  next to their own ops, and the CPU averages them (dense and IndexedSlices
+  alike) for one apply.
+* `--variable_update=replicated`: every tower keeps its own copy of the
+  variables and slots on its own device, the towers all-reduce their
+  gradients and each applies the mean to its copy (bert_ad/parallel/replicated.py;
+  docs/gpu_scaling.md says when it pays). The collective ops need one tower
+  per device, so more towers than cards is refused.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ from bert_ad.limits import check_tower_count, logical_cpus
 log = logging.getLogger("bert_ad")
 
 CPU = "/cpu:0"
+PARAMETER_SERVER = "parameter_server"
+REPLICATED = "replicated"
+VARIABLE_UPDATES = (PARAMETER_SERVER, REPLICATED)
 
 
 def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
@@ -45,11 +56,18 @@ class DevicePlan:
     """Tower -> device assignment and the variable device for one worker."""
 
     def __init__(self, tower_devices: Sequence[str], physical_names: Sequence[str],
-                 uses_gpu: bool):
+                 uses_gpu: bool, variable_update: str = PARAMETER_SERVER):
         self.tower_devices = list(tower_devices)
         self.physical_names = list(physical_names)
         self.uses_gpu = uses_gpu
+        # Where the shared variables live (parameter_server; scoring graphs
+        # always); replicated training keeps a copy on every tower device.
         self.variable_device = CPU
+        self.variable_update = variable_update
+
+    @property
+    def replicated(self) -> bool:
+        return self.variable_update == REPLICATED
 
     @property
     def num_towers(self) -> int:
@@ -65,9 +83,11 @@ class DevicePlan:
         by_device = {}
         for i, (device, name) in enumerate(zip(self.tower_devices, self.physical_names)):
             by_device.setdefault((device, name), []).append(f"tower_{i}")
+        where = (f"a copy of the variables and optimizer on every tower's device, "
+                 f"gradients all-reduced ({self.collective_implementation})"
+                 if self.replicated else f"variables and optimizer on {self.variable_device}")
         lines = [f"device plan: {_count(self.num_towers, 'tower')} on "
-                 f"{_count(len(by_device), 'device')}, variables and optimizer on "
-                 f"{self.variable_device}"]
+                 f"{_count(len(by_device), 'device')}, {where}"]
         for (device, name), towers in by_device.items():
             count = f" ({len(towers)} towers)" if len(towers) > 1 else ""
             lines.append(f"  {device} ({name}): {', '.join(towers)}{count}")
@@ -75,13 +95,19 @@ class DevicePlan:
         lines.append(f"  CPU kernels: oneDNN {onednn_state()}")
         return "\n".join(lines)
 
+    @property
+    def collective_implementation(self) -> str:
+        """The towers' all-reduce (replicated): NCCL between GPUs, a ring on CPUs."""
+        return "nccl" if self.uses_gpu else "ring"
+
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
-                 gpus_found: int | None = None, cpus: int | None = None) -> DevicePlan:
+                 gpus_found: int | None = None, cpus: int | None = None,
+                 variable_update: str = PARAMETER_SERVER) -> DevicePlan:
     """Decide where each of `n_towers` towers runs.
 
     Args:
@@ -93,12 +119,17 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
         (for building graphs to inspect on a machine without cards).
       cpus: logical CPUs, the devices of a plan without GPUs (None: this
         machine's).
+      variable_update: --variable_update, "parameter_server" or "replicated".
     Raises:
       UserError: fewer than 1 tower, or more than MAX_TOWERS_PER_DEVICE per
-        device (per card; per logical CPU without GPUs).
+        device (per card; per logical CPU without GPUs), or replicated with
+        more towers than cards.
     """
     if n_towers < 1:
         fail(f"--n_gpus={n_towers}: need at least 1 tower")
+    if variable_update not in VARIABLE_UPDATES:
+        fail(f"--variable_update={variable_update} is not one of "
+             f"{', '.join(VARIABLE_UPDATES)}")
     cards = parse_cuda_visible_devices(cuda_visible_devices)
     if gpus_found is not None:
         if cards is None:
@@ -114,8 +145,14 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
         check_tower_count(n_towers, cpus, "logical CPU" + ("" if cpus == 1 else "s")
                           + " (no GPU)")
         return DevicePlan([f"/cpu:{i}" for i in range(n_towers)],
-                          [f"logical CPU {i}" for i in range(n_towers)], False)
+                          [f"logical CPU {i}" for i in range(n_towers)], False,
+                          variable_update)
     check_tower_count(n_towers, len(cards), "GPU" if len(cards) == 1 else "GPUs")
+    if variable_update == REPLICATED and n_towers > len(cards):
+        fail(f"--variable_update=replicated needs one tower per card: --n_gpus={n_towers} "
+             f"on {_count(len(cards), 'card')} would put two copies of the variables in one "
+             f"collective group; use --n_gpus={len(cards)} (more examples per tower with "
+             "--train_batch_size) or --variable_update=parameter_server")
     devices, names = [], []
     for i in range(n_towers):
         slot = i % len(cards)
@@ -124,13 +161,14 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
     if n_towers > len(cards):
         log.info("%d towers on %d card(s): %d tower(s) per card", n_towers,
                  len(cards), -(-n_towers // len(cards)))
-    return DevicePlan(devices, names, True)
+    return DevicePlan(devices, names, True, variable_update)
 
 
-def plan_from_environment(n_towers: int) -> DevicePlan:
+def plan_from_environment(n_towers: int,
+                          variable_update: str = PARAMETER_SERVER) -> DevicePlan:
     """The plan for this process: CUDA_VISIBLE_DEVICES and the GPUs TF sees."""
     return plan_devices(n_towers, os.environ.get("CUDA_VISIBLE_DEVICES"),
-                        list_gpu_count())
+                        list_gpu_count(), variable_update=variable_update)
 
 
 def _on_variable_device(device: str):

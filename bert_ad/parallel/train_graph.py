@@ -5,6 +5,11 @@
     ...                      /       -> [cluster mean] -> clip by global norm
                                      -> finite? -> apply (global_step += 1)
 
+That is --variable_update=parameter_server (the default). With replicated,
+every tower accumulates its own gradients, the towers all-reduce them, and
+each applies the mean to its own copy of the variables
+(bert_ad/parallel/replicated.py).
+
 Nothing here knows about classification or pretraining: a task supplies the
 per-tower feature placeholders' spec and a `tower_loss_fn(features, i)`.
 """
@@ -20,6 +25,9 @@ from bert_ad.errors import fail
 from bert_ad.parallel.gradients import clip_by_global_norm
 from bert_ad.parallel.learning_rate import learning_rate_schedule
 from bert_ad.parallel.optimization import check_sparse_updates, make_optimizer
+from bert_ad.parallel.replicated import (ReplicaVariables, all_reduce_mean,
+                                         build_replicated_towers, localize_replicas,
+                                         replica_name, sync_replicas)
 from bert_ad.parallel.towers import (DevicePlan, average_gradients, build_towers,
                                      tower_gradients)
 
@@ -72,6 +80,8 @@ class TrainGraph:
         set it by feeding `examples_seen_value` to `set_examples_seen`.
       weights_finite: whether every trainable variable is finite (checked
         before each save).
+      sync_replicas: (replicated) sets every tower's copy to tower 0's; run it
+        after initialising or restoring the variables. None otherwise.
     """
     placeholders: List[dict]
     gradient_accumulation_steps: int
@@ -90,6 +100,7 @@ class TrainGraph:
     examples_seen_value: Any
     set_examples_seen: Any
     weights_finite: Any
+    sync_replicas: Any = None
 
 
 def check_sparse_embedding_updates(optimizer: str, gradient_accumulation_steps: int,
@@ -126,9 +137,12 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
                       ) -> TrainGraph:
     """Build the training graph in the default graph and return its handles.
 
-    `cross_worker_reduce` (multi-worker runs) maps this worker's mean
-    gradients to the cluster's mean; it runs once per applied step, after
-    accumulation, so the exchange happens once per step whatever k is.
+    The plan's `variable_update` picks the layout: variables on the CPU and
+    one apply there (parameter_server), or a copy per tower, all-reduced
+    gradients and one apply per tower (replicated, bert_ad/parallel/replicated.py).
+    `cross_worker_reduce` (multi-worker runs, parameter_server only) maps this
+    worker's mean gradients to the cluster's mean; it runs once per applied
+    step, after accumulation, so the exchange happens once per step whatever k is.
     """
     if settings.seed is not None:
         tf.set_random_seed(settings.seed)
@@ -137,6 +151,14 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
     if settings.precision == "fp16":
         with tf.device(plan.variable_device):
             loss_scale = DynamicLossScale()
+    if plan.replicated:
+        if cross_worker_reduce is not None:
+            raise ValueError("replicated towers do not take a cross-worker reduce "
+                             "(refused at the flags)")
+        if settings.sparse_embedding_updates:
+            fail("--sparse_embedding_updates does not work with --variable_update="
+                 "replicated (the all-reduced gradient is dense); leave one of them out")
+        return _build_replicated(plan, placeholders, tower_loss_fn, settings, loss_scale)
 
     def tower(i):
         loss = tower_loss_fn(placeholders[i], i)
@@ -156,16 +178,9 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         loss = tf.add_n(losses) / len(losses)
         grads = average_gradients([g for _, g in results], plan.variable_device)
         # Micro-batches of this step whose loss was not finite (this worker).
-        nonfinite_losses = tf.cast(tf.logical_not(tf.reduce_all(tf.is_finite(loss))),
-                                   tf.float32)
-        learning_rate = learning_rate_schedule(global_step, settings.learning_rate,
-                                               settings.num_train_steps,
-                                               settings.num_warmup_steps)
-        optimizer = make_optimizer(settings.optimizer, learning_rate,
-                                   weight_decay_rate=settings.weight_decay_rate,
-                                   learning_rate_multipliers=settings.learning_rate_multipliers,
-                                   fused=settings.fused_optimizer,
-                                   sparse_updates=settings.sparse_embedding_updates)
+        nonfinite_losses = _not_finite(loss)
+        learning_rate = _learning_rate(settings, global_step)
+        optimizer = _optimizer(settings, learning_rate)
 
         micro_step, accumulators = None, []
         if k > 1:
@@ -188,34 +203,131 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         # except for fp16 overflow, where the loss scale shrinks instead.
         all_finite = tf.logical_and(tf.equal(nonfinite_losses, 0.0),
                                     tf.is_finite(grad_norm))
+        applied = _apply_if(all_finite, optimizer, clipped, [v for _, v in present],
+                            global_step)
+        return _finish(plan, settings, placeholders, variables, loss, micro_step, applied,
+                       accumulators, global_step, learning_rate, grad_norm, all_finite,
+                       loss_scale)
 
-        def apply():
-            op = optimizer.apply_gradients(
-                list(zip(clipped, [v for _, v in present])), global_step)
-            with tf.control_dependencies([op]):
-                return tf.constant(True)
 
-        applied = tf.cond(all_finite, apply, lambda: tf.constant(False))
-        if loss_scale is not None:
-            with tf.control_dependencies([loss_scale.update(all_finite)]):
-                applied = tf.identity(applied)
-        if accumulators:
-            with tf.control_dependencies([applied]):
-                reset = tf.group(*[a.assign(tf.zeros_like(a)) for a in accumulators])
-            with tf.control_dependencies([reset]):
-                applied = tf.identity(applied)
-        # The step as it is after this run's update (a plain fetch of
-        # global_step could race with the increment).
+def _build_replicated(plan: DevicePlan, placeholders: list, tower_loss_fn: Callable,
+                      settings: TrainSettings, loss_scale) -> TrainGraph:
+    """Towers with their own variables -> all-reduced mean -> one apply per tower.
+
+    Each tower accumulates (k > 1) and unscales (fp16) its own gradients, so
+    the all-reduce runs once per applied step. The global norm and the
+    finiteness verdict come from tower 0's reduced values and are shared:
+    the copies must take exactly the same step, or skip it together.
+    """
+    replicas = ReplicaVariables(plan)
+
+    def tower(i):
+        loss = tower_loss_fn(placeholders[i], i)
+        scaled = loss_scale.scaled(loss) if loss_scale is not None else loss
+        return loss, tower_gradients(scaled, replicas.trainable(i))
+
+    results = build_replicated_towers(plan, replicas, tower)
+    variables = replicas.trainable(0)
+    k = settings.gradient_accumulation_steps
+    with tf.device(plan.variable_device):
+        global_step = tf.train.get_or_create_global_step()
+        loss = tf.add_n([loss for loss, _ in results]) / len(results)
+        learning_rate = _learning_rate(settings, global_step)
+    local, micro_steps, accumulators = [], [], []
+    for i, (device, (tower_loss, grads)) in enumerate(zip(plan.tower_devices, results)):
+        with tf.device(device), tf.name_scope(f"tower_{i}_gradients"):
+            nonfinite = _not_finite(tower_loss)
+            if k > 1:
+                grads, nonfinite, micro_step, tower_accumulators = _accumulate(
+                    grads, nonfinite, replicas.trainable(i), k, replica_name(i, ""))
+                micro_steps.append(micro_step)
+                accumulators.extend(tower_accumulators)
+            if loss_scale is not None:
+                grads = loss_scale.unscaled(grads)
+            local.append(list(grads) + [nonfinite])
+    reduced = all_reduce_mean(plan, local)
+    with tf.device(plan.tower_devices[0]):
+        grads = [g for g in reduced[0][:-1] if g is not None]
+        grad_norm = tf.linalg.global_norm(grads)
+        all_finite = tf.logical_and(tf.equal(reduced[0][-1], 0.0), tf.is_finite(grad_norm))
+    applies = []
+    for i, device in enumerate(plan.tower_devices):
+        with tf.device(device):
+            optimizer = _optimizer(settings, learning_rate)
+            optimizer.name = replica_name(i, optimizer.name)
+            present = [(g, v) for g, v in zip(reduced[i][:-1], replicas.trainable(i))
+                       if g is not None]
+            clipped, _ = clip_by_global_norm([g for g, _ in present], settings.clip_norm,
+                                             use_norm=grad_norm)
+            # global_step moves once, with tower 0's copy.
+            applies.append(_apply_if(all_finite, optimizer, clipped,
+                                     [v for _, v in present],
+                                     global_step if i == 0 else None))
+    with tf.device(plan.variable_device), tf.control_dependencies(applies[1:]):
+        applied = tf.identity(applies[0])
+    micro_step = tf.group(*micro_steps, name="micro_step") if micro_steps else None
+    with tf.device(plan.variable_device):
+        graph = _finish(plan, settings, placeholders, variables, loss, micro_step, applied,
+                        accumulators, global_step, learning_rate, grad_norm, all_finite,
+                        loss_scale)
+    graph.sync_replicas = sync_replicas(localize_replicas())
+    return graph
+
+
+def _not_finite(loss):
+    """1.0 when the loss is not finite, else 0.0."""
+    return tf.cast(tf.logical_not(tf.reduce_all(tf.is_finite(loss))), tf.float32)
+
+
+def _learning_rate(settings: TrainSettings, global_step):
+    return learning_rate_schedule(global_step, settings.learning_rate,
+                                  settings.num_train_steps, settings.num_warmup_steps)
+
+
+def _optimizer(settings: TrainSettings, learning_rate):
+    return make_optimizer(settings.optimizer, learning_rate,
+                          weight_decay_rate=settings.weight_decay_rate,
+                          learning_rate_multipliers=settings.learning_rate_multipliers,
+                          fused=settings.fused_optimizer,
+                          sparse_updates=settings.sparse_embedding_updates)
+
+
+def _apply_if(all_finite, optimizer, grads: list, variables: list, global_step):
+    """The optimizer's update when `all_finite`; evaluates to whether it applied."""
+    def apply():
+        op = optimizer.apply_gradients(list(zip(grads, variables)), global_step)
+        with tf.control_dependencies([op]):
+            return tf.constant(True)
+
+    return tf.cond(all_finite, apply, lambda: tf.constant(False))
+
+
+def _finish(plan: DevicePlan, settings: TrainSettings, placeholders: list, variables: list,
+            loss, micro_step, applied, accumulators: list, global_step, learning_rate,
+            grad_norm, all_finite, loss_scale) -> TrainGraph:
+    """What both layouts add after the update: the loss scale, the accumulators'
+    reset, the step after, the examples counter; the TrainGraph."""
+    if loss_scale is not None:
+        with tf.control_dependencies([loss_scale.update(all_finite)]):
+            applied = tf.identity(applied)
+    if accumulators:
         with tf.control_dependencies([applied]):
-            step_after = tf.identity(global_step.read_value())
-        # Examples consumed (applied or skipped steps alike): where a resumed
-        # run picks the data stream up. The loop sets it before each save.
-        examples_seen = tf.get_variable("examples_seen", [], tf.int64,
-                                        tf.zeros_initializer(), trainable=False)
-        examples_seen_value = tf.placeholder(tf.int64, [], "examples_seen_value")
-        set_examples_seen = examples_seen.assign(examples_seen_value)
-        weights_finite = tf.reduce_all(tf.stack(
-            [tf.reduce_all(tf.is_finite(v)) for v in variables]))
+            reset = tf.group(*[a.assign(tf.zeros_like(a)) for a in accumulators])
+        with tf.control_dependencies([reset]):
+            applied = tf.identity(applied)
+    # The step as it is after this run's update (a plain fetch of
+    # global_step could race with the increment).
+    with tf.control_dependencies([applied]):
+        step_after = tf.identity(global_step.read_value())
+    # Examples consumed (applied or skipped steps alike): where a resumed
+    # run picks the data stream up. The loop sets it before each save.
+    examples_seen = tf.get_variable("examples_seen", [], tf.int64,
+                                    tf.zeros_initializer(), trainable=False)
+    examples_seen_value = tf.placeholder(tf.int64, [], "examples_seen_value")
+    set_examples_seen = examples_seen.assign(examples_seen_value)
+    weights_finite = tf.reduce_all(tf.stack(
+        [tf.reduce_all(tf.is_finite(v)) for v in variables]))
+    k = settings.gradient_accumulation_steps
     return TrainGraph(
         placeholders=placeholders, gradient_accumulation_steps=k,
         examples_per_step=(settings.batch_size_per_tower * plan.num_towers * k
@@ -227,13 +339,14 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         set_examples_seen=set_examples_seen, weights_finite=weights_finite)
 
 
-def _accumulate(grads: list, nonfinite_losses, variables: list, k: int):
+def _accumulate(grads: list, nonfinite_losses, variables: list, k: int, prefix: str = ""):
     """Gradient accumulation over k micro-batches.
 
     Returns (mean gradients including the current micro-batch, non-finite
     losses over the k micro-batches, micro_step op, accumulator variables).
-    The accumulators are dense CPU variables (`accumulators/...`, not saved in
-    checkpoints: they are always zero between applied steps).
+    The accumulators are dense variables on the current device
+    (`accumulators/...`, not saved in checkpoints: they are always zero
+    between applied steps); `prefix` tells a replicated tower's apart.
     """
     def accumulator(name: str, shape):
         return tf.get_variable(f"accumulators/{name}", shape, tf.float32,
@@ -248,7 +361,7 @@ def _accumulate(grads: list, nonfinite_losses, variables: list, k: int):
         acc = accumulator(var.name.split(":")[0], var.shape)
         accumulators.append(acc)
         adds.append((acc, acc.assign_add(tf.convert_to_tensor(grad))))
-    nonfinite = accumulator("nonfinite_losses", [])
+    nonfinite = accumulator(prefix + "nonfinite_losses", [])
     accumulators.append(nonfinite)
     nonfinite_add = nonfinite.assign_add(nonfinite_losses)
     micro_step = tf.group(*[add for _, add in filter(None, adds)], nonfinite_add,
