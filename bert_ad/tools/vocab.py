@@ -253,6 +253,17 @@ def transplant(checkpoint: str, target_vocab: str, output_dir: str,
 
 # --- extend ----------------------------------------------------------------------------
 
+
+def not_added_note(present: Dict[str, int], reason: str) -> str:
+    """The `; REASON, not added: a, b, ... and N more` part of a summary line ("" if none)."""
+    if not present:
+        return ""
+    note = f"; {reason}, not added: {', '.join(list(present)[:8])}"
+    if len(present) > 8:
+        note += f" and {len(present) - 8} more"
+    return note
+
+
 class ExtendResult(NamedTuple):
     output_dir: str
     added: Dict[str, int]         # word -> its new id
@@ -263,11 +274,7 @@ class ExtendResult(NamedTuple):
     def summary(self) -> str:
         line = (f"wrote {self.output_dir}: added {len(self.added)} word(s), vocab_size "
                 f"{self.vocab_size}")
-        if self.present:
-            shown = ", ".join(list(self.present)[:8])
-            line += f"; already in the vocab, not added: {shown}"
-            if len(self.present) > 8:
-                line += f" and {len(self.present) - 8} more"
+        line += not_added_note(self.present, "already in the vocab")
         if self.split_apart:
             line += (f"; {len(self.split_apart)} added word(s) hold CJK characters or "
                      "punctuation, which the basic tokenizer splits apart (see "

@@ -115,14 +115,8 @@ class PieceExtendResult(NamedTuple):
         return {p.piece: p.piece_id for p in self.plan if p.how == PRESENT}
 
     def summary(self) -> str:
-        line = (f"wrote {self.output_dir}: added {len(self.added)} piece(s), vocab_size "
-                f"{self.vocab_size}")
-        if self.present:
-            shown = ", ".join(list(self.present)[:8])
-            line += f"; already pieces, not added: {shown}"
-            if len(self.present) > 8:
-                line += f" and {len(self.present) - 8} more"
-        return line
+        return (f"wrote {self.output_dir}: added {len(self.added)} piece(s), vocab_size "
+                f"{self.vocab_size}" + vocab.not_added_note(self.present, "already pieces"))
 
 
 def word_forms(tokenizer: UnigramTokenizer, word: str, do_lower_case: bool,
