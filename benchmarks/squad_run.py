@@ -38,6 +38,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import resource
 import subprocess
 import sys
 import time
@@ -158,9 +160,12 @@ def run_ours(s: dict, towers: int, work_dir: str) -> dict:
     if not run.ok:
         return {"status": "failed", "error": run.error, "command": command}
     figures = {k: float(v) for k, v in run.evaluated.items() if _is_number(v)}
+    with open(os.path.join(output_dir, "log.txt"), encoding="utf-8") as f:
+        onednn = re.search(r"CPU kernels: oneDNN (.*)", f.read())
     return {"status": "ok", "command": command, "eval": figures,
             "examples_per_sec": float(run.trained["train_examples_per_sec"]),
-            "wall_seconds": run.wall_seconds}
+            "wall_seconds": run.wall_seconds, "peak_rss_mb": run.peak_rss_mb,
+            "onednn": onednn.group(1).strip() if onednn else "not logged"}
 
 
 def _is_number(text: str) -> bool:
@@ -262,7 +267,8 @@ def worker_hf(s: dict, work_dir: str) -> dict:
     return {"status": "ok", "eval": {"eval_" + k: v for k, v in figures.items()},
             "examples_per_sec": steps * s["batch"] / seconds, "train_seconds": seconds,
             "final_loss": float(loss), "torch": torch.__version__,
-            "transformers": transformers.__version__}
+            "transformers": transformers.__version__,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def run_hf(s: dict, work_dir: str) -> dict:
@@ -284,17 +290,20 @@ def report(records) -> str:
     settings = records[-1]["settings"] if records else None
     for r in (r for r in records if r["settings"] == settings):
         if r.get("status") != "ok":
-            rows.append([r["run"], "failed: " + r.get("error", "")[-80:], "", "", "", "", ""])
+            rows.append([r["run"], "failed: " + r.get("error", "")[-80:]] + [""] * 7)
             continue
         e = r["eval"]
         rates[r["run"]] = r["examples_per_sec"]
+        rss = r.get("peak_rss_mb")
         rows.append([r["run"], bench.fmt(e["eval_exact_match"], 2), bench.fmt(e["eval_f1"], 2),
                      bench.fmt(e.get("eval_has_answer_f1", 0.0), 2),
                      bench.fmt(e.get("eval_no_answer_f1", 0.0), 2),
                      bench.fmt(e.get("eval_best_f1", 0.0), 2),
-                     bench.fmt(r["examples_per_sec"], 1)])
+                     bench.fmt(r["examples_per_sec"], 1),
+                     f"{rss:.0f}" if rss else "", r.get("onednn", "-")])
     table = bench.markdown_table(["run", "EM", "F1", "F1 with answer", "F1 without",
-                                  "best F1", "train windows/sec"], rows)
+                                  "best F1", "train windows/sec", "peak RSS MB", "oneDNN"],
+                                 rows)
     if "hf" in rates:
         for run in ("ours1", "ours2"):
             if run in rates:

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from typing import (Callable, Dict, Hashable, Iterable, List, NamedTuple, Optional,
                     Sequence, Set, Tuple)
@@ -41,6 +42,7 @@ class LauncherRun(NamedTuple):
     error: str = ""                              # failed: the last line it printed
     evaluated: Dict[str, str] = {}               # ok: eval_results.txt
     trained: Dict[str, str] = {}                 # ok: train_results.txt
+    peak_rss_mb: float = 0.0                     # the launcher process's own peak RSS
 
 
 def run_launcher(command: Sequence[str], output_dir: str, log_name: Optional[str] = None,
@@ -61,24 +63,36 @@ def run_launcher(command: Sequence[str], output_dir: str, log_name: Optional[str
         os.makedirs(output_dir)
         log_path = os.path.join(output_dir, log_name)
         with open(log_path, "w", encoding="utf-8") as log:
-            process = subprocess.run(list(command), stdout=log, stderr=subprocess.STDOUT,
-                                     env=env)
+            returncode, peak_rss_mb = run_measured(command, stdout=log,
+                                                   stderr=subprocess.STDOUT, env=env)
+        with open(log_path, encoding="utf-8") as f:
+            output = f.read()
     else:
-        process = subprocess.run(list(command), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=env)
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as err:
+            returncode, peak_rss_mb = run_measured(command, stdout=subprocess.DEVNULL,
+                                                   stderr=err, env=env)
+            err.seek(0)
+            output = err.read()
     wall_seconds = round(time.time() - started, 1)
-    if process.returncode != 0:
-        if log_name:
-            with open(log_path, encoding="utf-8") as f:
-                output = f.read()
-        else:
-            output = process.stderr
-        return LauncherRun(False, wall_seconds, last_error_line(output))
+    if returncode != 0:
+        return LauncherRun(False, wall_seconds, last_error_line(output),
+                           peak_rss_mb=peak_rss_mb)
     evaluated = read_key_values(os.path.join(output_dir, "eval_results.txt"))
     trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
     if not keep_checkpoints:
         remove_checkpoints(output_dir)
-    return LauncherRun(True, wall_seconds, "", evaluated, trained)
+    return LauncherRun(True, wall_seconds, "", evaluated, trained, peak_rss_mb)
+
+
+def run_measured(command: Sequence[str], **popen_args) -> Tuple[int, float]:
+    """(exit code, peak RSS in MB) of `command`: the process's own peak (os.wait4's
+    ru_maxrss), not the largest of every child this process ever waited for."""
+    process = subprocess.Popen(list(command), **popen_args)
+    _, status, usage = os.wait4(process.pid, 0)
+    # (os.waitstatus_to_exitcode is Python 3.9+; the tf1 lane is 3.7.)
+    process.returncode = (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
+                          else os.WEXITSTATUS(status))
+    return process.returncode, usage.ru_maxrss / 1024
 
 
 def last_error_line(output: str) -> str:

@@ -78,3 +78,24 @@ def test_a_resumed_study_skips_what_its_records_hold(tmp_path):
     name = operator.itemgetter("name")
     assert study_runner.recorded(records, name, failed_too=True) == {"a", "b"}
     assert study_runner.recorded(records, name, failed_too=False) == {"a"}
+
+
+def test_a_runs_peak_memory_is_its_own_process(tmp_path):
+    """Each run reports its own peak RSS: a large run first does not raise a small one's
+    (getrusage(RUSAGE_CHILDREN) would give the largest of every child so far)."""
+    large = ("import os, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True)\n"
+             "block = bytearray(300 * 2 ** 20)\n"
+             "for i in range(0, len(block), 4096): block[i] = 1\n"
+             "open(os.path.join(d, 'train_results.txt'), 'w').write('global_step = 1\\n')\n"
+             "open(os.path.join(d, 'eval_results.txt'), 'w').write('eval_accuracy = 1\\n')\n")
+    small = large.replace("300 * 2 ** 20", "1")
+    big = study_runner.run_launcher([sys.executable, "-c", large, str(tmp_path / "a")],
+                                    str(tmp_path / "a"))
+    little = study_runner.run_launcher([sys.executable, "-c", small, str(tmp_path / "b")],
+                                       str(tmp_path / "b"), log_name="log.txt")
+    assert big.ok and little.ok
+    assert big.peak_rss_mb >= 300
+    assert 0 < little.peak_rss_mb < 100
+    failed = study_runner.run_launcher(
+        [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], str(tmp_path / "c"))
+    assert not failed.ok and failed.peak_rss_mb > 0
