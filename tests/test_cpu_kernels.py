@@ -12,7 +12,8 @@ import pytest
 
 from bert_ad.compat import IS_TF1
 from bert_ad.tools import benchmarking as bench
-from helpers import REPO, launcher_env
+from bert_ad.model import precision
+from helpers import REPO, SAMPLE_SENTIMENT, launcher_env, run_launcher, tiny_model
 
 PROBE = ("import os; from bert_ad import compat; "
          "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS')); print(compat.onednn_enabled()); "
@@ -66,3 +67,40 @@ def test_cpu_isa_and_vector_class(tmp_path):
     assert line.startswith(f"CPU: {bench.cpu_model()}, {os.cpu_count()} cores, ")
     assert line.endswith("; TensorFlow oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's "
                          "default on x86)")
+
+
+@pytest.mark.parametrize("flags_line, fast, says", [
+    ("fpu sse4_2 avx avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile", True, "AMX tiles"),
+    ("fpu sse4_2 avx avx2 fma avx512f avx512_vnni avx512_bf16", True, "AVX512_BF16"),
+    ("fpu sse4_2 avx avx2 fma f16c", False, "neither AMX nor AVX512_BF16"),
+    ("fpu sse4_2 avx avx2 fma avx512f avx512_vnni", False, "neither AMX nor AVX512_BF16"),
+])
+def test_the_bf16_path_follows_the_cpus_flags(tmp_path, flags_line, fast, says):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags_line}\n\n"
+                       f"processor\t: 1\nflags\t\t: {flags_line}\n")
+    found_fast, line = precision.bf16_path(False, str(cpuinfo))
+    assert found_fast is fast and says in line and line.startswith("precision bf16: ")
+    if not fast:
+        assert "--precision=fp32 is the better choice" in line
+    # A GPU decides, whatever the CPU; no cpuinfo (not Linux) is the slow path.
+    assert precision.bf16_path(True, str(cpuinfo))[0] is True
+    assert precision.bf16_path(False, str(tmp_path / "missing"))[0] is False
+
+
+@pytest.mark.skipif(IS_TF1, reason="bf16 needs TensorFlow 2.x (refused on TF 1.15)")
+def test_the_start_up_log_says_how_bf16_runs_here(tmp_path):
+    """The launcher's log names the bf16 path of the machine it runs on (a warning
+    where bf16 cannot pay); fp32 runs say nothing about it."""
+    _, expected = precision.bf16_path(False)
+    model = tiny_model(str(tmp_path / "model"))
+    runs = {}
+    for chosen in ("bf16", "fp32"):
+        runs[chosen] = run_launcher([
+            "run_classifier_mgpu.py", "--task_name=sentiment", f"--data_dir={SAMPLE_SENTIMENT}",
+            f"--vocab_file={model.vocab_file}", f"--bert_config_file={model.config_file}",
+            "--max_seq_length=16", "--train_batch_size=4", "--n_gpus=1", "--do_train",
+            "--num_train_epochs=0.1", f"--precision={chosen}",
+            f"--output_dir={tmp_path / chosen}"]).check()
+    assert expected in runs["bf16"].stderr
+    assert "precision bf16" not in runs["fp32"].stderr

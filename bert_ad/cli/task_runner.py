@@ -36,6 +36,7 @@ from bert_ad.cli.registry import TaskCommand
 from bert_ad.cli.runner import run_launcher
 from bert_ad.compat import quiet_onednn_notices
 from bert_ad.errors import fail
+from bert_ad.model.precision import bf16_path
 
 log = logging.getLogger("bert_ad")
 
@@ -79,6 +80,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     task = command.build(f, encoder)
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
+    log_precision_path(f, placement.plan.uses_gpu)
     quiet_onednn_notices()
     do_predict = "do_predict" in command.actions and f.do_predict
     return driver.run(task, settings, placement, f.do_train, f.do_eval, do_predict,
@@ -94,7 +96,16 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     placement = inference_placement_from_flags(f)
     task = command.build(f, text_encoder_from_flags(f))
     log.info("%s", placement.plan.describe())
+    log_precision_path(f, placement.plan.uses_gpu)
     return command.run(task, f, placement)
+
+
+def log_precision_path(f: flags.FlagValues, uses_gpu: bool) -> None:
+    """Say how bf16 runs here: a warning where it cannot pay (docs/benchmarks.md)."""
+    if "precision" not in f or f.precision != "bf16":
+        return
+    fast, line = bf16_path(uses_gpu)
+    (log.info if fast else log.warning)("%s", line)
 
 
 def run_task(command: TaskCommand, argv: Optional[Sequence[str]] = None,

@@ -28,6 +28,36 @@ def compute_dtype(precision: str):
     return {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}[precision]
 
 
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set:
+    """The feature flags of this CPU (Linux's /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open(cpuinfo) as f:
+            return set(next(line for line in f if line.startswith("flags")).split()[2:])
+    except (OSError, StopIteration):
+        return set()
+
+
+def bf16_path(uses_gpu: bool, cpuinfo: str = "/proc/cpuinfo") -> tuple:
+    """(is it fast, one line for the start-up log): how --precision=bf16's matmuls run.
+
+    bfloat16 pays only where the hardware multiplies it: GPUs from Ampere on, and
+    CPUs with AMX or AVX512_BF16, where TensorFlow's oneDNN kernels use it. Elsewhere
+    TensorFlow falls back to Eigen's generic kernels, which convert every element and
+    run no faster than float32 (measured: 1.05x slower on an AVX2-only EPYC).
+    """
+    if uses_gpu:
+        return True, ("precision bf16: matmuls in bfloat16 on the GPUs (native on compute "
+                      "capability 8.0 and newer: A100, H100, RTX 30xx on)")
+    cpu = cpu_flags(cpuinfo)
+    if "amx_bf16" in cpu or "amx_tile" in cpu:
+        return True, "precision bf16: matmuls in bfloat16 on this CPU's AMX tiles (native)"
+    if "avx512_bf16" in cpu:
+        return True, "precision bf16: matmuls in bfloat16 with this CPU's AVX512_BF16 (native)"
+    return False, ("precision bf16: this CPU has neither AMX nor AVX512_BF16, so bfloat16 runs "
+                   "on generic kernels no faster than fp32 here (and less exact): "
+                   "--precision=fp32 is the better choice on this machine")
+
+
 class DynamicLossScale:
     """Loss scale state: `loss_scale` and `loss_scale/good_steps`, on the current device."""
 
