@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -710,6 +711,12 @@ def _peak_cpu(result: dict) -> float:
         "tf_matmul_flops", "numpy_matmul_flops", "tf_model_matmul_flops"))
 
 
+def peak_rss(runs: list) -> str:
+    """The largest peak RSS (MB) of a configuration's runs ("-": recorded before it was)."""
+    peaks = [r["peak_rss_mb"] for r in runs if "peak_rss_mb" in r]
+    return bench.fmt(max(peaks), 0) if peaks else "-"
+
+
 PADDING_NAMES = {"max_length": "max_length", "dynamic": "dynamic",
                  "bucketed": "dynamic + length buckets"}
 
@@ -737,10 +744,11 @@ def print_tables(suite: Suite, args) -> None:
                              bench.fmt(suite.median(key)),
                              bench.fmt(suite.median(key, "examples_per_cpu_sec")),
                              bench.fmt(suite.median(key, "median_step_sec") * 1e3, 0),
-                             len(suite.results[key])])
+                             peak_rss(suite.results[key]), len(suite.results[key])])
     print(bench.markdown_table(["implementation", "max_seq_length", "padding",
                                 "towers x batch", "examples/sec", "examples/CPU-sec",
-                                "median step ms", "runs"], rows, "llllrrrr"))
+                                "median step ms", "peak RSS MB", "runs"], rows,
+                               "llllrrrrr"))
     print("\nexamples/sec: wall clock over the timed steps (the CLI row: the median "
           "of the examples/sec its trainer logs every 10 steps, first interval "
           "dropped). examples/CPU-sec: the same "
@@ -913,11 +921,12 @@ def run_compare(args) -> int:
                      bench.fmt(bench.median(per_cpu)) if all(per_cpu) else "-",
                      paired_ratio(runs, results.get(hf, [])),
                      paired_ratio(runs, results.get(default, [])),
-                     bench.fmt(100 * bench.median(useful)) + "%" if useful else "-"])
+                     bench.fmt(100 * bench.median(useful)) + "%" if useful else "-",
+                     peak_rss(runs)])
     print(bench.markdown_table(
         ["configuration", "environment", "oneDNN", "examples/sec", "examples/CPU-sec",
-         "/ HF", "/ our default", "useful FLOP/s / matmul peak (per CPU-sec)"],
-        rows, "lllrrrrr"))
+         "/ HF", "/ our default", "useful FLOP/s / matmul peak (per CPU-sec)",
+         "peak RSS MB"], rows, "lllrrrrrr"))
     print("\nRatios: median (range) over rounds of the two runs made back to back. "
           "Target: our default (and run_classifier_mgpu.py) / HF >= 1.5; useful / "
           "peak >= 40%.")
@@ -1004,7 +1013,12 @@ def main(argv=None) -> int:
     if args.worker:
         workers = {"ours": worker_ours, "hf": worker_hf, "cli": worker_cli,
                    "profile": worker_profile}
-        bench.emit_result(workers[args.worker](args))
+        result = workers[args.worker](args)
+        # This worker's peak resident memory, or its launcher's (the cli worker
+        # waits for run_classifier_mgpu.py): every table reports it.
+        result["peak_rss_mb"] = max(resource.getrusage(who).ru_maxrss for who in (
+            resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
+        bench.emit_result(result)
         return 0
     for path, what in ((os.path.join(args.model_dir, "bert_model.ckpt.index"),
                         "MiniLM Google checkpoint (run scripts/fetch_minilm.sh)"),
