@@ -95,7 +95,7 @@ def run_command(command: Sequence[str], timeout: float = TIMEOUT, cwd: str = REP
     """
     process = subprocess.Popen(list(command), cwd=cwd, env=launcher_env(**env),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               universal_newlines=True)
+                               universal_newlines=True, preexec_fn=default_signals)
     timed_out = False
     try:
         stdout, stderr = process.communicate(timeout=timeout)
@@ -136,6 +136,15 @@ def flag_args(flags: Mapping[str, object]) -> List[str]:
             for name, value in flags.items() if value is not None]
 
 
+def default_signals() -> None:
+    """preexec_fn of every command a test starts: SIGINT, SIGTERM and SIGHUP at their
+    defaults, as for a command typed at a terminal, whatever the test run inherited
+    (a CI job started in the background has SIGINT ignored, nohup SIGHUP; a launcher
+    keeps a signal it started with ignored, so the signal tests would see nothing)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 class Processes:
     """Long-lived subprocesses, each writing stdout and stderr to its own log
     file, each in its own session; every one still running is killed (with
@@ -149,7 +158,7 @@ class Processes:
         with open(log_path, "w") as log:
             process = subprocess.Popen(list(command), cwd=REPO, env=launcher_env(**env),
                                        stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+                                       start_new_session=True, preexec_fn=default_signals)
         process.log_path = log_path
         self.running.append(process)
         return process

@@ -20,9 +20,10 @@ import time
 
 import pytest
 
-from helpers import (REPO, SAMPLE_SENTIMENT, Processes, Run, assert_one_error_line, flag_args,
-                     launcher_env, logged_run, read_text, run_command, run_launcher,
-                     save_initial_checkpoint, tiny_model, tree_digest, wait, write_config)
+from helpers import (REPO, SAMPLE_SENTIMENT, Processes, Run, assert_one_error_line,
+                     default_signals, flag_args, launcher_env, logged_run, read_text,
+                     run_command, run_launcher, save_initial_checkpoint, tiny_model,
+                     tree_digest, wait, write_config)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 
@@ -183,7 +184,8 @@ def signalled_at(command: list, marker: str, signum: int) -> Run:
     """Run `command`, send it `signum` as soon as a line holding `marker` is written
     (stdout and stderr together), and return how it ended."""
     process = subprocess.Popen(command, cwd=REPO, env=launcher_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, universal_newlines=True)
+                               stderr=subprocess.STDOUT, universal_newlines=True,
+                               preexec_fn=default_signals)
     seen = []
     try:
         for line in process.stdout:

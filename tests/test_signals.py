@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from bert_ad import signals
-from helpers import launcher_env
+from helpers import default_signals, launcher_env
 
 STOPPED = ("import os, signal, sys\n"
            "from bert_ad.errors import run_cli\n"
@@ -41,7 +41,7 @@ def test_a_stop_signal_removes_what_is_being_written_and_says_so(tmp_path, signu
     folder = str(tmp_path)
     run = subprocess.run([sys.executable, "-c", STOPPED, folder, str(int(signum))],
                          env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, timeout=60)
+                         text=True, timeout=60, preexec_fn=default_signals)
     assert run.returncode == 128 + signum
     assert run.stdout == "writing\n"
     assert run.stderr == (f"error: stopped by {signals.signal_name(signum)}: nothing "
@@ -54,6 +54,7 @@ def test_signals_the_process_ignores_stay_ignored():
     """nohup starts a run with SIGHUP ignored: closing the terminal must not stop it."""
     saved = {s: signal.getsignal(s) for s in signals.NAMES}
     try:
+        default_signals()  # whatever this test run inherited
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         with signals.stop_on_signals():
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
