@@ -83,11 +83,11 @@ def parameter_count(checkpoint: str) -> int:
 
 
 def run_logged(command: list, log_path: str) -> tuple:
-    """(exit code, wall seconds, peak RSS in MB) of `command`, output into log_path."""
+    """(Measured, wall seconds) of `command`, its output into log_path."""
     started = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
-        code, peak_rss_mb = run_measured(command, stdout=log, stderr=subprocess.STDOUT)
-    return code, time.perf_counter() - started, peak_rss_mb
+        measured = run_measured(command, stdout=log, stderr=subprocess.STDOUT)
+    return measured, time.perf_counter() - started
 
 
 def make_data(source: str, target: str, train_rows: int, test_rows: int) -> None:
@@ -127,25 +127,30 @@ def measure(name: str, model_dir: str, data_dir: str, work_dir: str, test_rows: 
     train = [sys.executable, LAUNCHER, *SETTINGS, *model,
              f"--init_checkpoint={os.path.join(model_dir, 'bert_model.ckpt')}",
              "--do_train=true", "--do_export=true", f"--export_dir={export_dir}"]
-    code, train_wall, train_rss = run_logged(train, os.path.join(work_dir, name + "_train.log"))
-    if code != 0:
-        raise RuntimeError(f"{name}: training exited {code}; see {work_dir}/{name}_train.log")
+    trained_run, train_wall = run_logged(train, os.path.join(work_dir, name + "_train.log"))
+    if trained_run.returncode != 0:
+        raise RuntimeError(f"{name}: training exited {trained_run.returncode}; "
+                           f"see {work_dir}/{name}_train.log")
     trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
     with open(os.path.join(work_dir, name + "_train.log"), encoding="utf-8") as f:
         onednn = re.search(r"CPU kernels: oneDNN (.*)", f.read())
     predict = [sys.executable, LAUNCHER, *SETTINGS, *model, "--do_predict=true"]
-    code, predict_wall, predict_rss = run_logged(
+    predicted_run, predict_wall = run_logged(
         predict, os.path.join(work_dir, name + "_predict.log"))
-    if code != 0:
-        raise RuntimeError(f"{name}: predict exited {code}; see {work_dir}/{name}_predict.log")
+    if predicted_run.returncode != 0:
+        raise RuntimeError(f"{name}: predict exited {predicted_run.returncode}; "
+                           f"see {work_dir}/{name}_predict.log")
     with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
         predicted = sum(1 for _ in f)
     if predicted != test_rows:
         raise RuntimeError(f"{name}: predict.txt has {predicted} lines for {test_rows} rows")
+    examples = float(trained["train_examples_per_sec"]) * float(trained["train_seconds"])
     return {"train_examples_per_sec": float(trained["train_examples_per_sec"]),
-            "train_wall_s": train_wall, "train_peak_rss_mb": train_rss,
+            "train_examples_per_cpu_sec": examples / trained_run.cpu_seconds,
+            "train_wall_s": train_wall, "train_peak_rss_mb": trained_run.peak_rss_mb,
             "predict_rows_per_sec": test_rows / predict_wall, "predict_wall_s": predict_wall,
-            "predict_peak_rss_mb": predict_rss,
+            "predict_rows_per_cpu_sec": test_rows / predicted_run.cpu_seconds,
+            "predict_peak_rss_mb": predicted_run.peak_rss_mb,
             "export_mb": folder_bytes(export_dir) / 1e6,
             "onednn": onednn.group(1).strip() if onednn else "not logged",
             "loadavg": f"{os.getloadavg()[0]:.1f}"}
@@ -195,17 +200,21 @@ def main(argv=None) -> int:
         rows.append([MODELS[name][3], f"{r['parameters'] / 1e6:.1f} M",
                      f"{r['checkpoint_mb']:.0f}", f"{r['export_mb']:.0f}",
                      bench.fmt(r["train_examples_per_sec"]), ratio,
+                     bench.fmt(r["train_examples_per_cpu_sec"], 2),
                      bench.fmt(r["predict_rows_per_sec"]),
+                     bench.fmt(r["predict_rows_per_cpu_sec"]),
                      f"{r['train_peak_rss_mb']:.0f}", f"{r['predict_peak_rss_mb']:.0f}",
                      r["loadavg"]])
     print(bench.markdown_table(
         ["model", "parameters", "checkpoint MB", "export MB", "train ex/sec",
-         "/ trimmed", "predict rows/sec", "train peak RSS MB", "predict peak RSS MB", "load"],
-        rows, "lrrrrrrrrl"))
+         "/ trimmed", "train ex/CPU-sec", "predict rows/sec", "predict rows/CPU-sec",
+         "train peak RSS MB", "predict peak RSS MB", "load"], rows, "lrrrrrrrrrrl"))
     print("\ntrain ex/sec: the training loop's examples per second (train_results.txt); "
-          "predict rows/sec: test rows over the predict process's wall time, start to "
-          "predict.txt; peak RSS: each launcher process's own; load: the 1-minute load "
-          "average after the model's runs.")
+          "train ex/CPU-sec: the loop's examples over the whole training process's CPU "
+          "seconds (start-up, graph and export included); predict rows/sec: test rows over "
+          "the predict process's wall time, start to predict.txt, and per CPU-second of it "
+          "(the CPU figures depend less on other jobs' load); peak RSS: each launcher "
+          "process's own; load: the 1-minute load average after the model's runs.")
     return 0
 
 

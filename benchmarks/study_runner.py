@@ -63,14 +63,14 @@ def run_launcher(command: Sequence[str], output_dir: str, log_name: Optional[str
         os.makedirs(output_dir)
         log_path = os.path.join(output_dir, log_name)
         with open(log_path, "w", encoding="utf-8") as log:
-            returncode, peak_rss_mb = run_measured(command, stdout=log,
-                                                   stderr=subprocess.STDOUT, env=env)
+            returncode, peak_rss_mb, _ = run_measured(command, stdout=log,
+                                                      stderr=subprocess.STDOUT, env=env)
         with open(log_path, encoding="utf-8") as f:
             output = f.read()
     else:
         with tempfile.TemporaryFile("w+", encoding="utf-8") as err:
-            returncode, peak_rss_mb = run_measured(command, stdout=subprocess.DEVNULL,
-                                                   stderr=err, env=env)
+            returncode, peak_rss_mb, _ = run_measured(command, stdout=subprocess.DEVNULL,
+                                                      stderr=err, env=env)
             err.seek(0)
             output = err.read()
     wall_seconds = round(time.time() - started, 1)
@@ -84,15 +84,23 @@ def run_launcher(command: Sequence[str], output_dir: str, log_name: Optional[str
     return LauncherRun(True, wall_seconds, "", evaluated, trained, peak_rss_mb)
 
 
-def run_measured(command: Sequence[str], **popen_args) -> Tuple[int, float]:
-    """(exit code, peak RSS in MB) of `command`: the process's own peak (os.wait4's
-    ru_maxrss), not the largest of every child this process ever waited for."""
+class Measured(NamedTuple):
+    """How a process ended and what it used (its own, from os.wait4's rusage)."""
+
+    returncode: int
+    peak_rss_mb: float       # ru_maxrss: not the largest of every child ever waited for
+    cpu_seconds: float       # user + system, all its threads: less sensitive to other load
+
+
+def run_measured(command: Sequence[str], **popen_args) -> Measured:
+    """Run `command` (Popen's arguments) to its end; what it used."""
     process = subprocess.Popen(list(command), **popen_args)
     _, status, usage = os.wait4(process.pid, 0)
     # (os.waitstatus_to_exitcode is Python 3.9+; the tf1 lane is 3.7.)
     process.returncode = (-os.WTERMSIG(status) if os.WIFSIGNALED(status)
                           else os.WEXITSTATUS(status))
-    return process.returncode, usage.ru_maxrss / 1024
+    return Measured(process.returncode, usage.ru_maxrss / 1024,
+                    usage.ru_utime + usage.ru_stime)
 
 
 def last_error_line(output: str) -> str:

@@ -96,6 +96,8 @@ def test_a_runs_peak_memory_is_its_own_process(tmp_path):
     assert big.ok and little.ok
     assert big.peak_rss_mb >= 300
     assert 0 < little.peak_rss_mb < 100
+    measured = study_runner.run_measured([sys.executable, "-c", "sum(range(10 ** 7))"])
+    assert measured.returncode == 0 and measured.cpu_seconds > 0.05
     failed = study_runner.run_launcher(
         [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], str(tmp_path / "c"))
     assert not failed.ok and failed.peak_rss_mb > 0
