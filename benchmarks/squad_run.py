@@ -52,6 +52,7 @@ LAUNCHER = os.path.join(REPO, "run_squad_mgpu.py")
 WORKER_MODULE = "benchmarks.squad_run"
 RECORDS = os.path.join(REPO, "docs", "squad_runs.jsonl")
 CACHE = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad")
+# ours1-adam (1 tower, bias-corrected Adam) on request: --runs=ours1-adam.
 RUNS = ("ours1", "ours2", "hf")
 WEIGHT_DECAY, CLIP_NORM, WARMUP = 0.01, 1.0, 0.1
 
@@ -142,8 +143,12 @@ def settings_of(args, model_dir: str, train: str, test: str) -> dict:
 
 # --- ours -------------------------------------------------------------------------------
 
-def run_ours(s: dict, towers: int, work_dir: str) -> dict:
-    output_dir = os.path.join(work_dir, f"ours{towers}")
+def run_ours(s: dict, run: str, work_dir: str) -> dict:
+    """`run`: ours1 / ours2 (Google's AdamW, as users run it), or ours1-adam: 1 tower
+    with bias-corrected Adam (--optimizer=adam), the update rule torch's AdamW takes."""
+    towers, _, optimizer = run[len("ours"):].partition("-")
+    towers, optimizer = int(towers), optimizer or "adamw"
+    output_dir = os.path.join(work_dir, run)
     command = [sys.executable, LAUNCHER, f"--vocab_file={s['vocab_file']}",
                f"--do_lower_case={s['do_lower_case']}",
                f"--bert_config_file={os.path.join(s['model_dir'], 'bert_config.json')}",
@@ -155,7 +160,7 @@ def run_ours(s: dict, towers: int, work_dir: str) -> dict:
                f"--num_train_epochs={s['epochs']}", f"--max_seq_length={s['max_seq_length']}",
                f"--doc_stride={s['doc_stride']}", f"--max_query_length={s['max_query_length']}",
                f"--seed={s['seed']}", f"--output_dir={output_dir}",
-               "--save_checkpoints_steps=100000"]
+               "--save_checkpoints_steps=100000", f"--optimizer={optimizer}"]
     run = run_launcher(command, output_dir, log_name="log.txt")
     if not run.ok:
         return {"status": "failed", "error": run.error, "command": command}
@@ -305,9 +310,8 @@ def report(records) -> str:
                                   "best F1", "train windows/sec", "peak RSS MB", "oneDNN"],
                                  rows)
     if "hf" in rates:
-        for run in ("ours1", "ours2"):
-            if run in rates:
-                table += f"\n{run} / hf training speed: {rates[run] / rates['hf']:.2f}x"
+        for run in sorted(r for r in rates if r.startswith("ours")):
+            table += f"\n{run} / hf training speed: {rates[run] / rates['hf']:.2f}x"
     return table
 
 
@@ -332,7 +336,7 @@ def main(argv=None) -> int:
                 continue
             print(f"{run}: running", flush=True)
             result = run_hf(s, args.work_dir) if run == "hf" else run_ours(
-                s, int(run[len("ours"):]), args.work_dir)
+                s, run, args.work_dir)
             record = dict(result, run=run, settings=s, machine=bench.machine_description())
             append_run(args.records, record)
             records.append(record)
