@@ -88,7 +88,9 @@ class Measured(NamedTuple):
     """How a process ended and what it used (its own, from os.wait4's rusage)."""
 
     returncode: int
-    peak_rss_mb: float       # ru_maxrss: not the largest of every child ever waited for
+    # ru_maxrss: not the largest of every child ever waited for. Where Popen forks (Python
+    # 3.7), it includes the parent's resident pages until the exec: keep the parent small.
+    peak_rss_mb: float
     cpu_seconds: float       # user + system, all its threads: less sensitive to other load
 
 

@@ -6,13 +6,17 @@ file) and test_long_text_study.py (output captured).
 
 from __future__ import annotations
 
+import json
 import operator
 import os
+import subprocess
 import sys
 
 import pytest
 
 from benchmarks import study_runner
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FAILING = ("import sys; print('progress'); sys.stderr.write('a warning\\n\\n'); "
            "print('error: --data_dir does not exist', file=sys.stderr); sys.exit(2)")
@@ -82,22 +86,33 @@ def test_a_resumed_study_skips_what_its_records_hold(tmp_path):
 
 def test_a_runs_peak_memory_is_its_own_process(tmp_path):
     """Each run reports its own peak RSS: a large run first does not raise a small one's
-    (getrusage(RUSAGE_CHILDREN) would give the largest of every child so far)."""
+    (getrusage(RUSAGE_CHILDREN) would give the largest of every child so far).
+
+    The runs are started from a small study process, as the studies run them: where
+    Popen forks (Python 3.7), a child counts its parent's pages until its exec."""
     large = ("import os, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True)\n"
              "block = bytearray(300 * 2 ** 20)\n"
              "for i in range(0, len(block), 4096): block[i] = 1\n"
              "open(os.path.join(d, 'train_results.txt'), 'w').write('global_step = 1\\n')\n"
              "open(os.path.join(d, 'eval_results.txt'), 'w').write('eval_accuracy = 1\\n')\n")
     small = large.replace("300 * 2 ** 20", "1")
-    big = study_runner.run_launcher([sys.executable, "-c", large, str(tmp_path / "a")],
-                                    str(tmp_path / "a"))
-    little = study_runner.run_launcher([sys.executable, "-c", small, str(tmp_path / "b")],
-                                       str(tmp_path / "b"), log_name="log.txt")
-    assert big.ok and little.ok
-    assert big.peak_rss_mb >= 300
-    assert 0 < little.peak_rss_mb < 100
-    measured = study_runner.run_measured([sys.executable, "-c", "sum(range(10 ** 7))"])
-    assert measured.returncode == 0 and measured.cpu_seconds > 0.05
-    failed = study_runner.run_launcher(
-        [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], str(tmp_path / "c"))
-    assert not failed.ok and failed.peak_rss_mb > 0
+    study = ("import json, sys\n"
+             "from benchmarks import study_runner as s\n"
+             "big, small, out = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+             "a = s.run_launcher([sys.executable, '-c', big, out + '/a'], out + '/a')\n"
+             "b = s.run_launcher([sys.executable, '-c', small, out + '/b'], out + '/b',\n"
+             "                   log_name='log.txt')\n"
+             "c = s.run_launcher([sys.executable, '-c', 'import os; os.kill(os.getpid(), 9)'],\n"
+             "                   out + '/c')\n"
+             "m = s.run_measured([sys.executable, '-c', 'sum(range(10 ** 7))'])\n"
+             "print(json.dumps([a.ok, a.peak_rss_mb, b.ok, b.peak_rss_mb, c.ok, c.peak_rss_mb,\n"
+             "                  m.returncode, m.cpu_seconds]))\n")
+    run = subprocess.run([sys.executable, "-c", study, large, small, str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+    assert run.returncode == 0, run.stderr
+    big_ok, big, little_ok, little, killed_ok, killed, code, cpu = json.loads(run.stdout)
+    assert big_ok and little_ok and not killed_ok
+    assert big >= 300
+    assert 0 < little < 100 and killed > 0
+    assert code == 0 and cpu > 0.05
