@@ -316,7 +316,7 @@ def worker_cli(args) -> dict:
         proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=dict(os.environ, PYTHONPATH=REPO))
     rates = [float(m) for m in re.findall(r"([\d.]+) examples/sec", proc.stdout)]
-    onednn = re.search(r"CPU kernels: oneDNN (.*)", proc.stdout)
+    onednn = bench.logged_onednn_state(proc.stdout)
     if proc.returncode != 0 or len(rates) < 3:
         raise RuntimeError(f"run_classifier_mgpu.py exited {proc.returncode} with "
                            f"{len(rates)} rate lines:\n{proc.stdout[-2000:]}")
@@ -324,7 +324,7 @@ def worker_cli(args) -> dict:
     return {"impl": "cli", "seq": args.seq, "padding": args.padding,
             "towers": args.towers, "batch": args.batch, "steps": interval * len(kept),
             "examples_per_sec": bench.median(kept), "log_rates": rates,
-            "onednn": onednn.group(1).strip() if onednn else "not logged",
+            "onednn": onednn,
             "loadavg": _loadavg()}
 
 

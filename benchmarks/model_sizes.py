@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -133,7 +132,7 @@ def measure(name: str, model_dir: str, data_dir: str, work_dir: str, test_rows: 
                            f"see {work_dir}/{name}_train.log")
     trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
     with open(os.path.join(work_dir, name + "_train.log"), encoding="utf-8") as f:
-        onednn = re.search(r"CPU kernels: oneDNN (.*)", f.read())
+        onednn = bench.logged_onednn_state(f.read())
     predict = [sys.executable, LAUNCHER, *SETTINGS, *model, "--do_predict=true"]
     predicted_run, predict_wall = run_logged(
         predict, os.path.join(work_dir, name + "_predict.log"))
@@ -152,7 +151,7 @@ def measure(name: str, model_dir: str, data_dir: str, work_dir: str, test_rows: 
             "predict_rows_per_cpu_sec": test_rows / predicted_run.cpu_seconds,
             "predict_peak_rss_mb": predicted_run.peak_rss_mb,
             "export_mb": folder_bytes(export_dir) / 1e6,
-            "onednn": onednn.group(1).strip() if onednn else "not logged",
+            "onednn": onednn,
             "loadavg": f"{os.getloadavg()[0]:.1f}"}
 
 

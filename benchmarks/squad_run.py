@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -166,11 +165,11 @@ def run_ours(s: dict, run: str, work_dir: str) -> dict:
         return {"status": "failed", "error": run.error, "command": command}
     figures = {k: float(v) for k, v in run.evaluated.items() if _is_number(v)}
     with open(os.path.join(output_dir, "log.txt"), encoding="utf-8") as f:
-        onednn = re.search(r"CPU kernels: oneDNN (.*)", f.read())
+        onednn = bench.logged_onednn_state(f.read())
     return {"status": "ok", "command": command, "eval": figures,
             "examples_per_sec": float(run.trained["train_examples_per_sec"]),
             "wall_seconds": run.wall_seconds, "peak_rss_mb": run.peak_rss_mb,
-            "onednn": onednn.group(1).strip() if onednn else "not logged"}
+            "onednn": onednn}
 
 
 def _is_number(text: str) -> bool:

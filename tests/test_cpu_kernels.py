@@ -104,3 +104,12 @@ def test_the_start_up_log_says_how_bf16_runs_here(tmp_path):
             f"--output_dir={tmp_path / chosen}"]).check()
     assert expected in runs["bf16"].stderr
     assert "precision bf16" not in runs["fp32"].stderr
+
+
+def test_the_launchers_logged_onednn_state_is_read_back():
+    log = ("device plan: 1 tower on 1 device, variables and optimizer on /cpu:0\n"
+           "  /cpu:0 (cpu): tower_0\n"
+           "  CPU kernels: oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)\n")
+    assert bench.logged_onednn_state(log) == ("on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's "
+                                              "default on x86)")
+    assert bench.logged_onednn_state("no plan here") == "not logged"

@@ -12,6 +12,7 @@ learning-rate schedule) does not move, and the scale halves. After
 from __future__ import annotations
 
 from bert_ad.compat import IS_TF1, tf
+from bert_ad.cpu_features import cpu_flags
 from bert_ad.errors import fail
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -28,15 +29,6 @@ def compute_dtype(precision: str):
     return {"fp32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}[precision]
 
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set:
-    """The feature flags of this CPU (Linux's /proc/cpuinfo; empty elsewhere)."""
-    try:
-        with open(cpuinfo) as f:
-            return set(next(line for line in f if line.startswith("flags")).split()[2:])
-    except (OSError, StopIteration):
-        return set()
-
-
 def bf16_path(uses_gpu: bool, cpuinfo: str = "/proc/cpuinfo") -> tuple:
     """(is it fast, one line for the start-up log): how --precision=bf16's matmuls run.
 
@@ -48,7 +40,7 @@ def bf16_path(uses_gpu: bool, cpuinfo: str = "/proc/cpuinfo") -> tuple:
     if uses_gpu:
         return True, ("precision bf16: matmuls in bfloat16 on the GPUs (native on compute "
                       "capability 8.0 and newer: A100, H100, RTX 30xx on)")
-    cpu = cpu_flags(cpuinfo)
+    cpu = cpu_flags(cpuinfo) or set()
     if "amx_bf16" in cpu or "amx_tile" in cpu:
         return True, "precision bf16: matmuls in bfloat16 on this CPU's AMX tiles (native)"
     if "avx512_bf16" in cpu:

@@ -29,11 +29,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import time
 from typing import Iterable, Sequence
+
+from bert_ad.cpu_features import cpu_flags
 
 
 def encoder_matmul_params(config) -> int:
@@ -232,13 +235,17 @@ def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
     Returns:
       The ISA_FLAGS this CPU has, space-separated, or "unknown" (no flags line).
     """
-    try:
-        with open(cpuinfo) as f:
-            flags = next(line for line in f if line.startswith("flags")).split()
-    except (OSError, StopIteration):
+    flags = cpu_flags(cpuinfo)
+    if flags is None:
         return "unknown"
     return " ".join(name for name in ISA_FLAGS if name in flags) or "none of " + ", ".join(
         ISA_FLAGS)
+
+
+def logged_onednn_state(log_text: str) -> str:
+    """The oneDNN state a launcher's start-up log names (its device plan's line)."""
+    found = re.search(r"CPU kernels: oneDNN (.*)", log_text)
+    return found.group(1).strip() if found else "not logged"
 
 
 def vector_class(isa: str) -> str:
