@@ -39,7 +39,7 @@ import shutil
 from typing import IO, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from bert_ad.errors import UserError
-from bert_ad.signals import forget, remove_on_stop
+from bert_ad.signals import forget, held, remove_on_stop
 
 log = logging.getLogger("bert_ad")
 
@@ -83,13 +83,14 @@ def _create_temporary(path: str) -> str:
                                  directory) from None
     while True:
         temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            # 0o666: the kernel applies the umask, as for any new file.
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            continue
-        os.close(fd)
-        return remove_on_stop(temporary)
+        with held():  # created and registered, or neither, when a stop signal comes
+            try:
+                # 0o666: the kernel applies the umask, as for any new file.
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            return remove_on_stop(temporary)
 
 
 def fsync_path(path: str) -> None:
@@ -406,11 +407,12 @@ def staging_directory(target: str) -> str:
         os.makedirs(parent, exist_ok=True)
         while True:
             staging = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.staging")
-            try:
-                os.mkdir(staging, 0o777)
-            except FileExistsError:
-                continue
-            return remove_on_stop(staging)
+            with held():  # made and registered, or neither, when a stop signal comes
+                try:
+                    os.mkdir(staging, 0o777)
+                except FileExistsError:
+                    continue
+                return remove_on_stop(staging)
     except OSError as e:
         raise cannot_write(target, e) from e
 

@@ -48,6 +48,22 @@ def remove_on_stop(path: str) -> str:
     return path
 
 
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Within the block, stop signals wait (they are delivered when it ends).
+
+    Around creating a file and registering it with `remove_on_stop`: a signal
+    between the two would leave the new file behind (seen in CI: SIGTERM just
+    after the export's staging folder was made).
+    """
+    stops = set(NAMES)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def forget(path: str) -> None:
     """`path` is no longer this process's to remove (committed, or handed over)."""
     _REMOVE_ON_STOP.pop(os.path.abspath(path), None)
@@ -76,13 +92,18 @@ def restore(previous: Dict[int, object]) -> None:
 
 def _remove_registered() -> None:
     for path in reversed(list(_REMOVE_ON_STOP)):
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            elif os.path.lexists(path):
-                os.remove(path)
-        except OSError:
-            pass  # best effort: the next run removes what is left (driver.remove_leftovers)
+        # A few tries: TensorFlow's own threads may still add a file to a
+        # folder being removed (rmtree then cannot remove the folder).
+        for _ in range(3):
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                elif os.path.lexists(path):
+                    os.remove(path)
+            except OSError:
+                pass  # best effort: the next run removes what is left (driver.remove_leftovers)
+            if not os.path.lexists(path):
+                break
 
 
 def _write_line(text: str) -> None:

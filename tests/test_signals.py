@@ -64,3 +64,39 @@ def test_signals_the_process_ignores_stay_ignored():
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
+
+
+# A signal that arrives just after the folder or file is made (os.mkdir/os.open
+# send it themselves here), before it is registered for removal.
+STOPPED_WHILE_CREATING = (
+    "import os, signal, sys\n"
+    "from bert_ad.errors import run_cli\n"
+    "from bert_ad.files import StagedFiles, staging_directory\n"
+    "def signalled(make):\n"
+    "    def made(*args, **kwargs):\n"
+    "        result = make(*args, **kwargs)\n"
+    "        os.kill(os.getpid(), signal.SIGTERM)\n"
+    "        return result\n"
+    "    return made\n"
+    "def main():\n"
+    "    folder, what = sys.argv[1], sys.argv[2]\n"
+    "    if what == 'staging':\n"
+    "        os.mkdir = signalled(os.mkdir)\n"
+    "        staging_directory(os.path.join(folder, 'export'))\n"
+    "    else:\n"
+    "        os.open = signalled(os.open)\n"
+    "        StagedFiles().stage(os.path.join(folder, 'predict.txt'))\n"
+    "    print('never here', flush=True)\n"
+    "run_cli(main)\n")
+
+
+@pytest.mark.parametrize("what", ["staging", "temporary"])
+def test_a_signal_just_after_a_file_is_made_still_removes_it(tmp_path, what):
+    """CI once found export/.10.XXXXXXXX.staging after a SIGTERM: the folder was
+    made, and the signal came before it was registered for removal."""
+    run = subprocess.run([sys.executable, "-c", STOPPED_WHILE_CREATING, str(tmp_path), what],
+                         env=launcher_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=60, preexec_fn=default_signals)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr
+    assert run.stdout == ""
+    assert os.listdir(str(tmp_path)) == []
