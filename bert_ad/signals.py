@@ -48,20 +48,29 @@ def remove_on_stop(path: str) -> str:
     return path
 
 
+# While above 0, stop_now waits: the signal it got is kept in _pending.
+_held = 0
+_pending = None
+
+
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """Within the block, stop signals wait (they are delivered when it ends).
+    """Within the block, a stop signal waits (it stops the run when the block ends).
 
     Around creating a file and registering it with `remove_on_stop`: a signal
     between the two would leave the new file behind (seen in CI: SIGTERM just
-    after the export's staging folder was made).
+    after the export's staging folder was made). Done here, not with a signal
+    mask: with TensorFlow's threads running, the kernel hands a masked signal
+    to another thread, and Python still runs the handler in the main thread.
     """
-    stops = set(NAMES)
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    global _held
+    _held += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _held -= 1
+        if not _held and _pending is not None:
+            stop_now(_pending)
 
 
 def forget(path: str) -> None:
@@ -122,7 +131,11 @@ def _write_line(text: str) -> None:
 
 def stop_now(signum: int, frame=None) -> None:
     """The handler outside the training loop: remove what is being written, say so
-    in one line, exit 128 + `signum`."""
+    in one line, exit 128 + `signum` (at the end of a `held` block, if in one)."""
+    global _pending
+    if _held:
+        _pending = signum
+        return
     _remove_registered()
     _write_line(f"error: stopped by {signal_name(signum)}: nothing half-written was kept "
                 "(files being written were removed); run the same command again to finish")

@@ -69,9 +69,11 @@ def test_signals_the_process_ignores_stay_ignored():
 # A signal that arrives just after the folder or file is made (os.mkdir/os.open
 # send it themselves here), before it is registered for removal.
 STOPPED_WHILE_CREATING = (
-    "import os, signal, sys\n"
+    "import os, signal, sys, threading, time\n"
     "from bert_ad.errors import run_cli\n"
     "from bert_ad.files import StagedFiles, staging_directory\n"
+    # Another thread, as TensorFlow's: a signal the main thread masks goes there.
+    "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
     "def signalled(make):\n"
     "    def made(*args, **kwargs):\n"
     "        result = make(*args, **kwargs)\n"
@@ -100,3 +102,27 @@ def test_a_signal_just_after_a_file_is_made_still_removes_it(tmp_path, what):
     assert run.returncode == 128 + signal.SIGTERM, run.stderr
     assert run.stdout == ""
     assert os.listdir(str(tmp_path)) == []
+
+
+HELD = ("import os, signal, sys, threading, time\n"
+        "from bert_ad import signals\n"
+        "from bert_ad.errors import run_cli\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "def main():\n"
+        "    with signals.held():\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(0.5)  # time for any thread to take the signal\n"
+        "        print('end of the block', flush=True)\n"
+        "    print('never here', flush=True)\n"
+        "run_cli(main)\n")
+
+
+def test_a_stop_signal_within_held_waits_for_the_end_of_the_block():
+    """With other threads running (TensorFlow's), a signal masked in the main
+    thread would go to one of them, and Python would still stop at once."""
+    run = subprocess.run([sys.executable, "-c", HELD], env=launcher_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         timeout=60, preexec_fn=default_signals)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr
+    assert run.stdout == "end of the block\n"
+    assert run.stderr.startswith("error: stopped by SIGTERM: nothing half-written")

