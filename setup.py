@@ -63,7 +63,8 @@ setup(
         "tf": ["tensorflow>=2.12"],
         "tf1": ["tensorflow==1.15.5", TF1_PROTOBUF],
         "tf1-gpu": ["tensorflow-gpu==1.15.5", TF1_PROTOBUF],
-        "test": ["pytest"],
+        # pytest-xdist: the README's test command runs two workers (CI has 2 cores).
+        "test": ["pytest", "pytest-xdist"],
         # Independent references for tests and benchmarks, never needed to run.
         # seqeval 1.2.2 is an sdist whose setup_requires (setuptools_scm) only
         # builds under PEP 517: install with `pip install --use-pep517`.

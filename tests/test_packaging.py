@@ -183,7 +183,7 @@ def test_wheel_declares_tensorflow_only_as_extras(wheel):
     assert requires["tf"] == {"tensorflow>=2.12"}
     assert requires["tf1"] == {"tensorflow==1.15.5", "protobuf<3.21"}
     assert requires["tf1-gpu"] == {"tensorflow-gpu==1.15.5", "protobuf<3.21"}
-    assert requires["test"] == {"pytest"}
+    assert requires["test"] == {"pytest", "pytest-xdist"}
     assert 'seqeval==1.2.2; python_version >= "3.8"' in requires["reference"]
     assert set(re.findall(r"^Provides-Extra: (.+)$", metadata, re.M)) == {
         "tf", "tf1", "tf1-gpu", "test", "reference", "plot"}
