@@ -90,7 +90,7 @@ def one_run(tmp_path_factory):
 
 def test_run_record_matches_the_run_files(one_run):
     record, output_dir, data_dir = one_run
-    assert record["status"] == "ok", record
+    assert record["status"] == "ok", record.get("error")
     assert (record["n_gpus"], record["optimizer"], record["seed"]) == (2, "radam", 3)
     with open(os.path.join(data_dir, "train.tsv"), encoding="utf-8") as f:
         rows = sum(1 for line in f if line.strip())
