@@ -101,18 +101,13 @@ def restore(previous: Dict[int, object]) -> None:
 
 def _remove_registered() -> None:
     for path in reversed(list(_REMOVE_ON_STOP)):
-        # A few tries: TensorFlow's own threads may still add a file to a
-        # folder being removed (rmtree then cannot remove the folder).
-        for _ in range(3):
-            try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                elif os.path.lexists(path):
-                    os.remove(path)
-            except OSError:
-                pass  # best effort: the next run removes what is left (driver.remove_leftovers)
-            if not os.path.lexists(path):
-                break
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.remove(path)
+        except OSError:
+            pass  # best effort: the next run removes what is left (driver.remove_leftovers)
 
 
 def _write_line(text: str) -> None:
