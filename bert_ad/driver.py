@@ -95,6 +95,9 @@ def train(task: Task, data: SplitData, settings: RunSettings,
         seed=settings.seed + placement.worker_index,
         batch_size_per_tower=settings.train_batch_size, num_workers=placement.num_workers,
         learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()))
+    if graph_settings.recompute_activations:
+        log.info("--recompute_activations: each encoder layer keeps only its input for "
+                 "the backward pass and is recomputed there")
     cluster = placement.cluster
 
     def micro_batches(start_example: int):

@@ -69,6 +69,7 @@ class RunSettings:
     clip_norm: float = 1.0
     seed: int = 12345
     precision: str = "fp32"
+    recompute_activations: bool = False
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 5
     log_every_n_steps: int = 10

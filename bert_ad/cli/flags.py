@@ -154,6 +154,12 @@ def define_training_flags(fv: flags.FlagValues,
                       "the real tokens only (attention still sees the padded batch): the "
                       "same outputs, less work with padded batches. Off under --use_xla.",
                       **d)
+    flags.DEFINE_bool("recompute_activations", default("recompute_activations"),
+                      "Keep only each encoder layer's input for the backward pass and "
+                      "recompute the layer there (gradient checkpointing): a second "
+                      "forward pass of every layer for a much smaller activation memory, "
+                      "e.g. to fit max_seq_length 512 on a smaller card "
+                      "(docs/benchmarks.md, Memory).", **d)
     flags.DEFINE_enum("precision", default("precision"), list(PRECISIONS),
                       "Activation precision; weights, slots and checkpoints stay fp32. "
                       "fp16 uses dynamic loss scaling.", **d)

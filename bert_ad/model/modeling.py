@@ -10,6 +10,7 @@ the released checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -20,6 +21,26 @@ from bert_ad.compat import erf, tf
 from bert_ad.errors import fail
 
 MAX_POSITION_EMBEDDINGS = 512
+
+# Whether training encoders built now recompute their layers in the backward
+# pass (recomputed_layers below); a stack, so blocks nest.
+_RECOMPUTE_LAYERS = [False]
+
+
+@contextlib.contextmanager
+def recomputed_layers(enabled: bool = True):
+    """Within this block, every BertModel built with is_training keeps only each
+    layer's input for the backward pass and recomputes the layer's activations
+    from it there (gradient checkpointing per layer, --recompute_activations).
+
+    The training graph opens it around its towers (bert_ad/parallel/train_graph.py),
+    so no task has to pass the setting down to its encoder.
+    """
+    _RECOMPUTE_LAYERS.append(enabled)
+    try:
+        yield
+    finally:
+        _RECOMPUTE_LAYERS.pop()
 
 
 def _is_number(value) -> bool:
@@ -193,7 +214,8 @@ class BertModel:
                                      batch_size, seq_length)
                 token_layers = transformer_model(
                     layout.to_tokens(self.embedding_output), attention_bias, config,
-                    hidden_dropout, attention_dropout, layout)
+                    hidden_dropout, attention_dropout, layout,
+                    recompute=is_training and _RECOMPUTE_LAYERS[-1])
                 # Built lazily by the graph: a layer nobody reads is never scattered.
                 self.all_encoder_layers = [layout.to_padded(x) for x in token_layers]
             # [batch_size, seq_length, hidden_size]
@@ -295,6 +317,30 @@ def dropout(x, rate: float):
     return tf.nn.dropout(x, rate=rate)
 
 
+# Seeds of SeededDropout stay below this, so seed + [0, call] stays an int32.
+_SEED_LIMIT = 2 ** 31 - 2 ** 16
+
+
+class SeededDropout:
+    """Dropout whose masks are a function of a seed tensor and the call's order.
+
+    A recomputed layer (recomputed_layers) runs its forward pass twice; with
+    stateless random ops both passes draw the same masks, which tf.nn.dropout's
+    stateful ones would not.
+    """
+
+    def __init__(self, seed):
+        self.seed, self.calls = seed, 0  # seed: int32 [2]
+
+    def __call__(self, x, rate: float):
+        if not rate:
+            return x
+        self.calls += 1
+        seed = self.seed + tf.constant([0, self.calls], tf.int32)
+        keep = tf.random.stateless_uniform(tf.shape(x), seed=seed) >= rate
+        return x * tf.cast(keep, x.dtype) * tf.cast(1.0 / (1.0 - rate), x.dtype)
+
+
 def embeddings(config: BertConfig, input_ids, token_type_ids, dropout_rate: float):
     """Word + token-type + position embeddings, layer-normed.
 
@@ -367,7 +413,7 @@ class TokenLayout:
 
 
 def attention_layer(x, attention_bias, config: BertConfig, dropout_rate: float,
-                    layout: TokenLayout):
+                    layout: TokenLayout, drop=dropout):
     """Multi-head self-attention (scope `self`): [tokens, H] -> [tokens, H]."""
     batch_size, seq_length = layout.batch_size, layout.seq_length
     width = config.hidden_size
@@ -390,37 +436,86 @@ def attention_layer(x, attention_bias, config: BertConfig, dropout_rate: float,
     scores += attention_bias
     # Softmax in float32: fp16's range would overflow its exponentials.
     probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)), scores.dtype)
-    probs = dropout(probs, dropout_rate)
+    probs = drop(probs, dropout_rate)
     # [B, heads, S, head_size] -> [B, S, H] -> [tokens, H]
     context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])
     return layout.to_tokens(tf.reshape(context, [batch_size, seq_length, width]))
 
 
 def transformer_model(x, attention_bias, config: BertConfig, hidden_dropout: float,
-                      attention_dropout: float, layout: TokenLayout) -> list:
+                      attention_dropout: float, layout: TokenLayout,
+                      recompute: bool = False) -> list:
     """The encoder stack (scopes `layer_N`) over [tokens, H] (see TokenLayout);
-    returns every layer's [tokens, H] output."""
-    activation = ACTIVATIONS[config.hidden_act]
-    init_range = config.initializer_range
-    eps = config.layer_norm_eps
+    returns every layer's [tokens, H] output. `recompute`: see recomputed_layers."""
     outputs = []
     for index in range(config.num_hidden_layers):
         with tf.variable_scope(f"layer_{index}"):
-            with tf.variable_scope("attention"):
-                with tf.variable_scope("self"):
-                    context = attention_layer(x, attention_bias, config,
-                                              attention_dropout, layout)
-                with tf.variable_scope("output"):
-                    attended = dense(context, config.hidden_size, "dense", init_range)
-                    attended = layer_norm(dropout(attended, hidden_dropout) + x, eps)
-            with tf.variable_scope("intermediate"):
-                inner = dense(attended, config.intermediate_size, "dense",
-                              init_range, activation)
-            with tf.variable_scope("output"):
-                out = dense(inner, config.hidden_size, "dense", init_range)
-                x = layer_norm(dropout(out, hidden_dropout) + attended, eps)
+            if recompute:
+                x = recomputed_layer(x, attention_bias, config, hidden_dropout,
+                                     attention_dropout, layout)
+            else:
+                x = transformer_layer(x, attention_bias, config, hidden_dropout,
+                                      attention_dropout, layout, dropout)
         outputs.append(x)
     return outputs
+
+
+def transformer_layer(x, attention_bias, config: BertConfig, hidden_dropout: float,
+                      attention_dropout: float, layout: TokenLayout, drop=dropout):
+    """One encoder layer in the current variable scope: [tokens, H] -> [tokens, H].
+    `drop(x, rate)` applies dropout (dropout, or a SeededDropout)."""
+    activation = ACTIVATIONS[config.hidden_act]
+    init_range = config.initializer_range
+    eps = config.layer_norm_eps
+    with tf.variable_scope("attention"):
+        with tf.variable_scope("self"):
+            context = attention_layer(x, attention_bias, config, attention_dropout,
+                                      layout, drop)
+        with tf.variable_scope("output"):
+            attended = dense(context, config.hidden_size, "dense", init_range)
+            attended = layer_norm(drop(attended, hidden_dropout) + x, eps)
+    with tf.variable_scope("intermediate"):
+        inner = dense(attended, config.intermediate_size, "dense", init_range, activation)
+    with tf.variable_scope("output"):
+        out = dense(inner, config.hidden_size, "dense", init_range)
+        return layer_norm(drop(out, hidden_dropout) + attended, eps)
+
+
+def recomputed_layer(x, attention_bias, config: BertConfig, hidden_dropout: float,
+                     attention_dropout: float, layout: TokenLayout, seed=None):
+    """transformer_layer whose backward pass recomputes its activations from x.
+
+    The forward pass keeps nothing of the layer but its output; the gradient
+    builds the layer again (the same variables, the same dropout masks from
+    the same seed) once the output's gradient has arrived, and differentiates
+    that copy. The memory of the activations of one layer, instead of all of
+    them, for a second forward pass of each layer. `seed` (int32 [2]) draws
+    the dropout masks; by default a fresh one per step.
+    """
+    scope = tf.get_variable_scope()
+    if seed is None:
+        seed = tf.random.uniform([2], maxval=_SEED_LIMIT, dtype=tf.int32)
+
+    def layer(inputs, layer_seed):
+        return transformer_layer(inputs, attention_bias, config, hidden_dropout,
+                                 attention_dropout, layout, SeededDropout(layer_seed))
+
+    @tf.custom_gradient
+    def checkpointed(inputs, layer_seed):
+        def backward(d_output, variables=None):
+            # Without the dependency the executor could run the copy as soon as
+            # x exists, during the forward pass, and hold it until here.
+            with tf.control_dependencies([d_output]):
+                inputs_again = tf.identity(inputs)
+            with tf.variable_scope(scope, reuse=True):
+                output_again = layer(inputs_again, layer_seed)
+            variables = list(variables or [])
+            grads = tf.gradients(output_again, [inputs_again] + variables,
+                                 grad_ys=d_output)
+            return (grads[0], None), grads[1:]
+        return layer(inputs, layer_seed), backward
+
+    return checkpointed(x, seed)
 
 
 def get_shape_list(tensor, expected_rank: int | None = None) -> list:

@@ -20,6 +20,7 @@ import dataclasses
 from typing import Any, Callable, List, Optional
 
 from bert_ad.compat import tf
+from bert_ad.model.modeling import recomputed_layers
 from bert_ad.model.precision import DynamicLossScale
 from bert_ad.errors import fail
 from bert_ad.parallel.gradients import clip_by_global_norm
@@ -59,6 +60,8 @@ class TrainSettings:
     # ResourceApplyAdam kernels for adamw / adam (bert_ad.parallel.optimization);
     # False keeps the element-wise ops (benchmarks compare the two).
     fused_optimizer: bool = True
+    # Gradient checkpointing per encoder layer (bert_ad.model.modeling.recomputed_layers).
+    recompute_activations: bool = False
 
 
 @dataclasses.dataclass
@@ -165,7 +168,8 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         scaled = loss_scale.scaled(loss) if loss_scale is not None else loss
         return loss, tower_gradients(scaled, tf.trainable_variables())
 
-    results = build_towers(plan, tower)
+    with recomputed_layers(settings.recompute_activations):
+        results = build_towers(plan, tower)
     variables = tf.trainable_variables()
     k = settings.gradient_accumulation_steps
     if settings.sparse_embedding_updates:
@@ -226,7 +230,8 @@ def _build_replicated(plan: DevicePlan, placeholders: list, tower_loss_fn: Calla
         scaled = loss_scale.scaled(loss) if loss_scale is not None else loss
         return loss, tower_gradients(scaled, replicas.trainable(i))
 
-    results = build_replicated_towers(plan, replicas, tower)
+    with recomputed_layers(settings.recompute_activations):
+        results = build_replicated_towers(plan, replicas, tower)
     variables = replicas.trainable(0)
     k = settings.gradient_accumulation_steps
     with tf.device(plan.variable_device):

