@@ -418,6 +418,22 @@ class StepResult(NamedTuple):
     global_step: int
 
 
+def classifier_rows(rows: int, seq: int, vocab_size: int, num_labels: int,
+                    seed: int = 0) -> dict:
+    """A classifier batch of random ids with ragged real lengths (the rest masked
+    out), for the equivalence tests."""
+    rng = np.random.RandomState(seed)
+    lengths = rng.randint(3, seq + 1, size=rows)
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int32)
+    return {
+        "input_ids": rng.randint(5, vocab_size, size=(rows, seq)).astype(np.int32) * mask,
+        "input_mask": mask,
+        "segment_ids": (rng.rand(rows, seq) > 0.5).astype(np.int32) * mask,
+        "label_ids": rng.randint(0, num_labels, size=rows).astype(np.int32),
+        "example_weights": np.ones(rows, np.float32),
+    }
+
+
 def slice_rows(data: dict, start: int, stop: int) -> dict:
     return {k: v[start:stop] for k, v in data.items()}
 

@@ -27,8 +27,8 @@ from bert_ad.model.modeling import (BertConfig, SeededDropout, TokenLayout,
                                     transformer_layer)
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
-from helpers import (SAMPLE_SENTIMENT, assert_same_weights, run_main, save_initial_weights,
-                     slice_rows, tiny_model, train_one_step)
+from helpers import (SAMPLE_SENTIMENT, assert_same_weights, classifier_rows, run_main,
+                     save_initial_weights, slice_rows, tiny_model, train_one_step)
 
 CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
               intermediate_size=32, max_position_embeddings=32,
@@ -83,16 +83,7 @@ def test_a_recomputed_layer_has_the_plain_layers_output_and_gradients_with_dropo
 
 
 def make_data(rows: int) -> dict:
-    rng = np.random.RandomState(0)
-    lengths = rng.randint(3, SEQ + 1, size=rows)
-    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
-    return {
-        "input_ids": rng.randint(5, CONFIG["vocab_size"], size=(rows, SEQ)).astype(np.int32) * mask,
-        "input_mask": mask,
-        "segment_ids": (rng.rand(rows, SEQ) > 0.5).astype(np.int32) * mask,
-        "label_ids": rng.randint(0, NUM_LABELS, size=rows).astype(np.int32),
-        "example_weights": np.ones(rows, np.float32),
-    }
+    return classifier_rows(rows, SEQ, CONFIG["vocab_size"], NUM_LABELS, 0)
 
 
 def build(n_towers: int, recompute: bool, mode: str = "parameter_server", cards: str = ""):

@@ -30,7 +30,8 @@ from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from helpers import (assert_one_error_line, assert_same_weights, assert_weights_moved,
-                     run_launcher, save_initial_weights, slice_rows, train_one_step)
+                     classifier_rows, run_launcher, save_initial_weights, slice_rows,
+                     train_one_step)
 from toy_task import ToyRegressionTask, toy_rows
 
 CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
@@ -43,17 +44,7 @@ VARIABLE_OPS = {"VarHandleOp", "VariableV2"}
 
 
 def make_data(rows: int, seed: int = 0) -> dict:
-    """Random ids with ragged real lengths (the rest masked out)."""
-    rng = np.random.RandomState(seed)
-    lengths = rng.randint(3, SEQ + 1, size=rows)
-    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
-    return {
-        "input_ids": rng.randint(5, CONFIG["vocab_size"], size=(rows, SEQ)).astype(np.int32) * mask,
-        "input_mask": mask,
-        "segment_ids": (rng.rand(rows, SEQ) > 0.5).astype(np.int32) * mask,
-        "label_ids": rng.randint(0, NUM_LABELS, size=rows).astype(np.int32),
-        "example_weights": np.ones(rows, np.float32),
-    }
+    return classifier_rows(rows, SEQ, CONFIG["vocab_size"], NUM_LABELS, seed)
 
 
 def build(n_towers: int, mode: str = "parameter_server", accumulation: int = 1,
