@@ -28,6 +28,12 @@ Runs, each in a fresh process, one JSON record each in --records
                 and decay, batch B padded to its longest window, one seeded
                 shuffle per epoch); its logits go through our answer search and
                 metric, so only the model and its training differ
+  hf-adam       the same with exactly the update of ours*-adam: torch's AdamW with
+                weight decay 0 (= bias-corrected Adam, eps 1e-6) and Google's
+                learning-rate schedule (warmup to the peak, then
+                peak * (1 - step / steps), as run_squad_mgpu.py), where `hf` uses
+                transformers' (decay from the peak at the end of warmup: about
+                1/0.9 of Google's rate after warmup)
 
 The report: EM/F1 (CMRC2018's definitions, overall / with an answer / without)
 and training examples/sec of each, with ours / HF.
@@ -51,8 +57,10 @@ LAUNCHER = os.path.join(REPO, "run_squad_mgpu.py")
 WORKER_MODULE = "benchmarks.squad_run"
 RECORDS = os.path.join(REPO, "docs", "squad_runs.jsonl")
 CACHE = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad")
-# ours1-adam (1 tower, bias-corrected Adam) on request: --runs=ours1-adam.
+# On request (--runs=...): ours1-adam / ours2-adam (bias-corrected Adam, the task's
+# default) and hf-adam (Hugging Face with exactly that update and Google's schedule).
 RUNS = ("ours1", "ours2", "hf")
+HF_RUNS = ("hf", "hf-adam")
 WEIGHT_DECAY, CLIP_NORM, WARMUP = 0.01, 1.0, 0.1
 
 
@@ -76,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="2,000 training and 800 test questions")
     p.add_argument("--report_only", action="store_true")
-    p.add_argument("--worker", choices=["hf"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=HF_RUNS, help=argparse.SUPPRESS)
     p.add_argument("--settings", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
@@ -182,7 +190,18 @@ def _is_number(text: str) -> bool:
 
 # --- Hugging Face (worker) --------------------------------------------------------------
 
-def worker_hf(s: dict, work_dir: str) -> dict:
+def google_schedule(steps: int, warmup: int):
+    """Google BERT's learning-rate factor at each step (bert_ad/parallel/learning_rate.py):
+    step / warmup during warmup, then 1 - step / steps (not renormalised to 1 after
+    warmup, as transformers' linear schedule is)."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return step / warmup
+        return 1.0 - min(step, steps) / steps
+    return factor
+
+
+def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as bench_train: a busy machine
     import numpy as np
@@ -217,9 +236,17 @@ def worker_hf(s: dict, work_dir: str) -> dict:
                           if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
               {"params": [p for n, p in model.named_parameters()
                           if any(k in n for k in no_decay)], "weight_decay": 0.0}]
+    same_update_as_ours_adam = run == "hf-adam"
+    if same_update_as_ours_adam:
+        for group in groups:
+            group["weight_decay"] = 0.0
     optimizer = torch.optim.AdamW(groups, lr=s["learning_rate"], eps=1e-6)
     steps = int(np.ceil(len(examples) * s["epochs"] / s["batch"]))
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(steps * WARMUP), steps)
+    if same_update_as_ours_adam:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, google_schedule(steps, int(steps * WARMUP)))
+    else:
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(steps * WARMUP), steps)
     rng = np.random.RandomState(s["seed"])
     order = np.concatenate([rng.permutation(len(examples))
                             for _ in range(int(np.ceil(s["epochs"])) + 1)])
@@ -275,8 +302,8 @@ def worker_hf(s: dict, work_dir: str) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def run_hf(s: dict, work_dir: str) -> dict:
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", "hf", "--work_dir", work_dir,
+def run_hf(s: dict, run: str, work_dir: str) -> dict:
+    command = [sys.executable, "-m", WORKER_MODULE, "--worker", run, "--work_dir", work_dir,
                "--settings", json.dumps(s)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p))
@@ -308,16 +335,16 @@ def report(records) -> str:
     table = bench.markdown_table(["run", "EM", "F1", "F1 with answer", "F1 without",
                                   "best F1", "train windows/sec", "peak RSS MB", "oneDNN"],
                                  rows)
-    if "hf" in rates:
+    for hf in (r for r in HF_RUNS if r in rates):
         for run in sorted(r for r in rates if r.startswith("ours")):
-            table += f"\n{run} / hf training speed: {rates[run] / rates['hf']:.2f}x"
+            table += f"\n{run} / {hf} training speed: {rates[run] / rates[hf]:.2f}x"
     return table
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.worker == "hf":
-        bench.emit_result(worker_hf(json.loads(args.settings), args.work_dir))
+    if args.worker:
+        bench.emit_result(worker_hf(json.loads(args.settings), args.worker, args.work_dir))
         return 0
     records = load_runs(args.records)
     if not args.report_only:
@@ -334,7 +361,7 @@ def main(argv=None) -> int:
                 print(f"{run}: recorded, skipped")
                 continue
             print(f"{run}: running", flush=True)
-            result = run_hf(s, args.work_dir) if run == "hf" else run_ours(
+            result = run_hf(s, run, args.work_dir) if run in HF_RUNS else run_ours(
                 s, run, args.work_dir)
             record = dict(result, run=run, settings=s, machine=bench.machine_description())
             append_run(args.records, record)

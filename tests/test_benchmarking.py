@@ -218,3 +218,20 @@ def test_gpu_smoke_without_a_gpu_says_there_is_nothing_to_do(tmp_path):
     assert run.stdout.strip().splitlines()[-1] == (
         "gpu_smoke: TensorFlow sees no GPU here (CUDA_VISIBLE_DEVICES=-1); nothing to do")
     assert not (tmp_path / "cache").exists()   # nothing fetched
+
+
+def test_squad_run_hf_adam_follows_our_learning_rate_schedule_step_for_step():
+    # hf-adam claims the same update as ours*-adam: its LambdaLR factor times the
+    # peak must be the rate run_squad_mgpu.py's graph uses at every step.
+    from benchmarks.squad_run import google_schedule
+    from bert_ad.parallel.learning_rate import learning_rate_schedule
+    base, total, warmup = 5e-5, 368, 36
+    factor = google_schedule(total, warmup)
+    steps = list(range(0, total + 3))
+    with tf.Graph().as_default():
+        step = tf.placeholder(tf.int64, [])
+        lr = learning_rate_schedule(step, base, total, warmup)
+        with tf.Session() as sess:
+            ours = [sess.run(lr, {step: s}) for s in steps]
+    np.testing.assert_allclose([base * factor(s) for s in steps], ours, rtol=1e-5, atol=1e-12)
+    assert factor(0) == 0.0 and factor(warmup) == pytest.approx(1 - warmup / total)
