@@ -5,6 +5,10 @@ Hugging Face, and Hugging Face with gradient checkpointing, side by side.
     python -m benchmarks.bench_memory --models chinese --shapes 512x4
     python -m benchmarks.bench_memory --tables_from memory.json
     python -m benchmarks.bench_memory --windows_run        # the long-text run, with and without
+    python -m benchmarks.bench_memory --profile --models minilm,chinese --shapes 512x4
+    python -m benchmarks.bench_memory --precisions fp32,bf16 --impls ours,hf
+                                    # bf16 (ours --precision=bf16, HF torch.autocast) vs fp32
+                                                           # where a full-window step's time goes
 
 Every configuration is a fresh worker process (this script with --worker) that
 builds the classifier's training step (sequence classification, AdamW, clip
@@ -25,6 +29,15 @@ token (KB per position of the batch), with examples/sec over the timed steps.
 What a training step adds on top of the model is the activations the backward
 pass needs, so the per-token figure is what a longer sequence or a larger
 batch costs.
+
+--precisions fp32,bf16: every row also with activations in bfloat16 (ours:
+--precision=bf16, weights and Adam moments float32; Hugging Face: its forward
+under torch.autocast("cpu", dtype=torch.bfloat16)), rows `ours-bf16`, `hf-bf16`.
+It pays only on a CPU with AVX512_BF16 or AMX (the table's CPU line names the ISA).
+
+--profile: ours only, and after the timed steps one more step traced
+(TensorFlow's FULL_TRACE): its op time by part of the encoder layer (forward and
+backward), by op type and by op, the "where does the time go" of a full window.
 
 --windows_run: run_classifier_mgpu.py itself on whole movie reviews in the
 long-text windows mode at the shape of issue #35's 13.2 GB run (2 towers x 16
@@ -138,51 +151,84 @@ def worker_ours(args, recompute: bool) -> dict:
     from bert_ad.compat import TF_VERSION, session_config, tf
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.model.modeling import BertConfig
+    from bert_ad.model.precision import compute_dtype
     from bert_ad.parallel.checkpoints import WarmStart
     from bert_ad.parallel.towers import plan_from_environment
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 
     steps = args.warmup + args.steps
-    ids = full_windows(args.model, args.model_dir, args.seq, args.batch * steps)
+    ids = full_windows(args.model, args.model_dir, args.seq,
+                       args.batch * (steps + int(args.profile)))
     config = BertConfig.from_json_file(os.path.join(args.model_dir, "bert_config.json"))
     plan = plan_from_environment(1)
     settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=steps,
                              weight_decay_rate=WEIGHT_DECAY, clip_norm=CLIP_NORM, seed=SEED,
                              batch_size_per_tower=args.batch,
-                             recompute_activations=recompute)
+                             recompute_activations=recompute, precision=args.precision)
+    dtype = compute_dtype(args.precision)
     graph = build_train_graph(plan, FEATURE_SPEC,
-                              lambda f, i: classifier(config, f, 2, True).loss, settings)
+                              lambda f, i: classifier(config, f, 2, True, dtype).loss, settings)
     checkpoint = os.path.join(args.model_dir, "bert_model.ckpt")
     warm = WarmStart(checkpoint) if os.path.exists(checkpoint + ".index") else None
     labels = np.random.RandomState(SEED).randint(0, 2, len(ids)).astype(np.int32)
-    stamps, start_rss = [], None
+    stamps, start_rss, traced = [], None, None
+
+    def feed_of(step):
+        rows = slice(step * args.batch, (step + 1) * args.batch)
+        batch = {"input_ids": ids[rows], "input_mask": np.ones_like(ids[rows]),
+                 "segment_ids": np.zeros_like(ids[rows]), "label_ids": labels[rows],
+                 "example_weights": np.ones(args.batch, np.float32)}
+        return {graph.placeholders[0][k]: v for k, v in batch.items()}
+
     with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
         session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
         if warm is not None:
             warm.restore(session)
         for step in range(steps):
-            rows = slice(step * args.batch, (step + 1) * args.batch)
-            batch = {"input_ids": ids[rows], "input_mask": np.ones_like(ids[rows]),
-                     "segment_ids": np.zeros_like(ids[rows]), "label_ids": labels[rows],
-                     "example_weights": np.ones(args.batch, np.float32)}
-            feed = {graph.placeholders[0][k]: v for k, v in batch.items()}
+            feed = feed_of(step)
             if start_rss is None:
                 start_rss = current_rss_mb()
             stamps.append(time.perf_counter())
             loss, applied = session.run([graph.loss, graph.train_step], feed)
             assert applied
         stamps.append(time.perf_counter())
+        if args.profile:
+            metadata = tf.RunMetadata()
+            started = time.perf_counter()
+            session.run([graph.loss, graph.train_step], feed_of(steps),
+                        options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                        run_metadata=metadata)
+            traced = dict(bench.traced_op_micros(metadata.step_stats, encoder_part),
+                          wall_sec=time.perf_counter() - started)
     timing = dict(_timing(args, stamps), peak_rss_mb=peak_rss_mb())  # before the matmuls
     # Useful FLOP/s: the step's matmul FLOPs (no recomputation counted) over the
     # best float32 matmul rate this process reaches (TensorFlow's or numpy's).
     useful = bench.training_flops(config, [args.seq] * args.batch, 2)
     ceiling = max(bench.measure_tf_matmul(session_config=session_config(1))["flops_per_sec"],
                   bench.measure_numpy_matmul()["flops_per_sec"])
-    return dict(timing, impl="ours_recompute" if recompute else "ours",
+    return dict(timing, impl="ours_recompute" if recompute else "ours", precision=args.precision,
                 tf=TF_VERSION, onednn=bench.onednn_state(), start_rss_mb=start_rss,
                 final_loss=float(loss),
                 useful_flops_per_sec=useful * timing["examples_per_sec"] / args.batch,
-                matmul_flops_per_sec=ceiling)
+                matmul_flops_per_sec=ceiling, profile=traced)
+
+
+def encoder_part(op_name: str) -> str:
+    """The part of the training step a traced op belongs to, by its name scope
+    (Google's: bert/encoder/layer_N/attention/self, .../intermediate, ...)."""
+    if not op_name.startswith("tower_"):
+        if "clip_by_global_norm" in op_name:
+            return "clip by global norm"
+        return "optimizer apply and the rest"
+    direction = "backward" if "/gradients/" in op_name else "forward"
+    for scope, part in (("/attention/self/", "attention: Q, K, V, scores, softmax, dropout"),
+                        ("/attention/output/", "attention output dense, dropout, LayerNorm"),
+                        ("/intermediate/", "feed-forward in + GELU"),
+                        ("/output/", "feed-forward out, dropout, LayerNorm"),
+                        ("/embeddings/", "embeddings")):
+        if scope in op_name:
+            return f"{direction}: {part}"
+    return f"{direction}: pooler, classifier, loss, other"
 
 
 def worker_hf(args, checkpointing: bool) -> dict:
@@ -231,7 +277,8 @@ def worker_hf(args, checkpointing: bool) -> dict:
         if start_rss is None:
             start_rss = current_rss_mb()
         stamps.append(time.perf_counter())
-        loss = model(**batch).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
         optimizer.step()
@@ -240,6 +287,7 @@ def worker_hf(args, checkpointing: bool) -> dict:
     if "tensorflow" in sys.modules:  # its thread pools would share the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
     return dict(_timing(args, stamps), impl="hf_checkpointing" if checkpointing else "hf",
+                precision=args.precision,
                 torch=torch.__version__, transformers=transformers.__version__,
                 attn_implementation=getattr(model.config, "_attn_implementation", "?"),
                 start_rss_mb=start_rss, final_loss=float(loss))
@@ -313,20 +361,24 @@ def run_all(args) -> dict:
         hf_dir = hf_dir_for(directory, args.work_dir, name)
         for shape in args.shapes.split(","):
             seq, batch = (int(x) for x in shape.split("x"))
-            for impl in args.impls.split(","):
+            for impl, precision in ((i, p) for i in args.impls.split(",")
+                                    for p in args.precisions.split(",")):
                 command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
+                           "--precision", precision,
                            "--model", name, "--model_dir", directory, "--hf_dir", hf_dir,
                            "--seq", str(seq), "--batch", str(batch),
-                           "--steps", str(args.steps), "--warmup", str(args.warmup)]
+                           "--steps", str(args.steps), "--warmup", str(args.warmup)] + (
+                               ["--profile"] if args.profile else [])
                 started = time.time()
                 try:
                     result = bench.run_worker(command, env={"PYTHONPATH": REPO})
                 except RuntimeError as e:
                     result = {"error": str(e)[-600:]}
-                results[f"{name} {seq}x{batch} {impl}"] = result
+                row = impl if precision == "fp32" else f"{impl}-{precision}"
+                results[f"{name} {seq}x{batch} {row}"] = result
                 shown = {k: result.get(k) for k in ("examples_per_sec", "start_rss_mb",
                                                     "peak_rss_mb", "error")}
-                print(f"  {name} {seq} x {batch} {impl}: {json.dumps(shown)} "
+                print(f"  {name} {seq} x {batch} {row}: {json.dumps(shown)} "
                       f"({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
                 if args.json:
                     with open(args.json, "w", encoding="utf-8") as f:
@@ -367,6 +419,22 @@ def tables(results: dict) -> str:
     return "\n".join(lines)
 
 
+def profiles(results: dict) -> str:
+    """--profile: each traced step's op time by encoder part and by op type."""
+    lines = []
+    for key, r in results.items():
+        traced = r.get("profile")
+        if not traced:
+            continue
+        name, shape, _ = key.split(" ")
+        lines += ["", f"### Where a training step's time goes: {name}, {shape.replace('x', ' x ')}"
+                  f" (traced step {traced['wall_sec']:.2f} s wall, untraced "
+                  f"{r['batch'] / r['examples_per_sec']:.2f} s)", "",
+                  bench.op_time_table("op time by part", traced["by_category"], top=20), "",
+                  bench.op_time_table("op time by op type (top 15)", traced["by_type"])]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -383,6 +451,11 @@ def main(argv=None) -> int:
                         help="the long-text windows run with and without recomputation")
     parser.add_argument("--windows_steps", type=int, default=3,
                         help="--windows_run: training steps (32 documents each)")
+    parser.add_argument("--precisions", default="fp32",
+                        help="fp32, bf16 or both (fp32,bf16): the activations' precision")
+    parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true",
+                        help="ours only: trace one more step and print where its time goes")
     parser.add_argument("--worker", choices=list(IMPLS), help=argparse.SUPPRESS)
     parser.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--model_dir", help=argparse.SUPPRESS)
@@ -406,6 +479,12 @@ def main(argv=None) -> int:
     os.makedirs(args.work_dir, exist_ok=True)
     if args.windows_run:
         print(windows_run(args))
+        return 0
+    if args.profile:
+        args.impls = "ours"
+        results = run_all(args)
+        print(tables(results))
+        print(profiles(results))
         return 0
     print(tables(run_all(args)))
     return 0

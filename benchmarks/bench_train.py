@@ -511,27 +511,15 @@ def worker_profile(args) -> dict:
             start = time.perf_counter()
             session.run(fetches, feed, options=options, run_metadata=metadata)
             traced_wall = time.perf_counter() - start
-    by_category, by_type, by_node = {}, {}, {}
-    for device in metadata.step_stats.dev_stats:
-        for node in device.node_stats:
-            micros = node.all_end_rel_micros
-            name = node.node_name.split(":")[0]
-            if name in ("_SOURCE", "_SINK"):
-                continue
-            op_type = node.timeline_label.split("(")[0].split("=")[-1].strip() \
-                if "=" in node.timeline_label else name
-            category = _category(name)
-            by_category[category] = by_category.get(category, 0) + micros
-            by_type[op_type] = by_type.get(op_type, 0) + micros
-            by_node[name] = by_node.get(name, 0) + micros
+    traced = bench.traced_op_micros(metadata.step_stats, _category)
     return {"impl": "profile", "seq": args.seq, "padding": args.padding,
             "variant": args.variant, "onednn": bench.onednn_state(),
             "towers": args.towers, "batch": args.batch, "steps": args.steps,
             "python_batch_sec_per_step": batch_time / args.steps,
             "session_run_sec_per_step": run_time / args.steps,
             "traced_step_wall_sec": traced_wall,
-            "op_micros_by_category": by_category, "op_micros_by_type": by_type,
-            "op_micros_by_node": by_node}
+            "op_micros_by_category": traced["by_category"],
+            "op_micros_by_type": traced["by_type"], "op_micros_by_node": traced["by_node"]}
 
 
 def print_profile(result: dict) -> None:
@@ -549,12 +537,8 @@ def print_profile(result: dict) -> None:
     for title, table in (("category", result["op_micros_by_category"]),
                          ("op type (top 15)", result["op_micros_by_type"]),
                          ("op (top 15)", result["op_micros_by_node"])):
-        total = float(sum(table.values())) or 1.0
-        rows = sorted(table.items(), key=lambda kv: -kv[1])[:15]
         print()
-        print(bench.markdown_table(
-            [f"traced step: op time by {title}", "ms (summed over threads)", "share"],
-            [[k, bench.fmt(v / 1e3), bench.fmt(100 * v / total) + "%"] for k, v in rows]))
+        print(bench.op_time_table(f"traced step: op time by {title}", table))
     print(f"\ntraced step wall time {result['traced_step_wall_sec'] * 1e3:.0f} ms "
           "(tracing itself adds overhead)")
 

@@ -109,6 +109,46 @@ def graph_matmul_flops(graph) -> int:
 
 
 # ----------------------------------------------------------------------------
+# A traced step: where its time goes
+# ----------------------------------------------------------------------------
+
+def traced_op_micros(step_stats, category) -> dict:
+    """Op time of a traced session.run (RunMetadata.step_stats), summed three ways.
+
+    Args:
+      step_stats: `RunMetadata.step_stats` of a run with FULL_TRACE.
+      category: op name -> the label it is summed under (the caller's split of
+        the step).
+
+    Returns:
+      {"by_category", "by_type", "by_node"}: {label: microseconds}, each op's
+      time summed over the threads that ran ops at once (so the total exceeds
+      the step's wall time on several cores).
+    """
+    tables = {"by_category": {}, "by_type": {}, "by_node": {}}
+    for device in step_stats.dev_stats:
+        for node in device.node_stats:
+            name = node.node_name.split(":")[0]
+            if name in ("_SOURCE", "_SINK"):
+                continue
+            label = node.timeline_label
+            op_type = label.split("(")[0].split("=")[-1].strip() if "=" in label else name
+            for table, key in (("by_category", category(name)), ("by_type", op_type),
+                               ("by_node", name)):
+                tables[table][key] = tables[table].get(key, 0) + node.all_end_rel_micros
+    return tables
+
+
+def op_time_table(title: str, micros: dict, top: int = 15) -> str:
+    """The `top` largest entries of {label: microseconds} as a markdown table with
+    each one's share of the whole."""
+    total = float(sum(micros.values())) or 1.0
+    rows = sorted(micros.items(), key=lambda kv: -kv[1])[:top]
+    return markdown_table([title, "ms (summed over threads)", "share"],
+                          [[k, fmt(v / 1e3), fmt(100 * v / total) + "%"] for k, v in rows])
+
+
+# ----------------------------------------------------------------------------
 # This machine's matmul rate
 # ----------------------------------------------------------------------------
 
