@@ -6,9 +6,9 @@ Hugging Face, and Hugging Face with gradient checkpointing, side by side.
     python -m benchmarks.bench_memory --tables_from memory.json
     python -m benchmarks.bench_memory --windows_run        # the long-text run, with and without
     python -m benchmarks.bench_memory --profile --models minilm,chinese --shapes 512x4
+                                    # where a full-window step's time goes
     python -m benchmarks.bench_memory --precisions fp32,bf16 --impls ours,hf
                                     # bf16 (ours --precision=bf16, HF torch.autocast) vs fp32
-                                                           # where a full-window step's time goes
 
 Every configuration is a fresh worker process (this script with --worker) that
 builds the classifier's training step (sequence classification, AdamW, clip
@@ -482,11 +482,10 @@ def main(argv=None) -> int:
         return 0
     if args.profile:
         args.impls = "ours"
-        results = run_all(args)
-        print(tables(results))
+    results = run_all(args)
+    print(tables(results))
+    if args.profile:
         print(profiles(results))
-        return 0
-    print(tables(run_all(args)))
     return 0
 
 

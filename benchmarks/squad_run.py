@@ -231,15 +231,13 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     scoring = convert_questions(test.questions, test.contexts, tokenizer, windows, False)
     examples = features.examples
     model = BertForQuestionAnswering.from_pretrained(hf_dir)
+    same_update_as_ours_adam = run == "hf-adam"  # our `adam` decays no weight
     no_decay = ("bias", "LayerNorm.weight")
     groups = [{"params": [p for n, p in model.named_parameters()
-                          if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
+                          if not any(k in n for k in no_decay)],
+               "weight_decay": 0.0 if same_update_as_ours_adam else WEIGHT_DECAY},
               {"params": [p for n, p in model.named_parameters()
                           if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    same_update_as_ours_adam = run == "hf-adam"
-    if same_update_as_ours_adam:
-        for group in groups:
-            group["weight_decay"] = 0.0
     optimizer = torch.optim.AdamW(groups, lr=s["learning_rate"], eps=1e-6)
     steps = int(np.ceil(len(examples) * s["epochs"] / s["batch"]))
     if same_update_as_ours_adam:
