@@ -79,9 +79,36 @@ def quiet_stderr():
         os.close(devnull)
 
 
+# TensorFlow 2.16+ imports Keras at `import tensorflow` (to register its
+# optimizers), and Keras imports scikit-learn and SciPy when they are installed:
+# 2-3 s of a 6 s import, in every bert_ad process, for code bert_ad never runs (no
+# Keras anywhere). TensorFlow skips that import when TF_USE_LEGACY_KERAS asks for
+# the tf_keras package and tf_keras is not installed. tf.keras itself is resolved
+# at its first use from the variable as it is then, so it is set for the import
+# only: a user's tf.keras in the same process is the usual Keras 3.
+LEGACY_KERAS_VARIABLE = "TF_USE_LEGACY_KERAS"
+
+
+@contextlib.contextmanager
+def _without_eager_keras():
+    import importlib.util
+    if LEGACY_KERAS_VARIABLE in os.environ or importlib.util.find_spec("tf_keras"):
+        yield    # the user's choice, or tf_keras would be imported instead
+        return
+    os.environ[LEGACY_KERAS_VARIABLE] = "1"
+    try:
+        yield
+    finally:
+        del os.environ[LEGACY_KERAS_VARIABLE]
+
+
 def _import_tensorflow_quietly():
-    with quiet_stderr():
+    with quiet_stderr(), _without_eager_keras():
         import tensorflow
+    # (the tf_keras folder TensorFlow put first on its path does not exist)
+    path = getattr(tensorflow, "__path__", None)
+    if isinstance(path, list) and None in path:
+        path.remove(None)
     return tensorflow
 
 
