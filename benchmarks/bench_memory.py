@@ -9,6 +9,8 @@ Hugging Face, and Hugging Face with gradient checkpointing, side by side.
                                     # where a full-window step's time goes
     python -m benchmarks.bench_memory --precisions fp32,bf16 --impls ours,hf
                                     # bf16 (ours --precision=bf16, HF torch.autocast) vs fp32
+    python -m benchmarks.bench_memory --predict --impls ours,hf
+                                    # scoring (forward only) instead of training
 
 Every configuration is a fresh worker process (this script with --worker) that
 builds the classifier's training step (sequence classification, AdamW, clip
@@ -34,6 +36,11 @@ batch costs.
 --precision=bf16, weights and Adam moments float32; Hugging Face: its forward
 under torch.autocast("cpu", dtype=torch.bfloat16)), rows `ours-bf16`, `hf-bf16`.
 It pays only on a CPU with AVX512_BF16 or AMX (the table's CPU line names the ISA).
+
+--predict: the workers score instead of train: ours is the graph --do_predict
+runs (bert_ad.parallel.scoring.Scorer: the classifier with is_training false),
+Hugging Face's model in eval mode under torch.inference_mode; rows/sec over
+the timed batches and the memory a scoring batch adds.
 
 --profile: ours only, and after the timed steps one more step traced
 (TensorFlow's FULL_TRACE): its op time by part of the encoder layer (forward and
@@ -213,6 +220,52 @@ def worker_ours(args, recompute: bool) -> dict:
                 matmul_flops_per_sec=ceiling, profile=traced)
 
 
+def worker_ours_predict(args) -> dict:
+    """Ours scoring full windows: the Scorer --do_predict runs (the model's
+    checkpoint, a seeded head), rows/sec over --steps batches after --warmup."""
+    import numpy as np
+    from bert_ad.compat import TF_VERSION, session_config
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
+    from bert_ad.model.modeling import BertConfig
+    from bert_ad.model.precision import compute_dtype
+    from bert_ad.parallel.scoring import Scorer
+    from bert_ad.parallel.towers import plan_from_environment
+
+    steps = args.warmup + args.steps
+    ids = full_windows(args.model, args.model_dir, args.seq, args.batch * steps)
+    config = BertConfig.from_json_file(os.path.join(args.model_dir, "bert_config.json"))
+    plan = plan_from_environment(1)
+    dtype = compute_dtype(args.precision)
+
+    def tower(placeholders, i):
+        return {"probabilities": classifier(config, placeholders, 2, False,
+                                            dtype).probabilities}
+
+    checkpoint = os.path.join(args.model_dir, "bert_model.ckpt")
+    stamps, start_rss = [], None
+    with Scorer(plan, FEATURE_SPEC, tower, checkpoint, session_config(plan.num_cpu_devices),
+                partial=True) as scorer:
+        for step in range(steps):
+            rows = ids[step * args.batch:(step + 1) * args.batch]
+            batch = {"input_ids": rows, "input_mask": np.ones_like(rows),
+                     "segment_ids": np.zeros_like(rows),
+                     "label_ids": np.zeros(len(rows), np.int32),   # (unused by scoring)
+                     "example_weights": np.ones(len(rows), np.float32)}
+            if start_rss is None:
+                start_rss = current_rss_mb()
+            stamps.append(time.perf_counter())
+            scorer.run([batch])
+        stamps.append(time.perf_counter())
+    timing = dict(_timing(args, stamps), peak_rss_mb=peak_rss_mb())  # before the matmuls
+    useful = bench.forward_flops(config, [args.seq] * args.batch, 2)
+    ceiling = max(bench.measure_tf_matmul(session_config=session_config(1))["flops_per_sec"],
+                  bench.measure_numpy_matmul()["flops_per_sec"])
+    return dict(timing, impl="ours", precision=args.precision, tf=TF_VERSION,
+                onednn=bench.onednn_state(), start_rss_mb=start_rss, mode="predict",
+                useful_flops_per_sec=useful * timing["examples_per_sec"] / args.batch,
+                matmul_flops_per_sec=ceiling)
+
+
 def encoder_part(op_name: str) -> str:
     """The part of the training step a traced op belongs to, by its name scope
     (Google's: bert/encoder/layer_N/attention/self, .../intermediate, ...)."""
@@ -253,6 +306,8 @@ def worker_hf(args, checkpointing: bool) -> dict:
         model = BertForSequenceClassification(transformers.BertConfig(
             num_labels=2, layer_norm_eps=1e-12,
             **{k: v for k, v in google.items() if k != "hidden_act"}))
+    if args.predict:
+        return _hf_predict(args, model, ids)
     if checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
@@ -291,6 +346,31 @@ def worker_hf(args, checkpointing: bool) -> dict:
                 torch=torch.__version__, transformers=transformers.__version__,
                 attn_implementation=getattr(model.config, "_attn_implementation", "?"),
                 start_rss_mb=start_rss, final_loss=float(loss))
+
+
+def _hf_predict(args, model, ids) -> dict:
+    """Hugging Face scoring full windows: eval mode, torch.inference_mode."""
+    import numpy as np
+    import torch
+    import transformers
+    model.eval()
+    stamps, start_rss = [], None
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16,
+                                                enabled=args.precision == "bf16"):
+        for step in range(args.warmup + args.steps):
+            rows = ids[step * args.batch:(step + 1) * args.batch]
+            if start_rss is None:
+                start_rss = current_rss_mb()
+            stamps.append(time.perf_counter())
+            model(input_ids=torch.from_numpy(rows.astype(np.int64)),
+                  attention_mask=torch.ones(rows.shape, dtype=torch.int64)).logits.float()
+        stamps.append(time.perf_counter())
+    if "tensorflow" in sys.modules:  # its thread pools would share the cores
+        raise RuntimeError("TensorFlow was imported into the PyTorch worker")
+    return dict(_timing(args, stamps), impl="hf", precision=args.precision, mode="predict",
+                torch=torch.__version__, transformers=transformers.__version__,
+                attn_implementation=getattr(model.config, "_attn_implementation", "?"),
+                start_rss_mb=start_rss)
 
 
 def _timing(args, stamps: list) -> dict:
@@ -368,7 +448,8 @@ def run_all(args) -> dict:
                            "--model", name, "--model_dir", directory, "--hf_dir", hf_dir,
                            "--seq", str(seq), "--batch", str(batch),
                            "--steps", str(args.steps), "--warmup", str(args.warmup)] + (
-                               ["--profile"] if args.profile else [])
+                               ["--profile"] if args.profile else []) + (
+                               ["--predict"] if args.predict else [])
                 started = time.time()
                 try:
                     result = bench.run_worker(command, env={"PYTHONPATH": REPO})
@@ -389,14 +470,17 @@ def run_all(args) -> dict:
 def tables(results: dict) -> str:
     onednn = next((r["onednn"] for r in results.values() if "onednn" in r), None)
     lines = [bench.cpu_line(onednn), ""]
-    headers = ["model", "seq x batch", "run", "examples/sec", "vs ours", "useful FLOP/s",
-               "RSS at start MB", "peak RSS MB", "step memory MB", "KB per token",
-               "step memory vs ours"]
+    # Scoring rows (--predict) are forward passes: rows/sec and a batch's memory.
+    scoring = any(r.get("mode") == "predict" for r in results.values())
+    memory_of = "batch" if scoring else "step"
+    headers = ["model", "seq x batch", "run", "rows/sec scored" if scoring else "examples/sec",
+               "vs ours", "useful FLOP/s", "RSS at start MB", "peak RSS MB",
+               f"{memory_of} memory MB", "KB per token", f"{memory_of} memory vs ours"]
     rows = []
     for key, r in results.items():
         name, shape, impl = key.split(" ")
         if "error" in r:
-            rows.append([name, shape, impl, "failed"] + [""] * 7)
+            rows.append([name, shape.replace("x", " x "), impl, "failed"] + [""] * 7)
             continue
         base = results.get(f"{name} {shape} ours", {})
         seq, batch = (int(x) for x in shape.split("x"))
@@ -413,9 +497,11 @@ def tables(results: dict) -> str:
                      bench.fmt(step, 0), bench.fmt(step * 1024 / (seq * batch), 1),
                      bench.fmt(step / base_step, 2)])
     lines.append(bench.markdown_table(headers, rows))
-    lines.append("\nuseful FLOP/s: ours' matmul FLOPs of a step (forward + backward, the "
-                 "recomputation not counted) per second, and as a share of the best float32 "
-                 "matmul rate the same process reached.")
+    lines.append("\nuseful FLOP/s: ours' matmul FLOPs of a " + (
+        "scored batch (forward)" if scoring else
+        "step (forward + backward, the recomputation not counted)") +
+        " per second, and as a share of the best float32 matmul rate the same process "
+        "reached.")
     return "\n".join(lines)
 
 
@@ -454,6 +540,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precisions", default="fp32",
                         help="fp32, bf16 or both (fp32,bf16): the activations' precision")
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
+    parser.add_argument("--predict", action="store_true",
+                        help="score (forward only) instead of training; impls ours, hf")
     parser.add_argument("--profile", action="store_true",
                         help="ours only: trace one more step and print where its time goes")
     parser.add_argument("--worker", choices=list(IMPLS), help=argparse.SUPPRESS)
@@ -464,7 +552,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        run = {"ours": lambda: worker_ours(args, False),
+        run = {"ours": lambda: (worker_ours_predict(args) if args.predict
+                                else worker_ours(args, False)),
                "ours_recompute": lambda: worker_ours(args, True),
                "hf": lambda: worker_hf(args, False),
                "hf_checkpointing": lambda: worker_hf(args, True)}[args.worker]
@@ -472,6 +561,13 @@ def main(argv=None) -> int:
         result.setdefault("peak_rss_mb", peak_rss_mb())
         bench.emit_result(result)
         return 0
+    if args.predict:
+        if args.profile or args.windows_run:
+            parser.error("--predict times scoring; --profile and --windows_run time training")
+        unknown = set(args.impls.split(",")) - {"ours", "hf"}
+        if unknown:
+            parser.error(f"--predict: {', '.join(sorted(unknown))} only train; use "
+                         "--impls ours,hf")
     if args.tables_from:
         with open(args.tables_from, encoding="utf-8") as f:
             print(tables(json.load(f)))

@@ -202,6 +202,17 @@ def test_every_benchmark_runs_as_a_module_of_the_checkout(tmp_path):
         assert _load_script(name).WORKER_MODULE == "benchmarks." + name
 
 
+def test_bench_memory_predict_refuses_what_only_trains():
+    for argv, expected in (
+            (["--predict", "--impls", "ours,hf_checkpointing"],
+             "--predict: hf_checkpointing only train; use --impls ours,hf"),
+            (["--predict", "--profile"],
+             "--predict times scoring; --profile and --windows_run time training")):
+        run = run_module("benchmarks.bench_memory", argv)
+        assert run.returncode == 2, run.describe()
+        assert run.stderr.strip().splitlines()[-1].endswith(expected), run.describe()
+
+
 def test_bench_train_reads_the_bucket_window_without_importing_tensorflow():
     from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
     assert _load_script("bench_train").bucket_window_batches() == BUCKET_WINDOW_BATCHES
