@@ -256,6 +256,42 @@ def test_dropout_only_when_training():
     assert np.abs(first - second).max() > 1e-3
 
 
+def _dropped(x, rate: float):
+    """dropout(x, rate) run once, and the graph's op types."""
+    with tf.Graph().as_default() as graph:
+        tf.set_random_seed(3)
+        out = modeling.dropout(tf.constant(x), rate)
+        with tf.Session() as session:
+            return session.run(out), {op.type for op in graph.get_operations()}
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3])
+def test_dropout_keeps_each_entry_with_its_probability_and_an_exact_expectation(rate):
+    dropped = round(rate * 2 ** 16)
+    keep_probability = 1.0 - dropped / 2 ** 16       # 16 random bits an entry
+    out, ops = _dropped(np.ones([400, 384], np.float32), rate)
+    assert "Bitcast" in ops            # two entries from one random int32
+    kept = out != 0
+    # every kept entry scaled by exactly 1 / keep probability: E[out] = x
+    np.testing.assert_allclose(out[kept], 1.0 / keep_probability, rtol=1e-6)
+    n = out.size
+    sigma = math.sqrt(n * keep_probability * (1 - keep_probability))
+    assert abs(kept.sum() - n * keep_probability) < 5 * sigma
+    # no pattern across the pair of entries one int32 draws
+    pairs = kept.reshape(-1, 2)
+    both = np.mean(pairs[:, 0] & pairs[:, 1])
+    assert abs(both - keep_probability ** 2) < 5 * math.sqrt(
+        keep_probability ** 2 * (1 - keep_probability ** 2) / len(pairs))
+
+
+def test_dropout_of_an_odd_count_draws_a_float_an_entry():
+    out, ops = _dropped(np.ones([999, 3], np.float32), 0.1)
+    assert "Bitcast" not in ops
+    kept = out != 0
+    np.testing.assert_allclose(out[kept], 1.0 / 0.9, rtol=1e-6)
+    assert abs(kept.mean() - 0.9) < 5 * math.sqrt(0.9 * 0.1 / out.size)
+
+
 def test_gelu_is_the_exact_erf_form():
     x = np.linspace(-6.0, 6.0, 241).astype(np.float32)
     with tf.Graph().as_default(), tf.Session() as session:
