@@ -11,6 +11,8 @@ Hugging Face, and Hugging Face with gradient checkpointing, side by side.
                                     # bf16 (ours --precision=bf16, HF torch.autocast) vs fp32
     python -m benchmarks.bench_memory --predict --impls ours,hf
                                     # scoring (forward only) instead of training
+    python -m benchmarks.bench_memory --paired --impls ours,hf [--predict]
+                                    # the two side by side, one core each: drift-free ratios
 
 Every configuration is a fresh worker process (this script with --worker) that
 builds the classifier's training step (sequence classification, AdamW, clip
@@ -434,6 +436,69 @@ def hf_dir_for(directory: str, work_dir: str, name: str) -> str:
     return out
 
 
+def worker_command(args, impl: str, precision: str, name: str, directory: str, hf_dir: str,
+                   seq: int, batch: int) -> list:
+    return [sys.executable, "-m", WORKER_MODULE, "--worker", impl, "--precision", precision,
+            "--model", name, "--model_dir", directory, "--hf_dir", hf_dir,
+            "--seq", str(seq), "--batch", str(batch),
+            "--steps", str(args.steps), "--warmup", str(args.warmup)] + (
+                ["--profile"] if args.profile else []) + (
+                ["--predict"] if args.predict else [])
+
+
+def run_paired(args) -> list:
+    """--paired: the two --impls side by side, one core each, then with the cores
+    swapped; one record a round."""
+    first, second = args.impls.split(",")
+    rounds = []
+    for name in args.models.split(","):
+        directory = model_dir(name, args.work_dir)
+        hf_dir = hf_dir_for(directory, args.work_dir, name)
+        for shape in args.shapes.split(","):
+            seq, batch = (int(x) for x in shape.split("x"))
+            for cores in ((0, 1), (1, 0)):
+                commands = [worker_command(args, impl, args.precisions, name, directory,
+                                           hf_dir, seq, batch) for impl in (first, second)]
+                results = bench.run_workers_side_by_side(commands, cores,
+                                                         env={"PYTHONPATH": REPO})
+                rounds.append({"model": name, "shape": shape, "impls": [first, second],
+                               "cores": list(cores), "results": results})
+                print(f"  {name} {shape} {first}@cpu{cores[0]} {second}@cpu{cores[1]}: "
+                      + ", ".join(str(r.get("examples_per_sec", r.get("error")))
+                                  for r in results), file=sys.stderr, flush=True)
+    return rounds
+
+
+def paired_table(rounds: list) -> str:
+    """Each round's two speeds and their ratio, and the median ratio of a model
+    and shape."""
+    onednn = next((r["onednn"] for one in rounds for r in one["results"] if "onednn" in r),
+                  None)
+    first, second = rounds[0]["impls"]
+    scoring = any(r.get("mode") == "predict" for one in rounds for r in one["results"])
+    unit = "rows/sec scored" if scoring else "examples/sec"
+    rows, ratios = [], {}
+    for one in rounds:
+        a, b = one["results"]
+        ratio = (a["examples_per_sec"] / b["examples_per_sec"]
+                 if "examples_per_sec" in a and "examples_per_sec" in b else None)
+        key = (one["model"], one["shape"])
+        if ratio is not None:
+            ratios.setdefault(key, []).append(ratio)
+        rows.append([one["model"], one["shape"].replace("x", " x "),
+                     f"{first}: cpu{one['cores'][0]}, {second}: cpu{one['cores'][1]}",
+                     bench.fmt(a.get("examples_per_sec", float("nan")), 2),
+                     bench.fmt(b.get("examples_per_sec", float("nan")), 2),
+                     bench.fmt(ratio, 2) if ratio is not None else "failed",
+                     bench.fmt(bench.median(ratios[key]), 2)
+                     if ratio is not None and len(ratios[key]) == 2 else ""])
+    return "\n".join([bench.cpu_line(onednn), "", bench.markdown_table(
+        ["model", "seq x batch", "cores", f"{first} {unit}", f"{second} {unit}",
+         f"{first} / {second}", "median of the 2 rounds"], rows, align="lrlrrrr"),
+        "\nside by side: both workers at the same time, one core each "
+        "(one thread's speed), then with the cores swapped."])
+
+
 def run_all(args) -> dict:
     results = {}
     for name in args.models.split(","):
@@ -443,13 +508,8 @@ def run_all(args) -> dict:
             seq, batch = (int(x) for x in shape.split("x"))
             for impl, precision in ((i, p) for i in args.impls.split(",")
                                     for p in args.precisions.split(",")):
-                command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
-                           "--precision", precision,
-                           "--model", name, "--model_dir", directory, "--hf_dir", hf_dir,
-                           "--seq", str(seq), "--batch", str(batch),
-                           "--steps", str(args.steps), "--warmup", str(args.warmup)] + (
-                               ["--profile"] if args.profile else []) + (
-                               ["--predict"] if args.predict else [])
+                command = worker_command(args, impl, precision, name, directory, hf_dir,
+                                         seq, batch)
                 started = time.time()
                 try:
                     result = bench.run_worker(command, env={"PYTHONPATH": REPO})
@@ -544,6 +604,10 @@ def main(argv=None) -> int:
                         help="score (forward only) instead of training; impls ours, hf")
     parser.add_argument("--profile", action="store_true",
                         help="ours only: trace one more step and print where its time goes")
+    parser.add_argument("--paired", action="store_true",
+                        help="two --impls (e.g. ours,hf) at the same time, one core each, "
+                             "twice with the cores swapped: ratios this machine's drift "
+                             "between minutes does not move")
     parser.add_argument("--worker", choices=list(IMPLS), help=argparse.SUPPRESS)
     parser.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--model_dir", help=argparse.SUPPRESS)
@@ -575,6 +639,14 @@ def main(argv=None) -> int:
     os.makedirs(args.work_dir, exist_ok=True)
     if args.windows_run:
         print(windows_run(args))
+        return 0
+    if args.paired:
+        if len(args.impls.split(",")) != 2 or "," in args.precisions or args.profile \
+                or args.windows_run:
+            parser.error("--paired runs two --impls (e.g. ours,hf) at one --precisions")
+        if len(os.sched_getaffinity(0)) < 2:
+            parser.error("--paired needs two CPU cores to pin its workers to")
+        print(paired_table(run_paired(args)))
         return 0
     if args.profile:
         args.impls = "ours"

@@ -202,12 +202,38 @@ def test_every_benchmark_runs_as_a_module_of_the_checkout(tmp_path):
         assert _load_script(name).WORKER_MODULE == "benchmarks." + name
 
 
-def test_bench_memory_predict_refuses_what_only_trains():
+WORKER = ("import json, os, sys, time; started = time.time(); time.sleep(1.0); "
+          "print('BENCH_RESULT ' + json.dumps({'cores': sorted(os.sched_getaffinity(0)), "
+          "'started': started, 'ended': time.time(), 'name': sys.argv[1]}))")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPU cores")
+def test_side_by_side_workers_run_at_once_each_on_its_core():
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    a, b = bench.run_workers_side_by_side(
+        [[sys.executable, "-c", WORKER, "a"], [sys.executable, "-c", WORKER, "b"]],
+        [second, first])
+    assert (a["name"], a["cores"]) == ("a", [second])
+    assert (b["name"], b["cores"]) == ("b", [first])
+    assert max(a["started"], b["started"]) < min(a["ended"], b["ended"])   # overlapping
+    failed, ok = bench.run_workers_side_by_side(
+        [[sys.executable, "-c", "print('no result'); raise SystemExit(3)"],
+         [sys.executable, "-c", WORKER, "c"]], [first, second])
+    assert "exited 3 without a result" in failed["error"] and "no result" in failed["error"]
+    assert ok["name"] == "c"
+    with pytest.raises(ValueError, match="2 commands for 1 cores"):
+        bench.run_workers_side_by_side([["true"], ["true"]], [first])
+
+
+def test_bench_memory_refuses_option_mixes_it_cannot_run():
     for argv, expected in (
             (["--predict", "--impls", "ours,hf_checkpointing"],
              "--predict: hf_checkpointing only train; use --impls ours,hf"),
             (["--predict", "--profile"],
-             "--predict times scoring; --profile and --windows_run time training")):
+             "--predict times scoring; --profile and --windows_run time training"),
+            (["--paired", "--impls", "ours,hf,ours_recompute"],
+             "--paired runs two --impls (e.g. ours,hf) at one --precisions")):
         run = run_module("benchmarks.bench_memory", argv)
         assert run.returncode == 2, run.describe()
         assert run.stderr.strip().splitlines()[-1].endswith(expected), run.describe()

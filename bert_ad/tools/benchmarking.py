@@ -33,6 +33,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Iterable, Sequence
 
@@ -373,9 +374,49 @@ def run_worker(command: Sequence[str], env: dict | None = None,
     full_env.update(env or {})
     proc = subprocess.run(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, env=full_env, timeout=timeout)
-    for line in reversed(proc.stdout.splitlines()):
+    return _emitted_result(command, proc.returncode, proc.stdout)
+
+
+def _emitted_result(command: Sequence[str], returncode: int, output: str) -> dict:
+    for line in reversed(output.splitlines()):
         if line.startswith(RESULT_PREFIX):
             return json.loads(line[len(RESULT_PREFIX):])
-    tail = "\n".join(proc.stdout.splitlines()[-20:])
-    raise RuntimeError(f"worker {' '.join(command)} exited {proc.returncode} "
+    tail = "\n".join(output.splitlines()[-20:])
+    raise RuntimeError(f"worker {' '.join(command)} exited {returncode} "
                        f"without a result:\n{tail}")
+
+
+def run_workers_side_by_side(commands: Sequence[Sequence[str]], cores: Sequence[int],
+                             env: dict | None = None) -> list:
+    """Run the workers at the same time, worker i pinned to CPU core cores[i].
+
+    A virtual machine's speed can drift by 1.7x between minutes
+    (docs/benchmarks.md): two workers one after the other compare two
+    different minutes, two side by side share them. Each gets one core of its
+    own, so neither slows the other beyond what cores of one machine share
+    (memory bandwidth, caches). Run it again with the cores swapped.
+
+    Returns:
+      Each worker's result, or {"error": its output tail} for one that emitted none.
+    """
+    if len(commands) != len(cores):
+        raise ValueError(f"{len(commands)} commands for {len(cores)} cores")
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    running = []
+    for command, core in zip(commands, cores):
+        # The output to a file, not a pipe: an unread pipe would stall its worker.
+        output = tempfile.TemporaryFile("w+", encoding="utf-8")
+        running.append((command, output, subprocess.Popen(
+            list(command), stdout=output, stderr=subprocess.STDOUT, text=True, env=full_env,
+            preexec_fn=lambda core=core: os.sched_setaffinity(0, {core}))))
+    results = []
+    for command, output, process in running:
+        returncode = process.wait()
+        output.seek(0)
+        try:
+            results.append(_emitted_result(command, returncode, output.read()))
+        except RuntimeError as e:
+            results.append({"error": str(e)[-600:]})
+        output.close()
+    return results
