@@ -40,12 +40,12 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from typing import Dict, List, Sequence
 
 from benchmarks import accuracy_study as study
+from benchmarks.bench_memory import hf_dir_for
 from benchmarks.study_runner import REPO, append_run, load_runs
 from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
 from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
@@ -188,16 +188,6 @@ def run_hf(seed: int, precision: str, args) -> dict:
                 wall_seconds=round(time.time() - started, 1))
 
 
-def hf_dir_for(model_dir: str, work_dir: str) -> str:
-    """The Hugging Face copy of the Google checkpoint (converted once)."""
-    out = os.path.join(work_dir, "minilm_hf")
-    if not os.path.exists(os.path.join(out, "config.json")):
-        subprocess.run([sys.executable, "-m", "bert_ad.convert", "google2hf", "--checkpoint",
-                        os.path.join(model_dir, "bert_model.ckpt"), "--output_dir", out],
-                       check=True, env=dict(os.environ, PYTHONPATH=REPO))
-    return out
-
-
 # --- the report ----------------------------------------------------------------------------
 
 def paired_differences(records: Sequence[dict], impl: str, key: str) -> List[float]:
@@ -291,7 +281,7 @@ def main(argv=None) -> int:
     if not args.report_only:
         study.prepare_inputs(args)
         if "hf" in args.impls:
-            args.hf_dir = hf_dir_for(args.model_dir, args.output_root)
+            args.hf_dir = hf_dir_for(args.model_dir, args.output_root, "minilm")
         done = {run_key(r) for r in load_runs(args.runs)}
         todo = [(impl, precision, seed) for seed in args.seeds for impl in args.impls
                 for precision in args.precisions if (impl, precision, seed) not in done]

@@ -86,7 +86,8 @@ def test_hf_worker_trains_and_scores_every_row(tmp_path):
     data_dir = os.path.join(data_root, precision.DATASET)
     shutil.copytree(SAMPLE_SENTIMENT, data_dir)
     args = types.SimpleNamespace(model_dir=model_dir, data_root=data_root,
-                                 hf_dir=precision.hf_dir_for(model_dir, str(tmp_path / "out")))
+                                 hf_dir=precision.hf_dir_for(model_dir, str(tmp_path / "out"),
+                                                             "tiny"))
     with open(os.path.join(data_dir, "train.tsv"), encoding="utf-8") as f:
         train_rows = sum(1 for line in f if line.strip())
     results = {}
