@@ -170,7 +170,9 @@ def run_ours(seed: int, precision: str, args) -> dict:
     spec = ours_spec(seed, precision)
     record = study.run_one(spec, sys.executable, args.model_dir,
                            os.path.join(args.data_root, DATASET), args.output_root)
-    return dict(record, impl="ours")
+    with open(os.path.join(args.output_root, spec.name, "log.txt"), encoding="utf-8") as f:
+        onednn = bench.logged_onednn_state(f.read())    # for the table's CPU line
+    return dict(record, impl="ours", onednn=onednn)
 
 
 def run_hf(seed: int, precision: str, args) -> dict:
@@ -296,7 +298,11 @@ def main(argv=None) -> int:
     records = load_runs(args.runs)
     # One table a machine: speed compares only within a CPU.
     for cpu in sorted({r.get("cpu", "") for r in records}):
-        print(report([r for r in records if r.get("cpu", "") == cpu], cpu or "CPU: ?"))
+        mine = [r for r in records if r.get("cpu", "") == cpu]
+        onednn = sorted({r["onednn"] for r in mine if r.get("onednn")})
+        line = (cpu or "CPU: ?") + (f"; TensorFlow oneDNN {' / '.join(onednn)}"
+                                    if onednn else "")
+        print(report(mine, line))
         print()
     return 0
 
