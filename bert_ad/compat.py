@@ -79,13 +79,12 @@ def quiet_stderr():
         os.close(devnull)
 
 
-# TensorFlow 2.16+ imports Keras at `import tensorflow` (to register its
-# optimizers), and Keras imports scikit-learn and SciPy when they are installed:
-# 2-3 s of a 6 s import, in every bert_ad process, for code bert_ad never runs (no
-# Keras anywhere). TensorFlow skips that import when TF_USE_LEGACY_KERAS asks for
-# the tf_keras package and tf_keras is not installed. tf.keras itself is resolved
-# at its first use from the variable as it is then, so it is set for the import
-# only: a user's tf.keras in the same process is the usual Keras 3.
+# TensorFlow 2.16+ imports Keras at `import tensorflow` (to register its optimizers),
+# and Keras scikit-learn when installed: 2-3 s of a 6 s import in every bert_ad
+# process, for code bert_ad never runs. TensorFlow skips it when TF_USE_LEGACY_KERAS
+# asks for tf_keras and tf_keras is not installed; tf.keras is resolved at its first
+# use from the variable as it is then, so it is set for the import only (a user's
+# tf.keras in the same process is the usual Keras 3).
 LEGACY_KERAS_VARIABLE = "TF_USE_LEGACY_KERAS"
 
 
@@ -118,7 +117,6 @@ try:
     import sentencepiece  # noqa: F401
 except ImportError:  # only SentencePiece vocabularies need it
     pass
-
 
 
 def _version_numbers(version: str) -> tuple:
