@@ -65,6 +65,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks import hf_reference
 from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -313,12 +314,7 @@ def worker_hf(args, checkpointing: bool) -> dict:
     if checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters()
-                          if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
-              {"params": [p for n, p in model.named_parameters()
-                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=LEARNING_RATE, eps=1e-6)
+    optimizer = hf_reference.adamw(model, LEARNING_RATE, WEIGHT_DECAY)
     # AdamW makes its moments at its first step; TensorFlow's slots exist before
     # the first step. Made here, both starts hold weights and moments.
     for p in model.parameters():
@@ -336,10 +332,7 @@ def worker_hf(args, checkpointing: bool) -> dict:
         stamps.append(time.perf_counter())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        hf_reference.apply_update(model, optimizer, loss, CLIP_NORM)
     stamps.append(time.perf_counter())
     if "tensorflow" in sys.modules:  # its thread pools would share the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")

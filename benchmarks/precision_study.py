@@ -45,6 +45,7 @@ import time
 from typing import Dict, List, Sequence
 
 from benchmarks import accuracy_study as study
+from benchmarks import hf_reference
 from benchmarks.bench_memory import hf_dir_for
 from benchmarks.study_runner import REPO, append_run, load_runs
 from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
@@ -118,12 +119,7 @@ def worker_hf(settings: dict) -> dict:
                                             study.QUICK_MAX_TRAIN_EXAMPLES)
     model = BertForSequenceClassification.from_pretrained(settings["hf_dir"],
                                                           num_labels=len(labels))
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters()
-                          if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
-              {"params": [p for n, p in model.named_parameters()
-                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=study.LEARNING_RATE, eps=1e-6)
+    optimizer = hf_reference.adamw(model, study.LEARNING_RATE, WEIGHT_DECAY)
     batch = study.PER_TOWER_BATCH
     steps = len(train_ids) * study.EPOCHS // batch
     scheduler = get_linear_schedule_with_warmup(optimizer, int(steps * WARMUP_PROPORTION),
@@ -138,11 +134,7 @@ def worker_hf(settings: dict) -> dict:
         inputs["labels"] = torch.tensor([train_labels[i] for i in rows])
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(**inputs).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        hf_reference.apply_update(model, optimizer, loss, CLIP_NORM, scheduler)
     train_seconds = time.perf_counter() - started
     if "tensorflow" in sys.modules:  # its thread pools would have shared the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")

@@ -49,6 +49,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks import hf_reference
 from benchmarks.study_runner import append_run, load_runs, run_launcher
 from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
 
@@ -232,13 +233,8 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     examples = features.examples
     model = BertForQuestionAnswering.from_pretrained(hf_dir)
     same_update_as_ours_adam = run == "hf-adam"  # our `adam` decays no weight
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters()
-                          if not any(k in n for k in no_decay)],
-               "weight_decay": 0.0 if same_update_as_ours_adam else WEIGHT_DECAY},
-              {"params": [p for n, p in model.named_parameters()
-                          if any(k in n for k in no_decay)], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=s["learning_rate"], eps=1e-6)
+    optimizer = hf_reference.adamw(model, s["learning_rate"],
+                                   0.0 if same_update_as_ours_adam else WEIGHT_DECAY)
     steps = int(np.ceil(len(examples) * s["epochs"] / s["batch"]))
     if same_update_as_ours_adam:
         scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -271,11 +267,7 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
         batch["end_positions"] = torch.from_numpy(
             examples.row_values["end_positions"][indices].astype(np.int64))
         loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        hf_reference.apply_update(model, optimizer, loss, CLIP_NORM, scheduler)
     seconds = time.perf_counter() - started
     if "tensorflow" in sys.modules:  # its thread pools would have shared the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
