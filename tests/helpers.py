@@ -47,6 +47,20 @@ PARALLEL = 4       # subprocesses run_many starts at once
 # Running launchers.
 
 
+def fresh_python_lines(code: str, count: int, variable: str, **env: str) -> List[str]:
+    """The last `count` lines `python -c code` prints in a fresh process with
+    launcher_env(**env), `variable` unset there unless given in env (for what a
+    process does with an environment variable it reads at start-up)."""
+    full = launcher_env(**env)
+    if variable not in env:
+        full.pop(variable, None)
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=full,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.splitlines()[-count:]
+
+
 def launcher_env(**extra: str) -> Dict[str, str]:
     """The environment a launcher runs in: this repository first on PYTHONPATH,
     CPU only (the same numbers on a machine with a GPU), no inherited

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
-import sys
 
 import pytest
 
 from bert_ad.compat import IS_TF1
 from bert_ad.tools import benchmarking as bench
 from bert_ad.model import precision
-from helpers import REPO, SAMPLE_SENTIMENT, launcher_env, run_launcher, tiny_model
+from helpers import (SAMPLE_SENTIMENT, fresh_python_lines, run_launcher,
+                     tiny_model)
 
 PROBE = ("import os; from bert_ad import compat; "
          "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS')); print(compat.onednn_enabled()); "
@@ -23,14 +22,7 @@ PROBE = ("import os; from bert_ad import compat; "
 def probe(**env: str) -> list:
     """[TF_ENABLE_ONEDNN_OPTS after import, IsMklEnabled, the log's state] in a fresh
     process (the variable only counts before TensorFlow's import)."""
-    full = launcher_env(**env)
-    if "TF_ENABLE_ONEDNN_OPTS" not in env:
-        full.pop("TF_ENABLE_ONEDNN_OPTS", None)
-    run = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=full,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout.splitlines()[-3:]
+    return fresh_python_lines(PROBE, 3, "TF_ENABLE_ONEDNN_OPTS", **env)
 
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),

@@ -4,13 +4,11 @@ tf.keras in the same process is still the usual Keras."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
 from bert_ad.compat import TF_VERSION, _version_numbers
-from helpers import REPO, launcher_env
+from helpers import fresh_python_lines
 
 PROBE = """
 import os, sys
@@ -25,18 +23,8 @@ print(layers.Dense is tf.keras.layers.Dense)
 """
 
 
-def probe(**env: str) -> list:
-    full = launcher_env(**env)
-    if "TF_USE_LEGACY_KERAS" not in env:
-        full.pop("TF_USE_LEGACY_KERAS", None)
-    run = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=full,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout.splitlines()[-5:]
-
-
 @pytest.mark.skipif(_version_numbers(TF_VERSION) < (2, 16),
                     reason="TensorFlow imports Keras eagerly from 2.16 on")
 def test_keras_is_not_imported_and_tf_keras_still_works():
-    assert probe() == ["[]", "None", "False", "keras", "True"]
+    assert fresh_python_lines(PROBE, 5, "TF_USE_LEGACY_KERAS") == [
+        "[]", "None", "False", "keras", "True"]
