@@ -24,6 +24,7 @@ The path of one training step: cli flags -> RunSettings + Placement + a Task
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from typing import Dict, List, Optional
@@ -40,11 +41,12 @@ from bert_ad.files import (remove_stale_staging, remove_stale_temporaries,
                            write_key_values, write_results)
 from bert_ad.locks import OutputDirLock
 from bert_ad.parallel.checkpoints import checkpoint_step, step_checkpoints
+from bert_ad.parallel.learning_rate import scale_learning_rate
 from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
-# RunSettings, Placement and schedule are the driver's vocabulary: callers
-# (bert_ad/cli, tests, benchmarks) name them through it.
-from bert_ad.run_settings import Placement, RunSettings, Schedule, derive, schedule  # noqa: F401
+# RunSettings and Placement are the driver's vocabulary: callers (bert_ad/cli,
+# tests, benchmarks) name them through it.
+from bert_ad.run_settings import Placement, RunSettings, derive  # noqa: F401
 from bert_ad.serving.export import (ExportSettings, export_dir_for, export_model,
                                     refuse_existing)
 from bert_ad.serving.layout import ExportMetadata, read_metadata
@@ -56,6 +58,44 @@ log = logging.getLogger("bert_ad")
 LABELS_FILE = "labels.txt"
 TRAIN_RESULTS_FILE = "train_results.txt"
 EVAL_RESULTS_FILE = "eval_results.txt"
+
+
+# --- the schedule ---------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How long and how fast to train, decided once for the whole cluster."""
+    global_batch: int        # examples per applied step, all workers and towers
+    num_train_steps: int
+    num_warmup_steps: int
+    learning_rate: float     # after --lr_scaling
+
+
+def schedule(settings: RunSettings, placement: Placement,
+             num_examples: Optional[int]) -> Schedule:
+    """The global batch, step counts and the (scaled) learning rate."""
+    per_tower = settings.train_batch_size
+    global_batch = (per_tower * placement.plan.num_towers
+                    * settings.gradient_accumulation_steps * placement.num_workers)
+    if settings.num_train_steps > 0:
+        steps = settings.num_train_steps
+    else:
+        if num_examples is None:
+            raise ValueError("a stream of examples needs a fixed num_train_steps")
+        steps = max(1, int(num_examples / global_batch * settings.num_train_epochs))
+        if steps >= 2 ** 31:
+            fail(f"--num_train_epochs={settings.num_train_epochs:g} makes {steps} steps of "
+                 f"{global_batch} examples: more than TensorFlow's step counter holds; "
+                 "give a realistic number of epochs")
+    warmup = (settings.num_warmup_steps if settings.num_warmup_steps is not None
+              else int(steps * settings.warmup_proportion))
+    if warmup > steps:
+        fail(f"{warmup} warmup steps exceed the {steps} training steps; lower "
+             "--num_warmup_steps (or --warmup_proportion)")
+    learning_rate = scale_learning_rate(settings.learning_rate, global_batch,
+                                        settings.lr_reference_batch or per_tower,
+                                        settings.lr_scaling)
+    return Schedule(global_batch, steps, warmup, learning_rate)
 
 
 # --- training ------------------------------------------------------------------------

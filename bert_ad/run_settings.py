@@ -1,11 +1,12 @@
-"""What a run asks for and where it runs: RunSettings, Placement, and the Schedule.
+"""What a run asks for and where it runs: RunSettings and Placement, without TensorFlow.
 
-RunSettings is the one record of a run's shared settings: bert_ad/cli/flags.py
-defines the shared flags with its defaults and builds it from them once; the
-training graph's and the loop's settings (TrainSettings, LoopSettings) take
-their same-named fields from it (`derive`), so a setting is never copied field
-by field. `schedule` turns it into the global batch, the step counts and the
-learning rate, once for the whole cluster.
+RunSettings is the one record of a run's shared settings: the shared flags
+take their defaults from it (bert_ad/cli/flag_groups.py) and it is built from
+them once; the training graph's and the loop's settings (TrainSettings,
+LoopSettings) take their same-named fields from it (`derive`), so a setting is
+never copied field by field. bert_ad/driver.py's `schedule` turns it into the
+global batch, the step counts and the learning rate, once for the whole
+cluster.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from bert_ad.compat import session_config
-from bert_ad.distributed.cluster import ClusterRuntime
-from bert_ad.errors import fail
-from bert_ad.parallel.learning_rate import scale_learning_rate
-from bert_ad.parallel.towers import DevicePlan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only named: this module is read before TensorFlow is imported
+    from bert_ad.distributed.cluster import ClusterRuntime
+    from bert_ad.parallel.towers import DevicePlan
 
 
 def derive(record_type, source, **fields):
@@ -103,41 +104,6 @@ class Placement:
 
     def local_session_config(self):
         """This machine's towers only (scoring; training without a cluster)."""
+        from bert_ad.compat import session_config  # TensorFlow: only once a run starts
         return session_config(self.plan.num_cpu_devices, use_xla=self.use_xla,
                               collective_nccl=self.plan.replicated and self.plan.uses_gpu)
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """How long and how fast to train, decided once for the whole cluster."""
-    global_batch: int        # examples per applied step, all workers and towers
-    num_train_steps: int
-    num_warmup_steps: int
-    learning_rate: float     # after --lr_scaling
-
-
-def schedule(settings: RunSettings, placement: Placement,
-             num_examples: Optional[int]) -> Schedule:
-    """The global batch, step counts and the (scaled) learning rate."""
-    per_tower = settings.train_batch_size
-    global_batch = (per_tower * placement.plan.num_towers
-                    * settings.gradient_accumulation_steps * placement.num_workers)
-    if settings.num_train_steps > 0:
-        steps = settings.num_train_steps
-    else:
-        if num_examples is None:
-            raise ValueError("a stream of examples needs a fixed num_train_steps")
-        steps = max(1, int(num_examples / global_batch * settings.num_train_epochs))
-        if steps >= 2 ** 31:
-            fail(f"--num_train_epochs={settings.num_train_epochs:g} makes {steps} steps of "
-                 f"{global_batch} examples: more than TensorFlow's step counter holds; "
-                 "give a realistic number of epochs")
-    warmup = (settings.num_warmup_steps if settings.num_warmup_steps is not None
-              else int(steps * settings.warmup_proportion))
-    if warmup > steps:
-        fail(f"{warmup} warmup steps exceed the {steps} training steps; lower "
-             "--num_warmup_steps (or --warmup_proportion)")
-    learning_rate = scale_learning_rate(settings.learning_rate, global_batch,
-                                        settings.lr_reference_batch or per_tower,
-                                        settings.lr_scaling)
-    return Schedule(global_batch, steps, warmup, learning_rate)

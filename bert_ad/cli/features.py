@@ -38,16 +38,13 @@ from bert_ad.cli import task_runner
 from bert_ad.cli.registry import register_task
 from bert_ad.data.batching import prefetch
 from bert_ad.data.embedding_files import NPY, EmbeddingFile, output_format
+from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS,
+                                             EmbeddingSettings, layer_output_name,
+                                             parse_layers)
 from bert_ad.data.streamed_batches import ROW_INFO
 from bert_ad.errors import fail
-from bert_ad.parallel.checkpoints import resolve_checkpoint
-from bert_ad.parallel.scoring import Scorer
 from bert_ad.parallel.streaming import rows_in_order
 from bert_ad.run_settings import Placement
-from bert_ad.serving.export import ExportSettings, export_model, refuse_existing
-from bert_ad.tasks.base import SplitData
-from bert_ad.tasks.features import (DEFAULT_LAYERS, EMBEDDING, POOLINGS, EmbeddingSettings,
-                                    FeatureExtractionTask, layer_output_name, parse_layers)
 
 log = logging.getLogger("bert_ad")
 
@@ -111,12 +108,16 @@ def check_flags(f: flags.FlagValues) -> None:
         fail("--do_export serves one vector per text: set --pooling=mean or cls")
 
 
-def build(f: flags.FlagValues, encoder) -> FeatureExtractionTask:
+def build(f: flags.FlagValues, encoder):
+    """The FeatureExtractionTask the flags describe."""
+    from bert_ad.tasks.features import FeatureExtractionTask  # TensorFlow: once run
     return FeatureExtractionTask(encoder, f.input_file or "", embedding_settings_from_flags(f))
 
 
-def run(task: FeatureExtractionTask, f: flags.FlagValues, placement: Placement) -> int:
+def run(task, f: flags.FlagValues, placement: Placement) -> int:
     """Embed --input_file into --output_file, then export (--do_export)."""
+    from bert_ad.parallel.checkpoints import resolve_checkpoint  # TensorFlow from here on
+    from bert_ad.serving.export import ExportSettings, export_model, refuse_existing
     checkpoint = resolve_checkpoint(f.init_checkpoint)
     data = task.read("predict") if f.input_file else None
     if f.do_export:
@@ -129,9 +130,11 @@ def run(task: FeatureExtractionTask, f: flags.FlagValues, placement: Placement) 
     return 0
 
 
-def extract(task: FeatureExtractionTask, data: SplitData, output_file: str, checkpoint: str,
-            placement: Placement, batch_size: int) -> None:
-    """Score every line on every tower and write it, in input order, as it is ready."""
+def extract(task, data, output_file: str, checkpoint: str, placement: Placement,
+            batch_size: int) -> None:
+    """Score every line of `data` (a SplitData) with `task` (a FeatureExtractionTask) on
+    every tower and write it, in input order, as it is ready."""
+    from bert_ad.parallel.scoring import Scorer  # TensorFlow: once run
     settings = task.settings
     format_ = output_format(output_file, settings.pooled)
     hidden = task.encoder.config.hidden_size

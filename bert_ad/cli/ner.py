@@ -29,7 +29,6 @@ from bert_ad.cli.registry import register_task
 from bert_ad.cli import task_runner
 from bert_ad.data.tag_schemes import SCHEMES
 from bert_ad.errors import fail
-from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
 
 log = logging.getLogger("bert_ad")
 
@@ -71,7 +70,10 @@ def check_flags(f: flags.FlagValues) -> None:
         fail(f"--doc_stride={f.doc_stride} must be positive (or 0 for half a window)")
 
 
-def build(f: flags.FlagValues, encoder) -> TokenClassificationTask:
+def build(f: flags.FlagValues, encoder):
+    """The TokenClassificationTask the flags describe."""
+    from bert_ad.tasks.token_classification import (  # TensorFlow: once run
+        ConllFormat, TokenClassificationTask)
     files = ConllFormat(data_dir=f.data_dir or "", train_file=f.train_file,
                         dev_file=f.dev_file, test_file=f.test_file,
                         predict_file=f.predict_file, token_column=f.token_column,

@@ -14,14 +14,10 @@ import logging
 
 from absl import flags
 
-from bert_ad.cli.flags import remove_padding_from_flags
+from bert_ad.cli import flag_groups, task_runner
 from bert_ad.cli.registry import register_task
-from bert_ad.cli import task_runner
 from bert_ad.errors import fail
-from bert_ad.model.modeling import BertConfig
-from bert_ad.model.precision import compute_dtype
 from bert_ad.pretraining.records import expand_record_files
-from bert_ad.tasks.pretraining import PretrainingTask
 
 log = logging.getLogger("bert_ad")
 
@@ -33,12 +29,9 @@ def define_task_flags(fv: flags.FlagValues) -> None:
                         "Training shards: glob, comma list or directory.", **d)
     flags.DEFINE_string("eval_input_file", None,
                         "HELD-OUT shards for --do_eval (never the training files).", **d)
-    flags.DEFINE_integer("max_seq_length", 128, "Sequence length the data was made with.",
-                         **d)
     flags.DEFINE_integer("max_predictions_per_seq", 20,
                          "As given to create_pretraining_data.", **d)
-    flags.DEFINE_integer("num_train_steps", 100000, "Applied steps.", **d)
-    flags.DEFINE_integer("num_warmup_steps", 10000, "Linear warmup steps.", **d)
+    flag_groups.define(fv, ("num_train_steps", "num_warmup_steps"))
     flags.DEFINE_integer("max_eval_steps", 100, "Eval batches (global) at most.", **d)
     flags.DEFINE_enum("nsp", "auto", ["auto", "true", "false"],
                       "Next-sentence head: auto = on unless the data is MLM-only.", **d)
@@ -50,9 +43,10 @@ def check_flags(f: flags.FlagValues) -> None:
              f"--num_train_steps={f.num_train_steps}")
 
 
-def build(f: flags.FlagValues, encoder) -> PretrainingTask:
-    del encoder  # pretraining reads token ids, not text
-    config = BertConfig.from_json_file(f.bert_config_file)
+def build(f: flags.FlagValues, encoder):
+    """The PretrainingTask the flags describe, on the encoder of the shared flags."""
+    from bert_ad.tasks.pretraining import PretrainingTask  # TensorFlow: once run
+    config = encoder.config
     if f.max_seq_length > config.max_position_embeddings:
         fail(f"--max_seq_length={f.max_seq_length} exceeds the model's "
              f"max_position_embeddings ({config.max_position_embeddings})")
@@ -63,7 +57,7 @@ def build(f: flags.FlagValues, encoder) -> PretrainingTask:
                   if f.do_eval else [])
     task = PretrainingTask(config, train_files, eval_files, f.max_seq_length,
                            f.max_predictions_per_seq, f.nsp, f.max_eval_steps,
-                           compute_dtype(f.precision), remove_padding_from_flags(f))
+                           encoder.compute_dtype, encoder.remove_padding)
     log.info("objective: %s", task.describe())
     return task
 

@@ -72,7 +72,7 @@ class TaskCommand:
       build: (parsed flags, TextEncoder or None) -> the task's Task, checking
         the task's own flags (one `error:` line) before anything is written.
       agreed_flags: the task's flags every worker of a multi-worker run must
-        agree on (the shared ones are bert_ad/cli/flags.py's).
+        agree on (the shared ones: bert_ad/cli/builders.py).
       text: the task reads text through a tokenizer: it gets the fine-tuning
         flags (vocab, lengths, predict, export) and a TextEncoder.
       actions: the --do_* flags it honours; a run must set one of them.
@@ -83,7 +83,7 @@ class TaskCommand:
         (pretraining's learning rate).
       description: the --help text (default: the module's docstring).
       run: optional; makes the command inference-only (extract_features.py):
-        it gets the inference flags (bert_ad/cli/inference_flags.py: model
+        it gets the inference flags (bert_ad/cli/flag_groups.py: model
         files, towers, precision, export) instead of the training ones, and
         after the shared steps (its check_flags, placement, TextEncoder,
         build) `run(task, flags, placement) -> exit code` replaces

@@ -20,7 +20,6 @@ from absl import flags
 from bert_ad.cli.registry import register_task
 from bert_ad.cli import task_runner
 from bert_ad.errors import fail
-from bert_ad.tasks.rewrite import RewriteTask
 
 log = logging.getLogger("bert_ad")
 
@@ -43,7 +42,9 @@ def check_flags(f: flags.FlagValues) -> None:
         fail("--rank ranks the predictions: set --do_predict too")
 
 
-def build(f: flags.FlagValues, encoder) -> RewriteTask:
+def build(f: flags.FlagValues, encoder):
+    """The RewriteTask the flags describe."""
+    from bert_ad.tasks.rewrite import RewriteTask  # TensorFlow: once run
     return RewriteTask(encoder, f.data_dir, f.predict_file, f.rank, f.max_train_examples,
                        f.max_eval_examples)
 

@@ -33,7 +33,6 @@ from bert_ad.cli.registry import register_task
 from bert_ad.data.squad_features import SquadWindowSettings
 from bert_ad.errors import fail
 from bert_ad.metrics.squad import STYLES
-from bert_ad.tasks.squad import SquadFiles, SquadTask
 from bert_ad.tasks.squad_answers import AnswerSettings
 
 # The flags every worker of a cluster must agree on (how questions become training
@@ -102,7 +101,9 @@ def window_settings(f: flags.FlagValues) -> SquadWindowSettings:
     return SquadWindowSettings(f.max_seq_length, f.doc_stride, f.max_query_length)
 
 
-def build(f: flags.FlagValues, encoder) -> SquadTask:
+def build(f: flags.FlagValues, encoder):
+    """The SquadTask the flags describe."""
+    from bert_ad.tasks.squad import SquadFiles, SquadTask  # TensorFlow: once run
     files = SquadFiles(f.train_file or "", f.predict_file or "", f.dev_file or "")
     answers = AnswerSettings(f.n_best_size, f.max_answer_length, f.version_2_with_negative,
                              f.null_score_diff_threshold)

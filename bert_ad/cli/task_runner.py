@@ -6,15 +6,17 @@ Everything else happens here, once, in this order, so every task checks its
 inputs the same way before anything is written:
 
   1. nothing to do?  (none of the task's --do_* flags set)
-  2. --predict_from_export fills the model flags; --do_export's settings
-  3. the task's own early check, then the shared flags (bert_ad/cli/flags.py)
+  2. --predict_from_export fills the model flags; the export flags' check
+  3. the task's own early check, then the shared flags (bert_ad/cli/flag_checks.py)
+     and the model's config and vocabulary
+  -- everything above runs without TensorFlow (this module imports none); --
   4. placement: towers, and a cluster's server (its agreed flags)
-  5. the TextEncoder (model config + tokenizer) and the task
+  5. the encoder (bert_ad/cli/builders.py) and the task
   6. RunSettings, then bert_ad/driver.py runs it
 
 An inference-only command (TaskCommand.run, e.g. extract_features.py) has
-the inference flags (bert_ad/cli/inference_flags.py) and takes steps 3-5
-the same way, then runs itself instead of step 6 (`run_inference`).
+the inference flags (bert_ad/cli/flag_groups.py: INFERENCE_GROUPS) and takes
+steps 3-5 the same way, then runs itself instead of step 6 (`run_inference`).
 """
 
 from __future__ import annotations
@@ -24,19 +26,10 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from bert_ad import driver
-from bert_ad.cli.flags import (SHARED_AGREED_FLAGS, check_training_flags,
-                               define_finetuning_flags, define_training_flags,
-                               export_settings_from_flags, placement_from_flags,
-                               run_settings_from_flags, text_encoder_from_flags,
-                               use_export_model_files)
-from bert_ad.cli.inference_flags import (check_inference_flags, define_inference_flags,
-                                         inference_placement_from_flags)
+from bert_ad.cli import flag_checks, flag_groups
 from bert_ad.cli.registry import TaskCommand
 from bert_ad.cli.runner import run_launcher
-from bert_ad.compat import quiet_onednn_notices
 from bert_ad.errors import fail
-from bert_ad.model.precision import bf16_path
 
 log = logging.getLogger("bert_ad")
 
@@ -47,11 +40,14 @@ def define_flags(command: TaskCommand, fv: flags.FlagValues) -> None:
     """The shared flags (with the task's defaults) and the task's own."""
     defaults = dict(command.flag_defaults)
     if command.run is not None:
-        define_inference_flags(fv, defaults)
+        flag_groups.define_groups(fv, flag_groups.INFERENCE_GROUPS, defaults,
+                                  flag_groups.INFERENCE_LEAVES_OUT,
+                                  notes={"export_dir": "required with --do_export"})
     elif command.text:
-        define_finetuning_flags(fv, defaults)
+        flag_groups.define_groups(fv, flag_groups.TEXT_TASK_GROUPS, defaults)
     else:
-        define_training_flags(fv, defaults)
+        flag_groups.define_groups(fv, flag_groups.TOKEN_ID_TASK_GROUPS, defaults,
+                                  flag_groups.TOKEN_ID_TASK_LEAVES_OUT)
     command.define_flags(fv)
 
 
@@ -68,21 +64,31 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
         return run_inference(command, f)
     if not any(f[action].value for action in command.actions):
         fail(nothing_to_do_message(command.actions))
-    export_settings = None
     if "do_export" in command.actions:
-        use_export_model_files(f)
-        export_settings = export_settings_from_flags(f)
+        flag_checks.use_export_model_files(f)
+        flag_checks.check_export_flags(f)
     if command.check_flags is not None:
         command.check_flags(f)
-    check_training_flags(f, *command.positive_flags)
-    placement = placement_from_flags(f, SHARED_AGREED_FLAGS + command.agreed_flags)
-    encoder = text_encoder_from_flags(f) if command.text else None
+    flag_checks.check_training_flags(f, *command.positive_flags)
+    text = flag_checks.model_text_from_flags(f) if command.text else None
+    # The flags are sound: from here on TensorFlow is imported.
+    from bert_ad import driver
+    from bert_ad.cli import builders
+    from bert_ad.compat import quiet_onednn_notices
+    from bert_ad.model.precision import compute_dtype
+    compute_dtype(f.precision)  # refuses what this lane cannot run, before a server starts
+    placement = builders.placement_from_flags(
+        f, builders.SHARED_AGREED_FLAGS + command.agreed_flags)
+    encoder = (builders.text_encoder_from_flags(f, text) if text is not None
+               else builders.encoder_from_flags(f))
     task = command.build(f, encoder)
-    settings = run_settings_from_flags(f, placement)
+    settings = builders.run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     log_precision_path(f, placement.plan.uses_gpu)
     quiet_onednn_notices()
     do_predict = "do_predict" in command.actions and f.do_predict
+    export_settings = (builders.export_settings_from_flags(f)
+                       if "do_export" in command.actions else None)
     return driver.run(task, settings, placement, f.do_train, f.do_eval, do_predict,
                       export_settings)
 
@@ -92,9 +98,12 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     encoder and the task, then the command's own run (exit code)."""
     if command.check_flags is not None:
         command.check_flags(f)
-    check_inference_flags(f)
-    placement = inference_placement_from_flags(f)
-    task = command.build(f, text_encoder_from_flags(f))
+    flag_checks.check_inference_flags(f)
+    flag_checks.check_export_flags(f)
+    text = flag_checks.model_text_from_flags(f)
+    from bert_ad.cli import builders  # TensorFlow from here on
+    placement = builders.inference_placement_from_flags(f)
+    task = command.build(f, builders.text_encoder_from_flags(f, text))
     log.info("%s", placement.plan.describe())
     log_precision_path(f, placement.plan.uses_gpu)
     return command.run(task, f, placement)
@@ -104,6 +113,7 @@ def log_precision_path(f: flags.FlagValues, uses_gpu: bool) -> None:
     """Say how bf16 runs here: a warning where it cannot pay (docs/benchmarks.md)."""
     if "precision" not in f or f.precision != "bf16":
         return
+    from bert_ad.model.precision import bf16_path
     fast, line = bf16_path(uses_gpu)
     (log.info if fast else log.warning)("%s", line)
 

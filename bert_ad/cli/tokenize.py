@@ -13,6 +13,7 @@ from typing import Iterator, List, Optional, Sequence
 
 from absl import flags
 
+from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import parse_flags_and_arguments, tool_cli
 from bert_ad.data.tokenization import decide_do_lower_case, make_tokenizer
@@ -23,11 +24,7 @@ USAGE = "--vocab_file=FILE [--ids] [--input_file=FILE | TEXT ...]"
 
 def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
-    flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt or unigram pieces.tsv.", **d)
-    flags.DEFINE_string("spm_model_file", None,
-                        "SentencePiece .model (instead of --vocab_file).", **d)
-    flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents "
-                      "(--do_lower_case=false for cased models).", **d)
+    flag_groups.define(fv, ("vocab_file", "spm_model_file", "do_lower_case"))
     flags.DEFINE_bool("ids", False, "Print the pieces' ids instead of the pieces.", **d)
     flags.DEFINE_string("input_file", None,
                         "Text to tokenize, one text a line (default: standard input, or "

@@ -17,11 +17,13 @@ from typing import Optional, Sequence
 
 from absl import flags
 
+from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import Subcommand, run_subcommand, tool_cli
 from bert_ad.tools import vocab, vocab_extend, vocab_trim
 
 PROGRAM = "python -m bert_ad.vocab"
+CONFIG_BESIDE = "default: bert_config.json beside the checkpoint"
 DESCRIPTION = ("Move a BERT checkpoint onto another vocab (transplant), add words to its "
                "own (extend), or trim a unigram vocab to the pieces corpora use (trim).")
 
@@ -30,10 +32,10 @@ def _model_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_string("checkpoint", None, "Checkpoint prefix, or a folder holding "
                         "bert_model.ckpt (required).", **d)
-    flags.DEFINE_string("bert_config_file", None,
-                        "Default: bert_config.json beside the checkpoint.", **d)
     flags.DEFINE_string("output_dir", None, "A new folder (required).", **d)
-    flags.DEFINE_integer("seed", vocab.DEFAULT_SEED, "For freshly initialised rows.", **d)
+    flag_groups.define(fv, ("bert_config_file", "seed"), {"seed": vocab.DEFAULT_SEED},
+                       notes={"bert_config_file": CONFIG_BESIDE,
+                              "seed": "here: the freshly initialised rows"})
 
 
 def _transplant_flags(fv: flags.FlagValues) -> None:
@@ -50,12 +52,9 @@ def _transplant_flags(fv: flags.FlagValues) -> None:
 def _extend_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_string("words", None, "One word per line (required).", **d)
-    flags.DEFINE_string("vocab_file", None, "The model's WordPiece vocab.txt or unigram "
-                        "pieces.tsv (default: vocab.txt, else pieces.tsv beside the "
-                        "checkpoint).", **d)
-    flags.DEFINE_bool("do_lower_case", True,
-                      "The model is uncased (--do_lower_case=false for a cased one). With "
-                      "a piece list the list's own casing counts unless this is given.", **d)
+    flag_groups.define(fv, ("vocab_file", "do_lower_case"),
+                       notes={"vocab_file": "default: vocab.txt, else pieces.tsv beside "
+                              "the checkpoint"})
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.", **d)
     _model_flags(fv)
 
@@ -65,8 +64,7 @@ def _trim_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("checkpoint", None, "Checkpoint prefix, or a folder holding "
                         "bert_model.ckpt, with pieces.tsv (+ normalization.tsv) beside "
                         "it (required).", **d)
-    flags.DEFINE_string("bert_config_file", None,
-                        "Default: bert_config.json beside the checkpoint.", **d)
+    flag_groups.define(fv, ("bert_config_file",), notes={"bert_config_file": CONFIG_BESIDE})
     flags.DEFINE_string("output_dir", None, "The new model folder (required).", **d)
     flags.DEFINE_string("corpus", None, "Comma list of text files (a text per line) and "
                         "data folders (their .txt/.tsv files) (required).", **d)

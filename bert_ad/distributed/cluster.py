@@ -35,6 +35,7 @@ import time
 import weakref
 from typing import Callable, Sequence
 
+from bert_ad.choices import COLLECTIVE_IMPLEMENTATIONS as IMPLEMENTATIONS
 from bert_ad import compat
 from bert_ad.distributed.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
                                 SIGNATURE_INSTANCE_KEY, STOP_INSTANCE_KEY, CollectiveKeys,
@@ -46,7 +47,6 @@ from bert_ad.parallel.towers import DevicePlan
 
 log = logging.getLogger("bert_ad")
 
-IMPLEMENTATIONS = ("auto", "ring", "nccl")
 # Extra time the watchdog grants TensorFlow's own timeout before ending the process.
 WATCHDOG_GRACE_S = 5.0
 _SIGNATURE_PARTS = ("model variables", "global batch and step count", "training flags")

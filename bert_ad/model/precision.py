@@ -11,11 +11,11 @@ learning-rate schedule) does not move, and the scale halves. After
 
 from __future__ import annotations
 
+from bert_ad.choices import PRECISIONS
 from bert_ad.compat import IS_TF1, tf
 from bert_ad.cpu_features import cpu_flags
 from bert_ad.errors import fail
 
-PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 def compute_dtype(precision: str):

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from bert_ad.choices import WINDOW_POOLINGS
 from bert_ad.compat import tf
 from bert_ad.model.modeling import create_initializer
 
-WINDOW_POOLINGS = ("mean", "max", "attention")
 
 
 def window_attention_scores(pooled, hidden_size: int):

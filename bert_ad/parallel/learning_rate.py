@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
+from bert_ad.choices import LR_SCALING_MODES
 from bert_ad.compat import tf
 from bert_ad.errors import fail
 
-LR_SCALING_MODES = ("none", "linear", "sqrt")
 
 
 def learning_rate_schedule(global_step, base_learning_rate: float, num_train_steps: int,

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from bert_ad.choices import OPTIMIZERS
 from bert_ad.compat import tf
 from bert_ad.errors import fail
+from bert_ad.parallel.sparse_updates import check_sparse_updates
 from bert_ad.parallel.optimizer_base import Optimizer, matches_any
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
-OPTIMIZERS = ("adamw", "adam", "radam", "lamb")
 
 
 class AdamWeightDecay(Optimizer):
@@ -215,16 +216,3 @@ def make_optimizer(name: str, learning_rate, weight_decay_rate: float = 0.01,
     optimizer = cls(learning_rate, **kwargs)
     optimizer.learning_rate_multipliers = tuple(learning_rate_multipliers)
     return optimizer
-
-
-def check_sparse_updates(name: str) -> None:
-    """Refuse row-sparse updates for an optimizer without a row-wise step.
-
-    Raises:
-      UserError: name is "lamb" (its trust ratio is a norm over the whole
-        variable).
-    """
-    if (name or "").strip().lower() == "lamb":
-        fail("--sparse_embedding_updates does not work with --optimizer=lamb: LAMB "
-             "scales each variable's step by the norm of the whole variable; use "
-             "adamw, adam or radam, or leave --sparse_embedding_updates out")

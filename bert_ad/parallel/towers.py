@@ -27,6 +27,7 @@ import logging
 import os
 from typing import Callable, Sequence
 
+from bert_ad.choices import PARAMETER_SERVER, REPLICATED, VARIABLE_UPDATES
 from bert_ad.compat import list_gpu_count, onednn_state, tf
 from bert_ad.errors import fail
 from bert_ad.limits import check_tower_count, logical_cpus
@@ -34,9 +35,6 @@ from bert_ad.limits import check_tower_count, logical_cpus
 log = logging.getLogger("bert_ad")
 
 CPU = "/cpu:0"
-PARAMETER_SERVER = "parameter_server"
-REPLICATED = "replicated"
-VARIABLE_UPDATES = (PARAMETER_SERVER, REPLICATED)
 
 
 def parse_cuda_visible_devices(value: str | None) -> list[str] | None:

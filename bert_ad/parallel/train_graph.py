@@ -25,7 +25,8 @@ from bert_ad.model.precision import DynamicLossScale
 from bert_ad.errors import fail
 from bert_ad.parallel.gradients import clip_by_global_norm
 from bert_ad.parallel.learning_rate import learning_rate_schedule
-from bert_ad.parallel.optimization import check_sparse_updates, make_optimizer
+from bert_ad.parallel.optimization import make_optimizer
+from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
 from bert_ad.parallel.replicated import (ReplicaVariables, all_reduce_mean,
                                          build_replicated_towers, localize_replicas,
                                          replica_name, sync_replicas)
@@ -104,27 +105,6 @@ class TrainGraph:
     set_examples_seen: Any
     weights_finite: Any
     sync_replicas: Any = None
-
-
-def check_sparse_embedding_updates(optimizer: str, gradient_accumulation_steps: int,
-                                   num_workers: int) -> None:
-    """Refuse --sparse_embedding_updates where the update could not be row-sparse.
-
-    Accumulation and the cross-worker exchange turn the embedding gradient
-    into a dense tensor: the rows the batch used would be unknown and the
-    update silently dense. LAMB has no row-wise step.
-
-    Raises:
-      UserError: one line naming the flags.
-    """
-    check_sparse_updates(optimizer)
-    if gradient_accumulation_steps > 1:
-        fail(f"--sparse_embedding_updates does not work with --gradient_accumulation_steps="
-             f"{gradient_accumulation_steps} (the accumulated gradient is dense); leave "
-             "one of them out")
-    if num_workers > 1:
-        fail("--sparse_embedding_updates does not work with several workers (the "
-             "exchanged gradient is dense); leave it out")
 
 
 def feature_placeholders(spec: dict, tower: int) -> dict:

@@ -32,6 +32,7 @@ from bert_ad.data.batching import Batches, ExampleBatches, TokenizedExamples
 from bert_ad.data.feature_cache import EXAMPLES, Codec, cache_key, cached
 from bert_ad.data.features import FeatureSettings
 from bert_ad.errors import fail
+from bert_ad.model.modeling import BertModel
 
 # What an export's serving signature takes by default: int32 [batch, seq],
 # both dimensions dynamic (bert_ad/serving/export.py).
@@ -72,8 +73,10 @@ class Task(abc.ABC):
         a label list (then no labels.txt is kept).
       scores_released_checkpoints: scoring may start from --init_checkpoint
         alone, its missing head initialised fresh (pretraining's "before").
-      encoder: the TextEncoder of a fine-tuning task (model config, tokenizer,
-        max_seq_length), or None; a task needs one to be exported.
+      encoder: the task's encoder: a TextEncoder for a text task (model config,
+        tokenizer, max_seq_length; a task needs one to be exported), an Encoder
+        for one that reads token ids; `encoder.model(features, is_training)`
+        builds BERT with the run's precision and padding removal.
       serving_inputs: the names in feature_spec an export's signature takes
         (the rest of feature_spec is filled with stand-ins when serving).
       main_metric: the eval figure that picks the best checkpoint when
@@ -85,7 +88,7 @@ class Task(abc.ABC):
     feature_spec: Mapping[str, tuple] = {}
     labels: Optional[List[str]] = None
     scores_released_checkpoints: bool = False
-    encoder: Optional["TextEncoder"] = None
+    encoder: Optional["Encoder | TextEncoder"] = None
     serving_inputs: Sequence[str] = SERVING_INPUTS
     main_metric: str = ""
 
@@ -276,11 +279,45 @@ def serving_features(features: Dict[str, object], feature_spec: Mapping[str, tup
     return complete
 
 
+class _BuildsTheEncoder:
+    """What every encoder record answers: the BERT graph over a batch, built with the
+    run's precision and padding removal, so no task names them."""
+
+    def model(self, features: Mapping[str, object], is_training: bool,
+              pooling: str = "cls") -> BertModel:
+        """BERT over features' input_ids / input_mask / segment_ids [batch, seq].
+
+        Its get_pooled_output() ([batch, hidden], `pooling`: bert_ad.choices.POOLINGS),
+        get_sequence_output() ([batch, seq, hidden]) and get_all_encoder_layers()
+        are in the encoder's compute dtype (--precision); cast to float32 for a head.
+        """
+        return BertModel(self.config, is_training, features["input_ids"],
+                         features["input_mask"], features["segment_ids"],
+                         compute_dtype=self.compute_dtype or tf.float32, pooling=pooling,
+                         remove_padding=self.remove_padding)
+
+
 @dataclasses.dataclass
-class TextEncoder:
+class Encoder(_BuildsTheEncoder):
+    """The BERT encoder of a task that reads token ids (pretraining), and how it runs.
+
+    Built once from the shared flags (bert_ad/cli/builders.py).
+
+    Attributes:
+      config: the model's BertConfig.
+      compute_dtype: the encoder's activation dtype (--precision).
+      remove_padding: position-wise layers on real tokens only (BertModel).
+    """
+    config: object
+    compute_dtype: object = None
+    remove_padding: bool = True
+
+
+@dataclasses.dataclass
+class TextEncoder(_BuildsTheEncoder):
     """The BERT encoder a fine-tuning task runs on, and how its text becomes ids.
 
-    Built once by the launcher from the shared model flags (bert_ad/cli/flags.py).
+    Built once from the shared flags (bert_ad/cli/builders.py).
 
     Attributes:
       config: the model's BertConfig.

@@ -41,11 +41,12 @@ from bert_ad.data.streamed_batches import EncodedRow, StreamedBatches
 from bert_ad.data.truncation import truncate_pair, truncate_tokens
 from bert_ad.errors import fail, require_file
 from bert_ad.model.modeling import BertModel, masked_mean
+# What a row becomes is read from the flags before TensorFlow loads; named here too.
+from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS,  # noqa: F401
+                                            EmbeddingSettings, check_layers,
+                                            layer_output_name, parse_layers)
 from bert_ad.tasks.base import SplitData, Task, TextEncoder
 
-POOLINGS = ("none", "mean", "cls")
-DEFAULT_LAYERS = (-1, -2, -3, -4)
-EMBEDDING = "embedding"
 # Google's `text_a ||| text_b`, matched as its read_examples does.
 PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")
 # Global batches scored from one window of the input: per-token outputs
@@ -53,54 +54,6 @@ PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")
 WINDOW_BATCHES_POOLED = 64
 WINDOW_BATCHES_TOKENS = 4
 BYTE_ORDER_MARK = "\ufeff"
-
-
-def layer_output_name(position: int) -> str:
-    """The output of the `position`-th layer named in --layers (Google's name)."""
-    return f"layer_output_{position}"
-
-
-@dataclasses.dataclass(frozen=True)
-class EmbeddingSettings:
-    """What a row becomes.
-
-    Attributes:
-      layers: encoder layers as the user names them (-1 the last; 0 the first).
-      pooling: "none" (per-token vectors of every layer in `layers`), "mean"
-        or "cls" (one vector from the one layer in `layers`).
-      normalize: divide a pooled vector by its L2 norm.
-      text_prefix: put before every text (e5's "query: ").
-    """
-    layers: Tuple[int, ...] = DEFAULT_LAYERS
-    pooling: str = "none"
-    normalize: bool = False
-    text_prefix: str = ""
-
-    @property
-    def pooled(self) -> bool:
-        return self.pooling != "none"
-
-
-def parse_layers(value: str) -> Tuple[int, ...]:
-    """--layers "-1,-2" -> (-1, -2); UserError for anything but distinct integers."""
-    items = [item.strip() for item in (value or "").split(",") if item.strip()]
-    try:
-        layers = tuple(int(item) for item in items)
-    except ValueError:
-        fail(f"--layers={value}: give layer indices separated by commas, e.g. -1,-2,-3,-4")
-    if not layers:
-        fail("--layers is empty: name at least one layer, e.g. --layers=-1")
-    if len(set(layers)) != len(layers):
-        fail(f"--layers={value} names a layer twice")
-    return layers
-
-
-def check_layers(layers: Tuple[int, ...], num_layers: int) -> None:
-    """UserError for a layer the model does not have (Python's indexing: -L..L-1)."""
-    for layer in layers:
-        if not -num_layers <= layer < num_layers:
-            fail(f"--layers: the model has no layer {layer}: it has {num_layers} encoder "
-                 f"layers, -1 the last (use -{num_layers}..-1 or 0..{num_layers - 1})")
 
 
 def split_line(line: str) -> Tuple[str, Optional[str]]:

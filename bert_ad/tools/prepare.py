@@ -59,6 +59,7 @@ from typing import Callable, Dict, List, Tuple
 from absl import flags
 
 from bert_ad import files
+from bert_ad.cli import flag_groups
 from bert_ad.data import datasets, peoples_daily, peoples_daily_mrc, rewrite_rows, trim_corpus
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import fail
@@ -109,8 +110,9 @@ def define_flags(fv: flags.FlagValues) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_string("output_dir", None, "Folder to create (all data sets).", **d)
     # Shared by data sets whose own code has the same defaults (a test checks).
-    flags.DEFINE_integer("seed", 12345, "Shuffle seed (sentiment sets, lee_similarity, "
-                         "rewrite; People's Daily splits by corpus order).", **d)
+    flag_groups.define(fv, ("seed",), notes={"seed": "here: the shuffles of the sentiment "
+                                             "sets, lee_similarity and rewrite; People's "
+                                             "Daily splits by corpus order"})
     flags.DEFINE_float("dev_fraction", 0.1, "Share that goes to dev (rows; rewrite: "
                        "texts; not domain_text).", **d)
     flags.DEFINE_float("test_fraction", 0.1, "Share that goes to test (sentiment sets, "
@@ -122,10 +124,9 @@ def define_flags(fv: flags.FlagValues) -> None:
     # rewrite.
     flags.DEFINE_string("input_file", None, "rewrite: raw texts, one per line (a comma "
                         "list of files).", **d)
-    flags.DEFINE_string("vocab_file", "", "rewrite: the model's WordPiece vocab.txt.", **d)
-    flags.DEFINE_string("spm_model_file", "", "rewrite: or the model's SentencePiece "
-                        ".model.", **d)
-    flags.DEFINE_boolean("do_lower_case", True, "rewrite: as the model was trained.", **d)
+    flag_groups.define(fv, ("vocab_file", "spm_model_file", "do_lower_case"),
+                       notes={name: "rewrite" for name in ("vocab_file", "spm_model_file",
+                                                           "do_lower_case")})
     flags.DEFINE_integer("negatives", rewrite.negatives, "rewrite: label-0 candidates "
                          "per slot.", **d)
     flags.DEFINE_boolean("length_match", rewrite.length_match, "rewrite: draw negatives "
@@ -241,7 +242,7 @@ def build_rewrite(f: flags.FlagValues, name: str) -> int:
     inputs = [p.strip() for p in f.input_file.split(",") if p.strip()]
     if not inputs:
         fail("--input_file names no file")
-    tokenizer = make_tokenizer(f.vocab_file, f.do_lower_case, f.spm_model_file)
+    tokenizer = make_tokenizer(f.vocab_file or "", f.do_lower_case, f.spm_model_file or "")
     description = (f"Tokens counted with {f.vocab_file or f.spm_model_file} "
                    f"(do_lower_case={f.do_lower_case}).")
     stats = rewrite_rows.prepare(inputs, f.output_dir, tokenizer, settings, description)
