@@ -36,7 +36,8 @@ from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import load_label_list, save_label_list
 from bert_ad.errors import UserError, fail
 from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
-                                non_finite_warnings, score, scoring_checkpoint)
+                                non_finite_warnings, record_dev_choice,
+                                recorded_answer_settings, score, scoring_checkpoint)
 from bert_ad.files import (remove_stale_staging, remove_stale_temporaries,
                            write_key_values, write_results)
 from bert_ad.locks import OutputDirLock
@@ -211,12 +212,17 @@ def evaluate(task: Task, data: SplitData, settings: RunSettings,
 
 
 def predict(task: Task, data: SplitData, settings: RunSettings, placement: Placement,
-            export: Optional[ExportMetadata] = None, checkpoint: Optional[str] = None
-            ) -> Dict[str, np.ndarray]:
+            export: Optional[ExportMetadata] = None, checkpoint: Optional[str] = None,
+            outputs: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """Score the predict rows (with `export`, else `checkpoint`, default
-    scoring_checkpoint) and write the task's prediction files."""
-    outputs = score(task, data, settings.predict_batch_size, settings, placement, export,
-                    checkpoint)
+    scoring_checkpoint) and write the task's prediction files.
+
+    `outputs`: the rows already scored with the same checkpoint (a dev split
+    that is the predict split, scored first), used instead of scoring again.
+    """
+    if outputs is None:
+        outputs = score(task, data, settings.predict_batch_size, settings, placement,
+                        export, checkpoint)
     files = task.prediction_files(data, outputs)
     # One set: a failure leaves every earlier result file as it was.
     write_results(settings.output_dir, files)
@@ -266,7 +272,11 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         do_eval: bool, do_predict: bool, export_settings: Optional[ExportSettings] = None
         ) -> int:
     """Train -> export -> predict -> eval, as Google's run_classifier.py and the
-    predecessor (plus the export, given `export_settings`: --do_export).
+    predecessor (plus the export, given `export_settings`: --do_export). A task
+    that chooses answer settings on the dev set (Task.chooses_on_dev) has the
+    dev set scored before the export; otherwise the export, the predictions
+    and the figures answer with the settings recorded beside the checkpoint
+    (or in the export scored with), unless the task's flags set them.
 
     Every input is read and checked before anything is written: a bad dev or
     predict file, or an export that cannot be written or read, fails in
@@ -331,16 +341,36 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                 log.info("worker %d: export, predict and eval are the chief's (worker 0's) "
                          "job", placement.worker_index)
             return 0
+        # A task whose dev split is its predict split (the same object, e.g.
+        # squad's --predict_file) is scored once, by the same checkpoint.
+        same = eval_data is predict_data and serving is None
+        dev_outputs = None
+        if serving is not None:
+            task = task.with_answer_settings(
+                serving.answer_settings, f"--predict_from_export={settings.predict_from_export}")
+        elif eval_data is not None and task.chooses_on_dev:
+            # Answer settings chosen on the dev set (squad's
+            # --null_score_diff_threshold=auto): known before anything answers.
+            checkpoint = checkpoint or scoring_checkpoint(settings)
+            dev_outputs = score(task, eval_data, settings.eval_batch_size, settings,
+                                placement, checkpoint=checkpoint)
+            task = task.with_dev_choice(eval_data, dev_outputs)
+            record_dev_choice(settings.output_dir, task, checkpoint, eval_data)
+        elif task.answer_settings() and (do_export or predict_data is not None
+                                         or eval_data is not None):
+            # A choice recorded beside the checkpoint answered with.
+            checkpoint = checkpoint or scoring_checkpoint(settings)
+            task = task.with_answer_settings(*recorded_answer_settings(
+                checkpoint, settings.output_dir))
         if do_export:
             export(task, settings, export_settings, checkpoint)
         predicted = None
         if predict_data is not None:
-            predicted = predict(task, predict_data, settings, placement, serving, checkpoint)
+            predicted = predict(task, predict_data, settings, placement, serving, checkpoint,
+                                dev_outputs if same else None)
         if eval_data is not None:
-            # A task whose dev split is its predict split (the same object, e.g.
-            # squad's --predict_file) is scored once, by the same checkpoint.
-            same = eval_data is predict_data and serving is None
             evaluate(task, eval_data, settings, placement, checkpoint,
+                     dev_outputs if dev_outputs is not None else
                      predicted if same else None)
     return 0
 

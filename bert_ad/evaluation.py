@@ -5,10 +5,15 @@ once and in input order, from a checkpoint on all towers (or from an export,
 batch by batch); `scoring_checkpoint` says which checkpoint a run scores
 with. `DuringTrainingEvaluation` is the loop's hook for --eval_every_steps:
 the dev set scored with the current weights, the best kept in best/.
+Answer settings chosen on the dev set (squad's --null_score_diff_threshold=auto)
+are recorded beside the checkpoint they were chosen for
+(`record_dev_choice`), where a later run scoring that checkpoint finds them
+(`recorded_answer_settings`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -18,7 +23,7 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 
 from bert_ad.errors import fail
-from bert_ad.files import staging_directory
+from bert_ad.files import atomic_open, staging_directory
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
 from bert_ad.parallel.checkpoints import (checkpoint_problem, checkpoint_step,
                                          latest_checkpoint, step_checkpoints)
@@ -29,6 +34,8 @@ from bert_ad.serving.load import ExportScorer
 from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")
+
+ANSWER_SETTINGS_FILE = "answer_settings.json"
 
 
 def check_best_metric(task: Task, settings: RunSettings) -> None:
@@ -225,3 +232,44 @@ class DuringTrainingEvaluation:
         figures = {name: value for name, value in metrics.items()
                    if isinstance(value, (int, float)) and name != "global_step"}
         return figures, stop
+
+
+# --- answer settings chosen on the dev set ---------------------------------------------
+
+def record_dev_choice(output_dir: str, task: Task, checkpoint: str, dev: SplitData) -> str:
+    """output_dir/answer_settings.json: the task's answer settings, the checkpoint
+    they were chosen for (relative to output_dir when inside it) and the dev file."""
+    relative = os.path.relpath(os.path.abspath(checkpoint), os.path.abspath(output_dir))
+    record = {"answer_settings": task.answer_settings(),
+              "checkpoint": relative if not relative.startswith("..") else
+              os.path.abspath(checkpoint),
+              "global_step": checkpoint_step(checkpoint), "chosen_on": dev.source}
+    path = os.path.join(output_dir, ANSWER_SETTINGS_FILE)
+    with atomic_open(path, encoding="utf-8") as f:
+        f.write(json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    log.info("recorded %s for %s in %s", ", ".join(
+        f"--{k}={v}" for k, v in record["answer_settings"].items()), checkpoint, path)
+    return path
+
+
+def recorded_answer_settings(checkpoint: str, output_dir: str) -> tuple:
+    """(settings, the record's path) chosen on a dev set for `checkpoint`, from the
+    answer_settings.json of output_dir or of the checkpoint's folder; ({}, "") if
+    neither names it. UserError (one line) for a record that cannot be read."""
+    target = os.path.abspath(checkpoint)
+    for folder in dict.fromkeys((output_dir, os.path.dirname(target))):
+        path = os.path.join(folder, ANSWER_SETTINGS_FILE)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                record = json.load(f)
+            named = os.path.abspath(os.path.join(folder, record["checkpoint"]))
+            values = dict(record["answer_settings"])
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+            fail(f"{path} cannot be read as the answer settings chosen for a checkpoint "
+                 f"({type(e).__name__}: {e}); remove it, or choose again (e.g. "
+                 "--null_score_diff_threshold=auto with --do_eval)")
+        if named == target:
+            return values, path
+    return {}, ""

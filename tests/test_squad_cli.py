@@ -10,6 +10,11 @@
   the real Chinese vocab: null_odds.json, "" where the null odds exceed the
   threshold, CMRC2018 scoring and the no-answer split; evaluated during
   training too, the best checkpoint kept by F1.
+* --null_score_diff_threshold=auto on the v2.0 checkpoint: the dev file's
+  best-F1 threshold (no other threshold of its null odds scores higher), its
+  predictions, eval_results.txt at it, recorded beside the checkpoint and in
+  export.json; predicting from the export or the checkpoint later answers
+  with it unless the flag is given; a threshold far from the best warns.
 * Bad input (the launcher's cli in this process): one `error:` line naming the
   file and the question id (or the flag), exit 2, the output folder unchanged.
 """
@@ -26,7 +31,9 @@ import pytest
 
 from bert_ad.cli import squad as squad_cli
 from bert_ad.files import read_key_values
+from bert_ad.evaluation import ANSWER_SETTINGS_FILE
 from bert_ad.metrics.squad import score_answers
+from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.serving.layout import read_metadata
 
 from helpers import (REPO, TINY_CONFIG, Run, flag_args, run_bad_inputs, run_cli_in_process,
@@ -253,6 +260,135 @@ def test_version_2_answers_nothing_where_the_null_odds_win(setup, trained):
 
 
 # ---------------------------------------------------------------------------
+# --null_score_diff_threshold=auto: chosen on the dev file, recorded, answered with.
+
+
+def zh_scoring_flags(setup, output_dir: str, **flags) -> list:
+    """A scoring run (no training) on the v2.0 sample, in this process."""
+    return [LAUNCHER] + flag_args(dict(
+        vocab_file=setup.chinese_vocab, bert_config_file=setup.zh_config,
+        predict_file=setup.zh_v2, do_predict=True, version_2_with_negative=True,
+        max_seq_length=48, doc_stride=16, max_query_length=16, n_gpus=1,
+        predict_batch_size=PREDICT_BATCH, eval_batch_size=PREDICT_BATCH,
+        output_dir=output_dir, **flags))
+
+
+def best_spans_of(output_dir: str) -> dict:
+    """Each question's best span: the first non-empty text of nbest_predictions.json."""
+    nbest = load(os.path.join(output_dir, "nbest_predictions.json"))
+    return {q: next((e["text"] for e in entries if e["text"]), "")
+            for q, entries in nbest.items()}
+
+
+def answered_with(null_odds: dict, best_spans: dict, threshold: float) -> dict:
+    return {q: best_spans[q] if odds <= threshold else "" for q, odds in null_odds.items()}
+
+
+@pytest.fixture(scope="module")
+def auto(setup, trained):
+    """The trained v2.0 checkpoint evaluated, exported and predicted with
+    --null_score_diff_threshold=auto in a new output_dir."""
+    output_dir = os.path.join(setup.root, "zh_auto")
+    checkpoint = resolve_checkpoint(trained["zh"][0])
+    run = run_in_process(zh_scoring_flags(
+        setup, output_dir, init_checkpoint=checkpoint, do_eval=True, do_export=True,
+        export_dir=os.path.join(output_dir, "export"), null_score_diff_threshold="auto"))
+    assert run.returncode == 0, run.describe()
+    return output_dir, checkpoint, run
+
+
+def test_auto_answers_with_the_dev_files_best_f1_threshold(setup, trained, auto):
+    output_dir, checkpoint, run = auto
+    with open(os.path.join(output_dir, ANSWER_SETTINGS_FILE), encoding="utf-8") as f:
+        record = json.load(f)
+    threshold = record["answer_settings"]["null_score_diff_threshold"]
+    assert record["checkpoint"] == os.path.abspath(checkpoint)  # outside output_dir
+    assert record["chosen_on"] == setup.zh_v2
+    # Every threshold worth trying (each question's null odds, and below them all),
+    # scored as a user would: none beats the chosen one's F1.
+    squad = load(setup.zh_v2)
+    golds = {qid: answers for qid, _, answers in questions_of(squad)}
+    null_odds = load(os.path.join(output_dir, "null_odds.json"))
+    best_spans = best_spans_of(output_dir)
+
+    def f1_at(t):
+        return score_answers(golds, answered_with(null_odds, best_spans, t), "cmrc2018")["f1"]
+
+    candidates = sorted(set(null_odds.values())) + [min(null_odds.values()) - 1.0]
+    best_f1 = max(f1_at(t) for t in candidates)
+    assert f1_at(threshold) == pytest.approx(best_f1)
+    predictions = load(os.path.join(output_dir, "predictions.json"))
+    assert predictions == answered_with(null_odds, best_spans, threshold)
+    results = read_key_values(os.path.join(output_dir, "eval_results.txt"))
+    for name, value in (("null_score_diff_threshold", threshold),
+                        ("best_f1_thresh", threshold), ("f1", best_f1), ("best_f1", best_f1)):
+        assert float(results["eval_" + name]) == pytest.approx(value, abs=1e-6), name
+    assert float(results["eval_best_exact"]) == pytest.approx(max(
+        score_answers(golds, answered_with(null_odds, best_spans, t), "cmrc2018")
+        ["exact_match"] for t in candidates))
+    assert "eval_best_exact_thresh" in results
+    assert "warning:" not in run.stderr
+    # The export answers with it.
+    exports = os.path.join(output_dir, "export")
+    assert read_metadata(exports).answer_settings == {"null_score_diff_threshold": threshold}
+
+
+def test_later_runs_answer_with_the_recorded_threshold_unless_given(setup, auto):
+    output_dir, checkpoint, _ = auto
+    predictions = load(os.path.join(output_dir, "predictions.json"))
+    best_spans = best_spans_of(output_dir)
+    runs = {
+        # From the export, without the flag: export.json's threshold.
+        "export": zh_scoring_flags(setup, os.path.join(setup.root, "zh_from_export"),
+                                   predict_from_export=os.path.join(output_dir, "export")),
+        # The same checkpoint scored into the output_dir that recorded the choice.
+        "checkpoint": zh_scoring_flags(setup, output_dir, init_checkpoint=checkpoint),
+        # The flag given: it wins over the record.
+        "flag": zh_scoring_flags(setup, os.path.join(setup.root, "zh_flag"),
+                                 predict_from_export=os.path.join(output_dir, "export"),
+                                 null_score_diff_threshold=1e6),
+    }
+    for name, argv in runs.items():
+        run = run_in_process(argv)
+        assert run.returncode == 0, run.describe()
+        out = argv[[a.startswith("--output_dir=") for a in argv].index(True)].split("=", 1)[1]
+        got = load(os.path.join(out, "predictions.json"))
+        if name == "flag":
+            assert got == best_spans   # a threshold above every null odds answers all
+        else:
+            assert got == predictions, name
+            assert "recorded in" in run.stderr, name
+
+
+def test_a_threshold_far_from_the_best_warns_once_naming_both(setup, auto):
+    output_dir, checkpoint, _ = auto
+    results = read_key_values(os.path.join(output_dir, "eval_results.txt"))
+    null_odds = load(os.path.join(output_dir, "null_odds.json"))
+    # Answering nothing or everything: on these 13 questions one of them is far
+    # (more than 2 points) from the best.
+    squad = load(setup.zh_v2)
+    golds = {qid: answers for qid, _, answers in questions_of(squad)}
+    best_spans = best_spans_of(output_dir)
+    far = min((min(null_odds.values()) - 1.0, max(null_odds.values()) + 1.0),
+              key=lambda t: score_answers(golds, answered_with(null_odds, best_spans, t),
+                                          "cmrc2018")["f1"])
+    run = run_in_process(zh_scoring_flags(
+        setup, os.path.join(setup.root, "zh_far"), init_checkpoint=checkpoint, do_eval=True,
+        null_score_diff_threshold=far))
+    assert run.returncode == 0, run.describe()
+    far_results = read_key_values(os.path.join(setup.root, "zh_far", "eval_results.txt"))
+    f1, best = float(far_results["eval_f1"]), float(far_results["eval_best_f1"])
+    assert best - f1 > 2.0
+    assert best == pytest.approx(float(results["eval_best_f1"]))
+    warnings = [line for line in run.stderr.splitlines() if "warning:" in line]
+    assert len(warnings) == 1, run.stderr[-3000:]
+    assert f"F1 {f1:.2f} at --null_score_diff_threshold={far:.6g}" in warnings[0]
+    assert (f"{best:.2f} at --null_score_diff_threshold="
+            f"{float(results['eval_best_f1_thresh']):.6f}") in warnings[0]
+    assert "--null_score_diff_threshold=auto" in warnings[0]
+
+
+# ---------------------------------------------------------------------------
 # Bad input.
 
 
@@ -343,6 +479,21 @@ def _bad_cases(setup, trained_dir: str) -> dict:
                                  ["--null_score_diff_threshold", "--version_2_with_negative"]),
         "zero_n_best": (dict(do_predict=True, predict_file=EN, n_best_size=0),
                         ["--n_best_size=0"]),
+        "auto_without_eval": (dict(do_predict=True, predict_file=EN,
+                                   version_2_with_negative=True,
+                                   null_score_diff_threshold="auto"),
+                              ["--null_score_diff_threshold=auto", "--do_eval"]),
+        "auto_with_export": (dict(do_predict=True, do_eval=True, predict_file=EN,
+                                  version_2_with_negative=True,
+                                  predict_from_export=os.path.join(
+                                      trained_dir, "export",
+                                      os.listdir(os.path.join(trained_dir, "export"))[0]),
+                                  null_score_diff_threshold="auto"),
+                             ["--null_score_diff_threshold=auto", "--predict_from_export"]),
+        "threshold_not_a_number": (dict(do_predict=True, predict_file=EN,
+                                        version_2_with_negative=True,
+                                        null_score_diff_threshold="high"),
+                                   ["--null_score_diff_threshold", "'high'", "auto"]),
     }
     for name, (flags, expected) in flag_cases.items():
         output_dir = os.path.join(s.root, "bad_out", name)
@@ -355,7 +506,8 @@ BAD_CASES = ["answer_start_off", "answer_outside", "duplicate_id", "no_context",
              "no_id", "no_answers", "answer_not_number", "v2_without_flag", "not_json", "empty",
              "not_squad", "predict_duplicate_trained_dir", "eval_without_answers",
              "train_without_file", "eval_without_file", "query_too_long",
-             "threshold_without_v2", "zero_n_best"]
+             "threshold_without_v2", "zero_n_best", "auto_without_eval", "auto_with_export",
+             "threshold_not_a_number"]
 
 
 @pytest.fixture(scope="module")

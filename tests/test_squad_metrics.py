@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from bert_ad.metrics.squad import (cmrc_exact, cmrc_f1, cmrc_tokens, detect_style,
-                                   longest_common_run, normalize_answer, question_scores,
-                                   score_answers, squad_exact, squad_f1)
+                                   find_best_thresh, longest_common_run, normalize_answer,
+                                   question_scores, score_answers, squad_exact, squad_f1)
 
 
 def test_squad_normalisation_drops_case_punctuation_articles_and_extra_spaces():
@@ -99,11 +99,54 @@ def test_totals_in_percent_split_by_answer_and_the_best_threshold():
     # F1) -> 2 at -5; q2 +0 EM, +0.8 F1 -> F1 2.8 at 1; q3 -1.
     best = score_answers(golds, predictions, "squad", {"q1": -5.0, "q2": 1.0, "q3": 2.0},
                          {"q1": "Denver Broncos", "q2": "Denver Broncos won", "q3": "x"})
-    assert (best["best_exact_match"], best["best_exact_match_threshold"]) == \
-        pytest.approx((200 / 3, -5.0))
-    assert (best["best_f1"], best["best_f1_threshold"]) == pytest.approx((280 / 3, 1.0))
+    assert (best["best_exact"], best["best_exact_thresh"]) == pytest.approx((200 / 3, -5.0))
+    assert (best["best_f1"], best["best_f1_thresh"]) == pytest.approx((280 / 3, 1.0))
     # Answered questions only: no no_answer figures.
     assert "no_answer_questions" not in score_answers({"q1": ["a b"]}, {"q1": "b"}, "squad")
+
+
+# The official v2.0 script's find_best_thresh, worked by hand: question id -> (gold
+# answers, best span, null odds). Six questions, three unanswerable (d, f, g).
+WORKED = {
+    "a": (["Alexander Fleming"], "Fleming", -2.0),    # EM 0, F1 2/3 (P 1, R 1/2)
+    "g": ([], "", 0.0),                               # no window: nothing to answer
+    "c": (["Santa Clara"], "Santa Clara", 0.5),       # EM 1, F1 1
+    "d": ([], "Levi's Stadium", 0.5),                 # a span where there is none: -1
+    "e": (["the Denver Broncos"], "Denver Broncos won", 2.0),  # EM 0, F1 0.8
+    "f": ([], "Denver", 3.0),                         # -1
+}
+
+
+def test_the_best_threshold_worked_by_hand_with_ties():
+    golds = {q: gold for q, (gold, _, _) in WORKED.items()}
+    best_answers = {q: span for q, (_, span, _) in WORKED.items()}
+    null_odds = {q: odds for q, (_, _, odds) in WORKED.items()}
+    # Every question answered "": 3 of 6 right (d, f, g). Answered in order of their
+    # null odds, the running totals (EM / F1) after each threshold:
+    #   -2.0 (a):       3 / 3 + 2/3
+    #    0.0 (g):       3 / 3 + 2/3      (answered "", as before)
+    #    0.5 (c and d): 3 / 3 + 2/3      (c +1, d -1: one threshold answers both)
+    #    2.0 (e):       3 / 4 + 7/15     (F1 +0.8)
+    #    3.0 (f):       2 / 3 + 7/15
+    # EM never beats answering nothing: 3/6, at a threshold below every odds (1
+    # below the lowest). F1 is best at 2.0: (4 + 7/15) / 6.
+    assert find_best_thresh(golds, best_answers, null_odds, "squad", 0) == \
+        pytest.approx((50.0, -3.0))
+    assert find_best_thresh(golds, best_answers, null_odds, "squad", 1) == \
+        pytest.approx((100 * (4 + 7 / 15) / 6, 2.0))
+    # (The official script takes c and d one at a time and reports EM 4/6 and F1
+    # (4 + 2/3)/6 at 0.5, after c but before d: no threshold answers c without d.)
+    results = score_answers(golds, {q: "" for q in golds}, "squad", null_odds, best_answers)
+    assert (results["best_exact"], results["best_exact_thresh"]) == pytest.approx((50.0, -3.0))
+    assert (results["best_f1"], results["best_f1_thresh"]) == \
+        pytest.approx((100 * (4 + 7 / 15) / 6, 2.0))
+    # Each threshold gives its figure when the questions are answered with it.
+    for name in ("exact", "f1"):
+        threshold = results[f"best_{name}_thresh"]
+        answered = {q: best_answers[q] if null_odds[q] <= threshold else "" for q in golds}
+        figure = "exact_match" if name == "exact" else "f1"
+        assert score_answers(golds, answered, "squad")[figure] == \
+            pytest.approx(results[f"best_{name}"])
 
 
 def test_the_style_follows_the_contexts_language():

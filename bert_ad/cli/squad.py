@@ -3,7 +3,8 @@
 Google's run_squad.py flags (--train_file, --predict_file, --do_train,
 --do_predict, --max_seq_length 384, --doc_stride 128, --max_query_length 64,
 --n_best_size 20, --max_answer_length 30, --version_2_with_negative,
---null_score_diff_threshold, --do_lower_case) plus the classifier's model and
+--null_score_diff_threshold (or `auto`: the dev file's best-F1 threshold),
+--do_lower_case) plus the classifier's model and
 training flags (--n_gpus, accumulation, precision, resume, multi-worker,
 --eval_every_steps with --keep_best_checkpoint, --do_export). Order: train
 -> export -> predict -> eval.
@@ -47,6 +48,23 @@ AGREED_FLAGS = ("doc_stride", "max_query_length", "version_2_with_negative")
 FLAG_DEFAULTS = (("max_seq_length", 384), ("optimizer", "adam"))
 
 
+class ThresholdParser(flags.ArgumentParser):
+    """--null_score_diff_threshold: a number (Google's flag, a float) or `auto`."""
+
+    syntactic_help = "a number, or auto"
+
+    def parse(self, argument):
+        if isinstance(argument, str) and argument.strip().lower() == "auto":
+            return "auto"
+        try:
+            return float(argument)
+        except (TypeError, ValueError):
+            raise ValueError(f"{argument!r} is not a number or auto") from None
+
+    def flag_type(self) -> str:
+        return "float or auto"
+
+
 def define_task_flags(fv: flags.FlagValues) -> None:
     """Question answering's own flags (the training and fine-tuning ones are shared)."""
     d = dict(flag_values=fv)
@@ -65,9 +83,12 @@ def define_task_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in pieces.", **d)
     flags.DEFINE_bool("version_2_with_negative", False,
                       "SQuAD v2.0: questions may have no answer (is_impossible).", **d)
-    flags.DEFINE_float("null_score_diff_threshold", 0.0,
-                       "v2.0: answer \"\" when the null score exceeds the best span's "
-                       "by more than this (eval_results.txt gives the best value).", **d)
+    flags.DEFINE(ThresholdParser(), "null_score_diff_threshold", 0.0,
+                 "v2.0: answer \"\" when the null score exceeds the best span's by more "
+                 "than this; auto: the threshold of the dev file's best F1 (needs "
+                 "--do_eval), recorded beside the checkpoint and in the export. Not "
+                 "given: the threshold recorded for the checkpoint or in the export "
+                 "scored with, else 0.", serializer=flags.ArgumentSerializer(), **d)
     flags.DEFINE_enum("answer_metric", "auto", ["auto"] + list(STYLES),
                       "Exact match and F1 as SQuAD's evaluation (squad: English "
                       "normalisation) or CMRC2018's (cmrc2018: each Chinese character a "
@@ -91,7 +112,16 @@ def check_flags(f: flags.FlagValues) -> None:
     if f["null_score_diff_threshold"].present and not f.version_2_with_negative:
         fail("--null_score_diff_threshold is for SQuAD v2.0: set --version_2_with_negative "
              "too")
-    if not math.isfinite(f.null_score_diff_threshold):
+    if f.null_score_diff_threshold == "auto":
+        if not f.do_eval:
+            fail("--null_score_diff_threshold=auto chooses the threshold on the dev file: "
+                 "set --do_eval (it scores --dev_file, default the --predict_file)")
+        if f.predict_from_export:
+            fail("--null_score_diff_threshold=auto chooses the threshold for the checkpoint "
+                 f"--do_eval scores, not for --predict_from_export={f.predict_from_export} "
+                 "(which answers with the threshold its export.json records): leave "
+                 "--null_score_diff_threshold out, or give a number")
+    elif not math.isfinite(f.null_score_diff_threshold):
         fail(f"--null_score_diff_threshold={f.null_score_diff_threshold} must be a finite "
              "number")
     window_settings(f).check()
@@ -105,10 +135,13 @@ def build(f: flags.FlagValues, encoder):
     """The SquadTask the flags describe."""
     from bert_ad.tasks.squad import SquadFiles, SquadTask  # TensorFlow: once run
     files = SquadFiles(f.train_file or "", f.predict_file or "", f.dev_file or "")
+    auto = f.null_score_diff_threshold == "auto"
     answers = AnswerSettings(f.n_best_size, f.max_answer_length, f.version_2_with_negative,
-                             f.null_score_diff_threshold)
+                             0.0 if auto else f.null_score_diff_threshold)
+    source = ("auto" if auto else "flag" if f["null_score_diff_threshold"].present
+              else "default")
     return SquadTask(encoder, files, window_settings(f), answers, f.answer_metric,
-                     f.max_train_examples, f.max_eval_examples)
+                     f.max_train_examples, f.max_eval_examples, threshold_source=source)
 
 
 COMMAND = register_task(

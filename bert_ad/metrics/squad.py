@@ -24,7 +24,9 @@ cmrc2018 (CMRC 2018's `cmrc2018_evaluate.py`, used for DRCD too):
 Each question scores its best over the gold alternatives. `score_answers`
 gives the totals in percent as the official scripts print them, overall and
 split into questions with an answer (has_answer) and without (no_answer),
-and, with the null odds of a v2.0 run, the best null threshold.
+and, with the null odds of a v2.0 run, the best null threshold as the
+official v2.0 script finds it (best_exact, best_exact_thresh, best_f1,
+best_f1_thresh).
 """
 
 from __future__ import annotations
@@ -168,12 +170,14 @@ def score_answers(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, 
       predictions: question id -> the predicted text ("" for no answer).
       style: one of STYLES.
       null_odds, best_answers: a v2.0 run's null score minus its best span's,
-        and that best span's text, per question: they add the best threshold
-        (`best_f1_threshold`: answer "" where the null odds exceed it) and
-        the EM and F1 it gives.
+        and that best span's text, per question: they add, as the official
+        v2.0 script, the best thresholds (answer "" where the null odds exceed
+        it) for exact match and for F1 and the figures they give
+        (`find_best_thresh`).
     Returns:
       {exact_match, f1, questions, has_answer_exact_match, has_answer_f1,
-       has_answer_questions, no_answer_... (when present), best_...}.
+       has_answer_questions, no_answer_... (when present), best_exact,
+       best_exact_thresh, best_f1, best_f1_thresh (with null_odds)}.
     """
     scores = {qid: question_scores(golds[qid], predictions.get(qid, ""), style)
               for qid in golds}
@@ -191,30 +195,44 @@ def score_answers(golds: Mapping[str, Sequence[str]], predictions: Mapping[str, 
     if not all(has_answer.values()):
         total("no_answer_", [q for q in golds if not has_answer[q]])
     if null_odds is not None and best_answers is not None:
-        for index, name in ((0, "exact_match"), (1, "f1")):
-            best, threshold = best_threshold(golds, best_answers, null_odds, style, index,
-                                             has_answer)
+        for index, name in ((0, "exact"), (1, "f1")):
+            best, threshold = find_best_thresh(golds, best_answers, null_odds, style, index)
             results[f"best_{name}"] = best
-            results[f"best_{name}_threshold"] = threshold
+            results[f"best_{name}_thresh"] = threshold
     return results
 
 
-def best_threshold(golds: Mapping[str, Sequence[str]], best_answers: Mapping[str, str],
-                   null_odds: Mapping[str, float], style: str, which: int,
-                   has_answer: Mapping[str, bool]) -> Tuple[float, float]:
-    """(best score in percent, threshold): the official script's find_best_thresh, on
-    every question's best non-null span (so no answer is lost to the run's own
-    threshold). Questions are answered "" while their null odds exceed the threshold;
-    a threshold just below the lowest odds answers "" everywhere."""
+def find_best_thresh(golds: Mapping[str, Sequence[str]], best_answers: Mapping[str, str],
+                     null_odds: Mapping[str, float], style: str, which: int
+                     ) -> Tuple[float, float]:
+    """(best score in percent, its threshold): the official v2.0 script's find_best_thresh.
+
+    A question is answered "" when its null odds exceed the threshold, else with
+    its best span. Starting from every question answered "" (the unanswerable
+    ones right), questions are answered in order of rising null odds, and the
+    threshold is the odds of the last one answered where the total is highest.
+    `which`: 0 exact match, 1 F1.
+
+    Three differences from the script, each so that the threshold reaches the
+    score reported with it: the questions are answered with their best span
+    (`best_answers`), not with a run's predictions.json, where the run's own
+    threshold has already answered some ""; questions with equal null odds are
+    answered together (one threshold answers all of them; the script takes them
+    one by one in file order and can report a total between two of them); and
+    when answering nothing is best, the threshold is 1 below the lowest null
+    odds (the script reports 0.0, which may answer some).
+    """
+    has_answer = {qid: gold_answers(golds[qid], style) != [""] for qid in golds}
     ids = sorted(golds, key=lambda q: null_odds[q])
-    # Every question answered "": the unanswerable ones are right.
     current = best = float(sum(not has_answer[q] for q in ids))
-    threshold = min(null_odds[q] for q in ids) - 1.0 if ids else 0.0
-    for qid in ids:
+    threshold = null_odds[ids[0]] - 1.0 if ids else 0.0
+    for position, qid in enumerate(ids):
         if has_answer[qid]:
             current += question_scores(golds[qid], best_answers[qid], style)[which]
         elif best_answers[qid]:
-            current -= 1.0
-        if current > best:
+            current -= 1.0     # an unanswerable question answered with a span
+        last_of_equals = (position + 1 == len(ids)
+                          or null_odds[ids[position + 1]] != null_odds[qid])
+        if last_of_equals and current > best:
             best, threshold = current, null_odds[qid]
     return 100.0 * best / max(len(ids), 1), float(threshold)

@@ -260,7 +260,7 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
         checkpoint=os.path.abspath(checkpoint), global_step=checkpoint_step(checkpoint),
         inputs={k: _tensor_info(v) for k, v in serving.inputs.items()},
         outputs={k: _tensor_info(v) for k, v in serving.outputs.items()},
-        settings=task.serving_settings())
+        settings=task.serving_settings(), answer_settings=task.answer_settings())
     log.info("export: %s %s of %s (%s) -> %s", settings.format, settings.precision,
              checkpoint, ", ".join(f"{k} {v.dtype}{v.shape}"
                                    for k, v in metadata.outputs.items()), target)

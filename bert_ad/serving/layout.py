@@ -12,7 +12,7 @@ the tokenizer, the labels and the model's settings in the same places:
   assets.extra/bert_config.json   the model's config
   assets.extra/export.json        ExportMetadata: task, labels, max_seq_length,
                                   do_lower_case, precision, TensorFlow version,
-                                  the signature's tensors
+                                  the signature's tensors, the answer settings
 
 TensorFlow Serving copies `assets/` with a SavedModel and ignores
 `assets.extra/`, which is the place TensorFlow reserves for files like ours.
@@ -72,6 +72,11 @@ class ExportMetadata:
       settings: how the task cut text into rows, {flag name: value}
         (Task.serving_settings: the classifier's truncation or windows);
         empty in exports written before it was recorded.
+      answer_settings: how the outputs become answers, {flag name: value}
+        (Task.answer_settings: squad's null_score_diff_threshold): a server
+        answers with them, and so does --predict_from_export where the run
+        does not set the flag; empty for a task without any, and in exports
+        written before they were recorded.
     """
     format: str
     precision: str
@@ -89,6 +94,7 @@ class ExportMetadata:
     outputs: Dict[str, TensorInfo]
     layout_version: int = LAYOUT_VERSION
     settings: Dict[str, object] = dataclasses.field(default_factory=dict)
+    answer_settings: Dict[str, object] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"

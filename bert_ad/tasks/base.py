@@ -82,6 +82,9 @@ class Task(abc.ABC):
       main_metric: the eval figure that picks the best checkpoint when
         --best_metric is not given ("" = none; see
         bert_ad/parallel/best_checkpoint.py for which way is better).
+      chooses_on_dev: an answer setting is chosen on the dev rows (squad's
+        --null_score_diff_threshold=auto): the driver scores them before it
+        exports or predicts, and goes on with `with_dev_choice`'s task.
     """
 
     name: str = "task"
@@ -91,6 +94,7 @@ class Task(abc.ABC):
     encoder: Optional["Encoder | TextEncoder"] = None
     serving_inputs: Sequence[str] = SERVING_INPUTS
     main_metric: str = ""
+    chooses_on_dev: bool = False
 
     # --- completing the task --------------------------------------------------
 
@@ -197,6 +201,23 @@ class Task(abc.ABC):
         value}, e.g. the classifier's truncation or windows): kept in an
         export's export.json, and a run scoring with that export must match."""
         return {}
+
+    def answer_settings(self) -> Dict[str, object]:
+        """How outputs become answers beyond the model ({flag name: value}, e.g.
+        squad's --null_score_diff_threshold): kept in an export's export.json,
+        where a server and --predict_from_export find them, and beside a
+        checkpoint when chosen on the dev rows."""
+        return {}
+
+    def with_answer_settings(self, values: Mapping[str, object], where: str) -> "Task":
+        """This task answering with recorded answer settings (an export's, the
+        checkpoint's), where its flags leave them open; `where` names the record."""
+        return self
+
+    def with_dev_choice(self, data: SplitData, outputs: Dict[str, np.ndarray]) -> "Task":
+        """This task with the answer settings chosen on the scored dev rows
+        (`chooses_on_dev`)."""
+        return self
 
     def learning_rate_multipliers(self) -> Dict[str, float]:
         """{regular expression: factor}: variables whose names match learn at

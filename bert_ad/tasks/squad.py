@@ -16,9 +16,16 @@ as Google's:
   eval_results.txt        exact match and F1 in percent (bert_ad/metrics/squad.py),
                           overall (eval_exact_match, eval_f1) and for questions
                           with an answer / without (eval_has_answer_*,
-                          eval_no_answer_*); v2.0: eval_best_f1 and the
-                          --null_score_diff_threshold that gives it; eval_loss
+                          eval_no_answer_*); v2.0: the threshold answered
+                          with (eval_null_score_diff_threshold) and, as the
+                          official v2.0 script, eval_best_exact, eval_best_f1
+                          and their thresholds (eval_best_f1_thresh); eval_loss
                           (per window), eval_windows, global_step
+
+v2.0's --null_score_diff_threshold is a number, or `auto`: the best-F1
+threshold of the dev file (`chooses_on_dev`: the driver scores the dev file
+before it exports and predicts, and records the choice in output_dir and in
+every export's export.json, bert_ad/evaluation.py).
 
 --do_eval scores --dev_file, by default the --predict_file: when the two are
 the same file, read once, the driver scores it once for both
@@ -38,7 +45,7 @@ from bert_ad.data.squad_features import (SQUAD_FEATURES, SquadFeatures, SquadWin
                                          convert_questions)
 from bert_ad.data.squad_json import SquadFile, read_squad_file
 from bert_ad.errors import fail
-from bert_ad.metrics.squad import STYLES, detect_style, score_answers
+from bert_ad.metrics.squad import STYLES, detect_style, find_best_thresh, score_answers
 from bert_ad.model.span_head import SPAN_FEATURE_SPEC, span_head, span_logits
 from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
 from bert_ad.tasks.squad_answers import AnswerSettings, Answers, answers_from_logits
@@ -46,6 +53,12 @@ from bert_ad.tasks.squad_answers import AnswerSettings, Answers, answers_from_lo
 log = logging.getLogger("bert_ad")
 
 PREDICTIONS, NBEST, NULL_ODDS = "predictions.json", "nbest_predictions.json", "null_odds.json"
+THRESHOLD = "null_score_diff_threshold"
+# Where the threshold comes from: the flag's default (a record of the checkpoint or the
+# export may replace it), the flag given, or `auto` (the dev file's best F1).
+THRESHOLD_SOURCES = ("default", "flag", "auto")
+# The warning's margin: dev F1 this far below the best threshold's.
+THRESHOLD_WARNING_POINTS = 2.0
 
 
 @dataclasses.dataclass
@@ -84,6 +97,9 @@ class SquadTask(Task):
       files: where the splits are.
       windows: max_seq_length, --doc_stride, --max_query_length.
       answers: --n_best_size, --max_answer_length, v2.0 and its threshold.
+      threshold_source: one of THRESHOLD_SOURCES: "auto" chooses the
+        threshold on the dev file (`with_dev_choice`); "default" takes a
+        recorded one (`with_answer_settings`); "flag" keeps `answers`'.
       answer_metric: "auto" (cmrc2018 for Chinese contexts, else squad) or one
         of bert_ad.metrics.squad.STYLES.
       max_train_examples, max_eval_examples: only the first N questions.
@@ -96,9 +112,11 @@ class SquadTask(Task):
     def __init__(self, encoder: TextEncoder, files: SquadFiles, windows: SquadWindowSettings,
                  answers: AnswerSettings, answer_metric: str = "auto",
                  max_train_examples: Optional[int] = None,
-                 max_eval_examples: Optional[int] = None):
+                 max_eval_examples: Optional[int] = None, threshold_source: str = "default"):
         if answer_metric not in ("auto",) + STYLES:
             raise ValueError(f"answer_metric must be auto or one of {STYLES}")
+        if threshold_source not in THRESHOLD_SOURCES:
+            raise ValueError(f"threshold_source must be one of {THRESHOLD_SOURCES}")
         windows.check()
         self.encoder = encoder
         self.files = files
@@ -106,6 +124,8 @@ class SquadTask(Task):
         self.answers = answers
         self.answer_metric = answer_metric
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
+        self.threshold_source = threshold_source
+        self.chooses_on_dev = threshold_source == "auto" and answers.version_2_with_negative
         self._files: Dict[str, SquadFile] = {}
         self._splits: Dict[tuple, SquadSplit] = {}
 
@@ -185,6 +205,44 @@ class SquadTask(Task):
                                  self.encoder.compute_dtype, self.encoder.remove_padding)
         return {"start_logits": start, "end_logits": end}
 
+    # --- the null threshold -------------------------------------------------------
+
+    def answer_settings(self) -> Dict[str, object]:
+        if not self.answers.version_2_with_negative:
+            return {}
+        return {THRESHOLD: self.answers.null_score_diff_threshold}
+
+    def _with_threshold(self, threshold: float, source: str) -> "SquadTask":
+        return self._replaced(answers=dataclasses.replace(
+            self.answers, null_score_diff_threshold=float(threshold)), threshold_source=source,
+            chooses_on_dev=False)
+
+    def with_dev_choice(self, data: SquadSplit, outputs: Dict[str, np.ndarray]
+                        ) -> "SquadTask":
+        """--null_score_diff_threshold=auto: the threshold of the dev file's best F1."""
+        answers = self.answers_of(data, outputs)
+        golds = {q.id: [a.text for a in q.answers] for q in data.rows}
+        best, threshold = find_best_thresh(golds, answers.best_spans, answers.null_odds,
+                                           self.style(data), which=1)
+        log.info("--null_score_diff_threshold=auto: %.6f, the best F1 (%.2f) of %s",
+                 threshold, best, data.source)
+        return self._with_threshold(threshold, "flag")
+
+    def with_answer_settings(self, values, where: str) -> "SquadTask":
+        """The threshold recorded `where` (the checkpoint's choice, an export's
+        export.json), unless --null_score_diff_threshold was given."""
+        if THRESHOLD not in values or not self.answers.version_2_with_negative:
+            return self
+        recorded = float(values[THRESHOLD])
+        if self.threshold_source != "default":
+            if recorded != self.answers.null_score_diff_threshold:
+                log.info("answering with --null_score_diff_threshold=%g, not the %g %s "
+                         "records", self.answers.null_score_diff_threshold, recorded, where)
+            return self
+        log.info("answering with --null_score_diff_threshold=%.6f, recorded in %s",
+                 recorded, where)
+        return self._with_threshold(recorded, "flag")
+
     # --- results ----------------------------------------------------------------
 
     def answers_of(self, data: SquadSplit, outputs: Dict[str, np.ndarray]) -> Answers:
@@ -205,6 +263,8 @@ class SquadTask(Task):
                                 answers.null_odds if version_2 else None,
                                 answers.best_spans if version_2 else None)
         metrics = {"eval_" + name: value for name, value in figures.items()}
+        if version_2:
+            metrics["eval_" + THRESHOLD] = float(self.answers.null_score_diff_threshold)
         metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"])) \
             if len(outputs.get("per_example_loss", ())) else 0.0
         metrics["eval_windows"] = len(self.features(data).windows)
@@ -229,9 +289,25 @@ class SquadTask(Task):
                          f"F1 {metrics[f'eval_{prefix}f1']:.2f}  "
                          f"({metrics[f'eval_{prefix}questions']} questions)")
         if "eval_best_f1" in metrics:
-            line += (f"\nbest F1 {metrics['eval_best_f1']:.2f} at "
-                     f"--null_score_diff_threshold={metrics['eval_best_f1_threshold']:.4f}")
+            line += (f"\nat --null_score_diff_threshold={metrics['eval_' + THRESHOLD]:.6g}; "
+                     f"best exact match {metrics['eval_best_exact']:.2f} at "
+                     f"{metrics['eval_best_exact_thresh']:.6f}, best F1 "
+                     f"{metrics['eval_best_f1']:.2f} at {metrics['eval_best_f1_thresh']:.6f}")
         return line
+
+    def metric_warnings(self, metrics) -> list:
+        """Dev F1 more than THRESHOLD_WARNING_POINTS below the best threshold's."""
+        if "eval_best_f1" not in metrics:
+            return []
+        f1, best = metrics["eval_f1"], metrics["eval_best_f1"]
+        if best - f1 <= THRESHOLD_WARNING_POINTS:
+            return []
+        return [f"F1 {f1:.2f} at --null_score_diff_threshold="
+                f"{metrics['eval_' + THRESHOLD]:.6g} is {best - f1:.2f} points below "
+                f"{best:.2f} at --null_score_diff_threshold="
+                f"{metrics['eval_best_f1_thresh']:.6f}, the dev file's best; answer with "
+                "that, or with --null_score_diff_threshold=auto to choose it on the dev "
+                "file"]
 
 
 def _json_lines(values) -> list:
