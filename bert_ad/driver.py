@@ -284,11 +284,11 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     cluster every worker trains; the chief alone exports and scores.
     """
     do_export = export_settings is not None
-    if not (do_train or do_eval or do_predict or do_export):
-        fail("nothing to do: set at least one of --do_train, --do_eval, --do_predict, "
-             "--do_export")
-    if settings.predict_from_export and not do_predict:
-        fail("--predict_from_export scores the --do_predict file: set --do_predict too")
+    # The flags were checked (bert_ad/cli/flag_checks.py); a caller of the driver
+    # itself is held to the same.
+    assert do_train or do_eval or do_predict or do_export, "nothing to do"
+    assert do_predict or not settings.predict_from_export, "predict_from_export needs do_predict"
+    assert do_train or not settings.eval_every_steps, "eval_every_steps needs do_train"
     chief = placement.is_chief
     if not chief and not do_train:
         log.info("worker %d: nothing to train; predict and eval are the chief's "
@@ -297,9 +297,6 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     train_data = task.read("train") if do_train else None
     predict_data = task.read("predict") if do_predict and chief else None
     eval_data = task.read("dev") if do_eval and chief else None
-    if settings.eval_every_steps and not do_train:
-        fail(f"--eval_every_steps={settings.eval_every_steps} evaluates while training: "
-             "set --do_train too")
     during_training = None  # the dev set scored while training
     if settings.eval_every_steps and chief:
         during_training = eval_data or _read_dev_for_training(task)

@@ -81,11 +81,14 @@ def check_towers(f: flags.FlagValues) -> None:
 
 
 def check_export_flags(f: flags.FlagValues) -> None:
-    """--export_dir, --export_format and --export_precision need --do_export."""
+    """--export_dir, --export_format and --export_precision need --do_export;
+    --predict_from_export needs --do_predict."""
     if not f.do_export:
         for name in EXPORT_DETAILS:
             if f[name].present:
                 fail(f"--{name} is for --do_export: set --do_export too")
+    if "predict_from_export" in f and f.predict_from_export and not f.do_predict:
+        fail("--predict_from_export scores the --do_predict file: set --do_predict too")
 
 
 def _check_evaluation_flags(f: flags.FlagValues) -> None:
