@@ -376,6 +376,24 @@ def run_bad_inputs(cases: Mapping[str, Tuple[Sequence[str], str, Sequence[str]]]
             for name, (_, output_dir, expected) in cases.items()}
 
 
+def run_bad_inputs_in_process(cases: Mapping[str, Tuple[Sequence[str], str, Sequence[str]]],
+                              names: Sequence[str], through_launcher: str
+                              ) -> Dict[str, BadRun]:
+    """run_bad_inputs with every case run in this process (run_launcher_in_process),
+    but `through_launcher`, which also runs as a user types it (a fresh interpreter
+    through the root launcher) and must end the same: the same exit code and the
+    same error line. One fresh process a table keeps the launcher honest; the rest
+    skip a TensorFlow import each."""
+    runs = run_bad_inputs(cases, names, run=run_launcher_in_process, parallel=1)
+    argv, _, _ = cases[through_launcher]
+    launched = run_launcher(argv)
+    in_process = runs[through_launcher].run
+    assert launched.returncode == in_process.returncode, launched.describe()
+    assert launched.stderr.splitlines()[-1:] == in_process.stderr.splitlines()[-1:], (
+        launched.describe(), in_process.describe())
+    return runs
+
+
 # ---------------------------------------------------------------------------
 # In-process entry points.
 
@@ -404,6 +422,38 @@ def run_cli_in_process(cli: Callable[[], None], argv: Sequence[str]) -> Run:
         sys.argv = saved_argv
         log.handlers[:], log.propagate, log.level = saved_log
     return Run(list(argv), code, out.getvalue(), err.getvalue())
+
+
+def run_launcher_in_process(argv: Sequence[str], cwd: str = REPO, **env: str) -> Run:
+    """run_launcher's run without a new interpreter: the command a root launcher
+    (argv[0], e.g. run_classifier_mgpu.py) or `bert-ad NAME` (argv[0] "bert-ad",
+    argv[1] NAME) declares, run in this process from `cwd` with `env` set, through
+    the same entry point (bert_ad/cli/entry_points.py). Saves the 4-6 s of a fresh
+    TensorFlow import a case; what needs its own process (signals, locks held
+    by another run, a cluster) keeps run_launcher. One at a time (run_many's
+    parallel=1): it changes the working directory and sys.stdout."""
+    from bert_ad.cli import entry_points, registry
+    argv = list(argv)
+    if os.path.basename(argv[0]) == "bert-ad":
+        cli = lambda: entry_points.main(argv)  # noqa: E731
+    else:
+        name = os.path.basename(argv[0])
+        declaration = next(d for d in registry.declarations(plugins=False)
+                           if d.launcher == name)
+        cli = lambda: entry_points.run_command(declaration.name,  # noqa: E731
+                                               [name] + argv[1:])
+    saved_cwd, saved_env = os.getcwd(), {key: os.environ.get(key) for key in env}
+    os.chdir(cwd)
+    os.environ.update(env)
+    try:
+        return run_cli_in_process(cli, argv)
+    finally:
+        os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def run_main(cli, flags: Mapping[str, object]) -> int:

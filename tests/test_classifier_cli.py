@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from helpers import (
-    REPO, SAMPLE_SENTIMENT as SAMPLE, Run, flag_args, run_bad_inputs, run_launcher, run_many,
-    tiny_model, write_config)
+    REPO, SAMPLE_SENTIMENT as SAMPLE, Run, flag_args, run_bad_inputs_in_process, run_launcher,
+    run_many, tiny_model, write_config)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 ROWS = 13          # divides neither by the batch size (4) nor by the towers (3)
@@ -422,7 +422,8 @@ BAD_CASES = ["missing_data_file", "wrong_columns", "empty_train", "unknown_label
 
 @pytest.fixture(scope="module")
 def bad_runs(setup, trained):
-    return run_bad_inputs(_bad_cases(setup, trained[0]), BAD_CASES)
+    return run_bad_inputs_in_process(_bad_cases(setup, trained[0]), BAD_CASES,
+                                     through_launcher="other_model_shape")
 
 
 @pytest.mark.parametrize("case", BAD_CASES)

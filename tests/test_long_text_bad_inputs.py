@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from helpers import REPO, SAMPLE_SENTIMENT, flag_args, run_bad_inputs, tiny_model
+from helpers import REPO, SAMPLE_SENTIMENT, flag_args, run_bad_inputs_in_process, tiny_model
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 
@@ -108,7 +108,8 @@ CASE_NAMES = [
 def bad_runs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("long_text_bad_inputs"))
     shutil.rmtree(os.path.join(root, "out"), ignore_errors=True)
-    return run_bad_inputs(_cases(root), CASE_NAMES)
+    return run_bad_inputs_in_process(_cases(root), CASE_NAMES,
+                                     through_launcher="keep_best_without_a_dev_file")
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)

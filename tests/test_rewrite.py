@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from helpers import (
-    REPO, Run, create_pretraining_data, flag_args, run_bad_inputs, run_launcher,
+    REPO, Run, create_pretraining_data, flag_args, run_bad_inputs_in_process, run_launcher,
     sample_sentiment_texts, tiny_model)
 from bert_ad.data import rewrite_rows
 from bert_ad.tasks.rewrite import ranking_metrics
@@ -311,7 +311,8 @@ BAD_CASES = ["missing_column", "empty_text", "empty_text_before_training",
 
 @pytest.fixture(scope="module")
 def bad_runs(setup, trained):
-    return run_bad_inputs(_bad_cases(setup, trained[0]), BAD_CASES)
+    return run_bad_inputs_in_process(_bad_cases(setup, trained[0]), BAD_CASES,
+                                     through_launcher="empty_text_before_training")
 
 
 @pytest.mark.parametrize("case", BAD_CASES)
