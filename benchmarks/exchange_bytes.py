@@ -1,6 +1,6 @@
 """Bytes each worker exchanges per applied step, and the scaling bound they imply.
 
-Uses the real packing of bert_ad.distributed.collective (--collective_pack_mb) over the
+Uses the real packing of bert_ad.parallel.collective (--collective_pack_mb) over the
 gradients of a BERT model (Google's variable shapes, classifier head included),
 and ring all-reduce's traffic: each worker sends and receives 2 (N-1)/N of the
 packed bytes. The scaling-efficiency bound assumes no overlap of compute and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bert_ad.distributed.collective import pack_plan
+from bert_ad.parallel.collective import pack_plan
 from bert_ad.tools.weight_names import google_variable_shapes
 from bert_ad.model.modeling import BertConfig
 

@@ -29,7 +29,11 @@ LAYERS = [
      # used by the data code.
      "bert_ad.resources"},
     {"bert_ad.model", "bert_ad.data", "bert_ad.metrics", "bert_ad.pretraining"},
-    {"bert_ad.parallel", "bert_ad.distributed"},
+    # Towers, the training graph and loop, the collective ops (one machine).
+    {"bert_ad.parallel"},
+    # Several machines: the cluster's server, start-up handshake and deadlines,
+    # on parallel/'s collective ops (parallel/ never imports it).
+    {"bert_ad.distributed"},
     {"bert_ad.tasks"},
     # Exports for serving: a task's graph written out, and scored back.
     {"bert_ad.serving"},
@@ -85,14 +89,37 @@ def layer_of(module: str) -> int:
     return best[0]
 
 
-def test_every_module_sits_in_a_layer_and_imports_no_layer_above_it():
-    modules = package_modules()
+def upward_imports(modules: dict) -> list:
+    """"module -> imported" for every import of a higher layer, sorted."""
     upward = []
     for module, path in modules.items():
         for imported in imports_of(path, modules):
             if layer_of(imported) > layer_of(module):
                 upward.append(f"{module} -> {imported}")
-    assert not upward, "imports of a higher layer:\n" + "\n".join(sorted(upward))
+    return sorted(upward)
+
+
+def test_every_module_sits_in_a_layer_and_imports_no_layer_above_it():
+    modules = package_modules()
+    upward = upward_imports(modules)
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def test_distributed_stands_on_parallel_and_parallel_knows_nothing_of_it(tmp_path):
+    modules = package_modules()
+    assert layer_of("bert_ad.distributed.cluster") > layer_of("bert_ad.parallel.towers")
+    # Not vacuous: the cluster really builds on parallel/'s collective ops.
+    assert "bert_ad.parallel.collective" in imports_of(
+        modules["bert_ad.distributed.cluster"], modules)
+    # The checker itself: parallel/ importing distributed/ (even inside a
+    # function) is an upward import.
+    replicated = tmp_path / "replicated.py"
+    replicated.write_text("def f():\n    from bert_ad.distributed import cluster\n",
+                          encoding="utf-8")
+    fake = {"bert_ad.parallel.replicated": str(replicated),
+            "bert_ad.distributed.cluster": modules["bert_ad.distributed.cluster"]}
+    assert upward_imports(fake) == [
+        "bert_ad.parallel.replicated -> bert_ad.distributed.cluster"]
 
 
 def find_cycles(graph: dict) -> list:

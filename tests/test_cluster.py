@@ -17,7 +17,7 @@ import time
 import pytest
 
 from bert_ad.distributed import cluster, cluster_config
-from bert_ad.distributed.collective import CollectiveKeys, pack_plan, signature_numbers
+from bert_ad.parallel.collective import CollectiveKeys, pack_plan, signature_numbers
 from bert_ad.compat import IS_TF1, session_config
 from bert_ad.errors import UserError
 from bert_ad.parallel.towers import plan_devices

@@ -1,6 +1,6 @@
 """Several workers for real: TensorFlow servers on loopback ports, CPU towers.
 
-* The collective layer (bert_ad/distributed/collective.py) between three workers in one
+* The collective layer (bert_ad/parallel/collective.py) between three workers in one
   subprocess: packed gradient means (dense, sparse, None), float16 exchange,
   the chief's broadcast, checksums and all-gather, against numpy.
 * run_classifier_mgpu.py as users run it: 2 workers x 1 tower (started with
@@ -126,7 +126,7 @@ def run_check(tmp_path, check: str) -> dict:
 
 def collective_check(out_path: str) -> None:
     """Run in a subprocess: 3 workers exchange; save what each got."""
-    from bert_ad.distributed.collective import CollectiveKeys, Collectives, variables_checksum
+    from bert_ad.parallel.collective import CollectiveKeys, Collectives, variables_checksum
 
     workers = 3
 
@@ -213,7 +213,7 @@ def nan_on_one_worker_check(out_path: str) -> None:
     makes both workers skip the update alike (their weights stay equal); with
     finite losses both then apply the next one.
     """
-    from bert_ad.distributed.collective import CollectiveKeys, Collectives
+    from bert_ad.parallel.collective import CollectiveKeys, Collectives
     from bert_ad.parallel.towers import plan_devices
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 

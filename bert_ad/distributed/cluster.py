@@ -4,7 +4,7 @@ Which machines form the cluster (TF_CONFIG or --worker_hosts/--task_index,
 worker 0 the chief) is bert_ad/distributed/cluster_config.py. Each worker
 starts TensorFlow's own gRPC server, builds its own graph with its local
 towers (between-graph replication) and talks to the others only through
-collective ops (bert_ad/distributed/collective.py):
+collective ops (bert_ad/parallel/collective.py):
 
 * At start, before any step: every worker's model, global batch and flags
   are compared (an all-gather of their hashes), the chief's weights and
@@ -37,12 +37,13 @@ from typing import Callable, Sequence
 
 from bert_ad.choices import COLLECTIVE_IMPLEMENTATIONS as IMPLEMENTATIONS
 from bert_ad import compat
-from bert_ad.distributed.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
-                                SIGNATURE_INSTANCE_KEY, STOP_INSTANCE_KEY, CollectiveKeys,
-                                Collectives, signature_numbers, variables_checksum)
 from bert_ad.compat import tf
 from bert_ad.distributed.cluster_config import JOB, ClusterSpec, parse_address, worker_plan
 from bert_ad.errors import EXIT_USER_ERROR, fail
+from bert_ad.parallel.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
+                                         SIGNATURE_INSTANCE_KEY, STOP_INSTANCE_KEY,
+                                         CollectiveKeys, Collectives, signature_numbers,
+                                         variables_checksum)
 from bert_ad.parallel.towers import DevicePlan
 
 log = logging.getLogger("bert_ad")

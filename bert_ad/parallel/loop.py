@@ -102,188 +102,254 @@ MAX_CONSECUTIVE_OVERFLOWS = 40
 def train_loop(graph: TrainGraph, batches: BatchSource,
                settings: LoopSettings) -> TrainResult:
     """Run (or resume) training until `settings.num_train_steps` applied steps."""
-    cluster = settings.cluster
-    chief = cluster is None or cluster.is_chief
-    if chief:
-        os.makedirs(settings.output_dir, exist_ok=True)
-    saved_variables = tf.global_variables()
-    saver = tf.train.Saver(var_list=saved_variables,
-                           max_to_keep=settings.keep_checkpoint_max)
-    # Evaluation saves the model alone (no optimizer slots), wherever it is asked.
-    weights_saver = (tf.train.Saver(var_list=list(graph.variables) + [graph.global_step],
-                                    max_to_keep=None)
-                     if settings.evaluate is not None and chief else None)
-    # The other workers get the chief's (resumed or warm-started) state at start.
-    resume_from = latest_checkpoint(settings.output_dir) if chief else None
-    warm_start = None
-    if resume_from:
-        require_variables(resume_from, saved_variables, "--output_dir holds",
-                          "use a new --output_dir or move the old checkpoints away")
-    elif settings.init_checkpoint and chief:
-        warm_start = WarmStart(settings.init_checkpoint, saved_variables)
-        warm_start.log_summary()
-    fetches = {"loss": graph.loss, "applied": graph.train_step,
-               "global_step": graph.step_after, "learning_rate": graph.learning_rate,
-               "grad_norm": graph.grad_norm}
-    run = _run_locally
-    if cluster is not None:
-        fetches["loss"] = cluster.mean_over_workers(graph.loss, after=graph.step_after)
-        start_sync = cluster.build_start_sync(
-            saved_variables, f"num_train_steps={settings.num_train_steps} "
-            f"examples_per_step={graph.examples_per_step} "
-            f"gradient_accumulation_steps={graph.gradient_accumulation_steps}")
-        run = cluster.run
-    stop_vote = None
-    if cluster is not None and settings.evaluate_every_steps:
-        ops = cluster.build_stop_vote()
-
-        def stop_vote(session, stop: bool, what: str) -> bool:
-            return cluster.agree_to_stop(session, ops, stop, what)
-    init_local = tf.local_variables_initializer()
-    init_global = tf.global_variables_initializer()
-    tf.get_default_graph().finalize()
-
-    target = cluster.target if cluster is not None else ""
-    summaries = tf.summary.FileWriter(settings.output_dir) if chief else None
-    try:
-        with tf.Session(target, config=settings.session_config) as session:
-            session.run(init_local)
-            if resume_from:
-                saver.restore(session, resume_from)
-                # Newer checkpoints that could not be read are renamed aside, so
-                # this run's saves neither overwrite nor rotate them away.
-                set_aside_newer(settings.output_dir, resume_from)
-                saver.recover_last_checkpoints(step_checkpoints(settings.output_dir))
-                log.info("resuming from %s", resume_from)
-            else:
-                session.run(init_global)
-                if warm_start:
-                    warm_start.restore(session)
-            if graph.sync_replicas is not None:
-                # Replicated towers: every copy starts from tower 0's weights
-                # and slots, the ones the checkpoint holds.
-                session.run(graph.sync_replicas)
-            if cluster is not None:
-                cluster.synchronize(session, start_sync)
-            return _steps(session, graph, batches, settings, saver, summaries, run,
-                          fetches, resume_from, chief, weights_saver, stop_vote)
-    finally:
-        if summaries is not None:
-            summaries.close()
+    return TrainingLoop(graph, batches, settings).run()
 
 
-def _steps(session, graph: TrainGraph, batches: BatchSource, settings: LoopSettings,
-           saver, summaries, run, fetches: dict, resume_from: Optional[str],
-           chief: bool, weights_saver=None, stop_vote=None) -> TrainResult:
-    """The step loop of a session whose variables are initialised (or restored)."""
-    start_step = int(session.run(graph.global_step))
-    examples_seen = int(session.run(graph.examples_seen))
-    if start_step >= settings.num_train_steps:
-        log.info("output_dir already holds step %d of %d: nothing to train",
-                 start_step, settings.num_train_steps)
-        return TrainResult(start_step, examples_seen, None, resume_from, 0,
-                           graph.examples_per_step)
-    if stop_vote is not None and stop_vote(session, settings.already_stopped,
-                                           "the start-up vote on early stopping"):
-        log.info("early stopping ended this run at step %d: nothing to train", start_step)
-        return TrainResult(start_step, examples_seen, None, resume_from, 0,
-                           graph.examples_per_step, stopped_early=True)
-    checkpoints = _Checkpoints(session, graph, saver, settings.output_dir, chief,
-                               resume_from, start_step)
-    stream = batches(examples_seen)
+class TrainingLoop:
+    """One run of the loop; its state is its fields.
 
-    def next_batch(step: int):
+    `run` reads top to bottom: the ops the loop adds to the graph (savers,
+    fetches, a cluster's start-up and vote ops), the session (resume, warm
+    start or initialise), then the steps. Each step moves `step`,
+    `examples_seen` and `loss`; what is due after it (log, save, evaluate,
+    stop) reads them.
+    """
+
+    def __init__(self, graph: TrainGraph, batches: BatchSource, settings: LoopSettings):
+        self.graph, self.batches, self.settings = graph, batches, settings
+        self.cluster = settings.cluster
+        # Only the chief (worker 0) reads init_checkpoint, resumes and writes.
+        self.chief = self.cluster is None or self.cluster.is_chief
+        # The graph's side (_add_ops).
+        self.saver = self.weights_saver = self.fetches = None
+        self.start_sync = self.stop_vote_ops = None
+        self.resume_from: Optional[str] = None
+        self.warm_start: Optional[WarmStart] = None
+        # The session's side (run, _train).
+        self.session = self.summaries = None
+        self.checkpoints: Optional[_Checkpoints] = None
+        self.stream: Optional[Iterator[list]] = None
+        # Progress.
+        self.start_step = self.step = self.examples_seen = 0
+        self.loss: Optional[float] = None
+        self.skipped = self.consecutive_skips = 0
+        self.stopped_early = False
+        self.started = self.last_log_time = 0.0
+        self.last_log_step = 0
+
+    def run(self) -> TrainResult:
+        settings = self.settings
+        if self.chief:
+            os.makedirs(settings.output_dir, exist_ok=True)
+        self._add_ops()
+        init_local = tf.local_variables_initializer()
+        init_global = tf.global_variables_initializer()
+        tf.get_default_graph().finalize()
+        target = self.cluster.target if self.cluster is not None else ""
+        self.summaries = tf.summary.FileWriter(settings.output_dir) if self.chief else None
         try:
-            return next(stream)
+            with tf.Session(target, config=settings.session_config) as self.session:
+                self.session.run(init_local)
+                if self.resume_from:
+                    self._resume()
+                else:
+                    self.session.run(init_global)
+                    if self.warm_start:
+                        self.warm_start.restore(self.session)
+                if self.graph.sync_replicas is not None:
+                    # Replicated towers: every copy starts from tower 0's weights
+                    # and slots, the ones the checkpoint holds.
+                    self.session.run(self.graph.sync_replicas)
+                if self.cluster is not None:
+                    self.cluster.synchronize(self.session, self.start_sync)
+                return self._train()
+        finally:
+            if self.summaries is not None:
+                self.summaries.close()
+
+    def _add_ops(self) -> None:
+        """Savers, the step's fetches and a cluster's ops; where the run starts from."""
+        graph, settings, cluster = self.graph, self.settings, self.cluster
+        saved_variables = tf.global_variables()
+        self.saver = tf.train.Saver(var_list=saved_variables,
+                                    max_to_keep=settings.keep_checkpoint_max)
+        if settings.evaluate is not None and self.chief:
+            # Evaluation saves the model alone (no optimizer slots), wherever it is asked.
+            self.weights_saver = tf.train.Saver(
+                var_list=list(graph.variables) + [graph.global_step], max_to_keep=None)
+        # The other workers get the chief's (resumed or warm-started) state at start.
+        self.resume_from = latest_checkpoint(settings.output_dir) if self.chief else None
+        if self.resume_from:
+            require_variables(self.resume_from, saved_variables, "--output_dir holds",
+                              "use a new --output_dir or move the old checkpoints away")
+        elif settings.init_checkpoint and self.chief:
+            self.warm_start = WarmStart(settings.init_checkpoint, saved_variables)
+            self.warm_start.log_summary()
+        self.fetches = {"loss": graph.loss, "applied": graph.train_step,
+                        "global_step": graph.step_after,
+                        "learning_rate": graph.learning_rate, "grad_norm": graph.grad_norm}
+        if cluster is not None:
+            self.fetches["loss"] = cluster.mean_over_workers(graph.loss, after=graph.step_after)
+            self.start_sync = cluster.build_start_sync(
+                saved_variables, f"num_train_steps={settings.num_train_steps} "
+                f"examples_per_step={graph.examples_per_step} "
+                f"gradient_accumulation_steps={graph.gradient_accumulation_steps}")
+            if settings.evaluate_every_steps:
+                self.stop_vote_ops = cluster.build_stop_vote()
+
+    def _resume(self) -> None:
+        output_dir = self.settings.output_dir
+        self.saver.restore(self.session, self.resume_from)
+        # Newer checkpoints that could not be read are renamed aside, so this
+        # run's saves neither overwrite nor rotate them away.
+        set_aside_newer(output_dir, self.resume_from)
+        self.saver.recover_last_checkpoints(step_checkpoints(output_dir))
+        log.info("resuming from %s", self.resume_from)
+
+    # --- the steps ----------------------------------------------------------------------
+
+    def _train(self) -> TrainResult:
+        """The step loop of a session whose variables are initialised (or restored)."""
+        settings, graph = self.settings, self.graph
+        self.start_step = self.step = int(self.session.run(graph.global_step))
+        self.examples_seen = int(self.session.run(graph.examples_seen))
+        if self.start_step >= settings.num_train_steps:
+            log.info("output_dir already holds step %d of %d: nothing to train",
+                     self.start_step, settings.num_train_steps)
+            return self._nothing_trained()
+        if self._vote_to_stop(settings.already_stopped, "the start-up vote on early stopping"):
+            log.info("early stopping ended this run at step %d: nothing to train",
+                     self.start_step)
+            return self._nothing_trained(stopped_early=True)
+        self.checkpoints = _Checkpoints(self.session, graph, self.saver, settings.output_dir,
+                                        self.chief, self.resume_from, self.start_step)
+        self.stream = self.batches(self.examples_seen)
+        self.started = self.last_log_time = time.time()
+        self.last_log_step = self.start_step
+        with StopSignals() as stop:
+            while self.step < settings.num_train_steps:
+                values = self._step()
+                if values is None:
+                    continue  # fp16 overflow: skipped, the loss scale shrank
+                if self._due(settings.log_every_n_steps):
+                    self._log(values)
+                if self._due(settings.save_checkpoints_steps):
+                    self.checkpoints.save(self.step, self.examples_seen)
+                if (self.weights_saver is not None or self.stop_vote_ops is not None) \
+                        and self._due(settings.evaluate_every_steps) and self._evaluate():
+                    self.checkpoints.save(self.step, self.examples_seen)
+                    break
+                if stop.signal is not None:
+                    saved = self.checkpoints.save(self.step, self.examples_seen)
+                    raise Stopped(f"stopped by {stop.name} at step {self.step}: "
+                                  f"{_resume_note(saved)}", 128 + stop.signal)
+        return TrainResult(self.step, self.examples_seen, self.loss, self.checkpoints.last,
+                           self.step - self.start_step, graph.examples_per_step,
+                           time.time() - self.started, self.skipped, self.stopped_early)
+
+    def _step(self) -> Optional[dict]:
+        """One applied step (k - 1 micro-steps, then the update); its fetched values,
+        or None when fp16 overflow skipped it."""
+        graph, what = self.graph, f"step {self.step + 1}"
+        for _ in range(graph.gradient_accumulation_steps - 1):
+            self._session_run(graph.micro_step, self._next_feed(), what)
+        values = self._session_run(self.fetches, self._next_feed(), what)
+        self.examples_seen += graph.examples_per_step
+        self.loss = float(values["loss"])
+        if values["applied"]:
+            self.consecutive_skips = 0
+        elif graph.loss_scale is not None and math.isfinite(self.loss):
+            # fp16 overflow: the update was skipped and the scale halved.
+            self.skipped += 1
+            self.consecutive_skips += 1
+            if self.consecutive_skips >= MAX_CONSECUTIVE_OVERFLOWS:
+                fail(f"training stopped at step {self.step + 1}: fp16 gradients overflowed "
+                     f"{self.consecutive_skips} steps in a row even with the loss scale "
+                     "at its floor; use --precision=bf16 or fp32")
+            return None
+        else:
+            _stop_not_finite(self.loss, float(values["grad_norm"]), self.step,
+                             self.checkpoints.last)
+        self.step = int(values["global_step"])
+        return values
+
+    def _session_run(self, fetches, feed: dict, what: str):
+        """session.run; in a cluster under its deadline (a lost peer: one line)."""
+        if self.cluster is None:
+            return self.session.run(fetches, feed)
+        return self.cluster.run(self.session, fetches, feed, what=what)
+
+    def _next_feed(self) -> dict:
+        try:
+            micro_batch = next(self.stream)
         except (UserError, OSError) as e:
             # A shard that breaks mid-run: keep the work done so far first.
-            saved = checkpoints.save(step, examples_seen)
-            raise UserError(f"{e} (training stopped at step {step + 1}; "
+            saved = self.checkpoints.save(self.step, self.examples_seen)
+            raise UserError(f"{e} (training stopped at step {self.step + 1}; "
                             f"{_resume_note(saved)})") from None
+        feed = {}
+        for placeholders, batch in zip(self.graph.placeholders, micro_batch):
+            for name, placeholder in placeholders.items():
+                feed[placeholder] = batch[name]
+        return feed
 
-    skipped = consecutive_skips = 0
-    stopped_early = False
-    step, loss = start_step, None
-    started = last_log_time = time.time()
-    last_log_step = start_step
-    with StopSignals() as stop:
-        while step < settings.num_train_steps:
-            for _ in range(graph.gradient_accumulation_steps - 1):
-                run(session, graph.micro_step, _feed(graph, next_batch(step)),
-                    what=f"step {step + 1}")
-            values = run(session, fetches, _feed(graph, next_batch(step)),
-                         what=f"step {step + 1}")
-            examples_seen += graph.examples_per_step
-            loss = float(values["loss"])
-            if values["applied"]:
-                consecutive_skips = 0
-            elif graph.loss_scale is not None and math.isfinite(loss):
-                # fp16 overflow: the update was skipped and the scale halved.
-                skipped += 1
-                consecutive_skips += 1
-                if consecutive_skips >= MAX_CONSECUTIVE_OVERFLOWS:
-                    fail(f"training stopped at step {step + 1}: fp16 gradients overflowed "
-                         f"{consecutive_skips} steps in a row even with the loss scale "
-                         "at its floor; use --precision=bf16 or fp32")
-                continue
-            else:
-                _stop_not_finite(loss, float(values["grad_norm"]), step, checkpoints.last)
-            step = int(values["global_step"])
-            now = time.time()
-            if step % settings.log_every_n_steps == 0 or step == settings.num_train_steps:
-                rate = (step - last_log_step) * graph.examples_per_step / max(
-                    now - last_log_time, 1e-9)
-                _log_step(step, settings.num_train_steps, loss, values, rate,
-                          now - started, start_step)
-                if skipped:
-                    log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
-                             skipped, session.run(graph.loss_scale.scale))
-                if summaries is not None:
-                    _write_summaries(summaries, step, loss, values, rate)
-                last_log_step, last_log_time = step, now
-            if step % settings.save_checkpoints_steps == 0 or \
-                    step == settings.num_train_steps:
-                checkpoints.save(step, examples_seen)
-            if (weights_saver is not None or stop_vote is not None) and (
-                    step % settings.evaluate_every_steps == 0
-                    or step == settings.num_train_steps):
-                if weights_saver is not None:
-                    stopped_early = _evaluate(session, weights_saver, step, settings,
-                                              summaries)
-                if stop_vote is not None:
-                    stopped_early = stop_vote(session, stopped_early,
-                                              f"the vote on early stopping at step {step}")
-                if stopped_early:
-                    checkpoints.save(step, examples_seen)
-                    break
-            if stop.signal is not None:
-                saved = checkpoints.save(step, examples_seen)
-                raise Stopped(f"stopped by {stop.name} at step {step}: "
-                              f"{_resume_note(saved)}", 128 + stop.signal)
-    return TrainResult(step, examples_seen, loss, checkpoints.last, step - start_step,
-                       graph.examples_per_step, time.time() - started, skipped,
-                       stopped_early)
+    def _due(self, every: int) -> bool:
+        """Every `every` steps, and at the last one."""
+        return self.step % every == 0 or self.step == self.settings.num_train_steps
 
+    def _nothing_trained(self, stopped_early: bool = False) -> TrainResult:
+        return TrainResult(self.start_step, self.examples_seen, None, self.resume_from, 0,
+                           self.graph.examples_per_step, stopped_early=stopped_early)
 
-def _evaluate(session, weights_saver, step: int, settings: LoopSettings,
-              summaries) -> bool:
-    """Run the evaluation hook at `step`; summarise its figures; True: stop early."""
-    def save_weights(folder: str) -> str:
-        prefix = os.path.join(folder, "model.ckpt")
-        try:
-            return weights_saver.save(session, prefix, global_step=step,
-                                      write_meta_graph=False, write_state=False)
-        except (tf.errors.OpError, OSError) as e:
-            raise cannot_write(f"{prefix}-{step}", e) from None
+    # --- what is due after a step -------------------------------------------------------
 
-    figures, stop = settings.evaluate(step, save_weights)
-    if summaries is not None:
-        summary = tf.Summary(value=[
-            tf.Summary.Value(tag=f"eval/{name}", simple_value=float(value))
-            for name, value in sorted(figures.items())])
-        summaries.add_summary(summary, step)
-        summaries.flush()
-    return bool(stop)
+    def _log(self, values: dict) -> None:
+        now = time.time()
+        rate = (self.step - self.last_log_step) * self.graph.examples_per_step / max(
+            now - self.last_log_time, 1e-9)
+        _log_step(self.step, self.settings.num_train_steps, self.loss, values, rate,
+                  now - self.started, self.start_step)
+        if self.skipped:
+            log.info("  fp16: %d step(s) skipped for overflow so far, loss scale %g",
+                     self.skipped, self.session.run(self.graph.loss_scale.scale))
+        if self.summaries is not None:
+            _write_summaries(self.summaries, self.step, self.loss, values, rate)
+        self.last_log_step, self.last_log_time = self.step, now
+
+    def _evaluate(self) -> bool:
+        """The chief's evaluation hook at this step, then (cluster) every worker's
+        vote; True: stop early."""
+        if self.weights_saver is not None:
+            self.stopped_early = self._run_evaluation()
+        self.stopped_early = self._vote_to_stop(
+            self.stopped_early, f"the vote on early stopping at step {self.step}")
+        return self.stopped_early
+
+    def _vote_to_stop(self, stop: bool, what: str) -> bool:
+        """In a cluster with evaluation, whether the workers stop together; else `stop`."""
+        if self.stop_vote_ops is None:
+            return stop
+        return self.cluster.agree_to_stop(self.session, self.stop_vote_ops, stop, what)
+
+    def _run_evaluation(self) -> bool:
+        step, session = self.step, self.session
+
+        def save_weights(folder: str) -> str:
+            prefix = os.path.join(folder, "model.ckpt")
+            try:
+                return self.weights_saver.save(session, prefix, global_step=step,
+                                               write_meta_graph=False, write_state=False)
+            except (tf.errors.OpError, OSError) as e:
+                raise cannot_write(f"{prefix}-{step}", e) from None
+
+        figures, stop = self.settings.evaluate(step, save_weights)
+        if self.summaries is not None:
+            summary = tf.Summary(value=[
+                tf.Summary.Value(tag=f"eval/{name}", simple_value=float(value))
+                for name, value in sorted(figures.items())])
+            self.summaries.add_summary(summary, step)
+            self.summaries.flush()
+        return bool(stop)
 
 
 def _resume_note(saved: Optional[str]) -> str:
@@ -372,18 +438,6 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         restore_signal_handlers(self.previous)
-
-
-def _run_locally(session, fetches, feed_dict=None, what: str = ""):
-    return session.run(fetches, feed_dict)
-
-
-def _feed(graph: TrainGraph, micro_batch: list) -> dict:
-    feed = {}
-    for placeholders, batch in zip(graph.placeholders, micro_batch):
-        for name, placeholder in placeholders.items():
-            feed[placeholder] = batch[name]
-    return feed
 
 
 def remove_partial_save(output_dir: str) -> list:

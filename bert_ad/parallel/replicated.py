@@ -27,7 +27,7 @@ import re
 from typing import Callable, List, Sequence
 
 from bert_ad.compat import tf
-from bert_ad.distributed.collective import CollectiveKeys, Collectives
+from bert_ad.parallel.collective import CollectiveKeys, Collectives
 from bert_ad.parallel.towers import DevicePlan
 
 # One exchanged buffer; the cross-worker exchange's default (--collective_pack_mb).

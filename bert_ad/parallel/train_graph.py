@@ -141,8 +141,39 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
         if settings.sparse_embedding_updates:
             fail("--sparse_embedding_updates does not work with --variable_update="
                  "replicated (the all-reduced gradient is dense); leave one of them out")
-        return _build_replicated(plan, placeholders, tower_loss_fn, settings, loss_scale)
+        update = _replicated_update(plan, placeholders, tower_loss_fn, settings, loss_scale)
+    else:
+        update = _parameter_server_update(plan, placeholders, tower_loss_fn, settings,
+                                          loss_scale, cross_worker_reduce)
+    with tf.device(plan.variable_device):
+        graph = _finish(plan, settings, placeholders, loss_scale, update)
+    if plan.replicated:
+        graph.sync_replicas = sync_replicas(localize_replicas())
+    return graph
 
+
+@dataclasses.dataclass
+class _Update:
+    """What a layout built up to the update; `_finish` completes it into a TrainGraph.
+
+    `variables` are the trainable ones checkpoints hold (tower 0's copy when
+    replicated); `applied` evaluates to whether the update was applied.
+    """
+    variables: list
+    loss: Any
+    micro_step: Any
+    applied: Any
+    accumulators: list
+    global_step: Any
+    learning_rate: Any
+    grad_norm: Any
+    all_finite: Any
+
+
+def _parameter_server_update(plan: DevicePlan, placeholders: list, tower_loss_fn: Callable,
+                             settings: TrainSettings, loss_scale,
+                             cross_worker_reduce: Callable[[list], list] | None) -> _Update:
+    """Towers -> averaged gradients on the CPU -> [accumulate] -> [cluster mean] -> one apply."""
     def tower(i):
         loss = tower_loss_fn(placeholders[i], i)
         scaled = loss_scale.scaled(loss) if loss_scale is not None else loss
@@ -189,13 +220,12 @@ def build_train_graph(plan: DevicePlan, feature_spec: dict,
                                     tf.is_finite(grad_norm))
         applied = _apply_if(all_finite, optimizer, clipped, [v for _, v in present],
                             global_step)
-        return _finish(plan, settings, placeholders, variables, loss, micro_step, applied,
-                       accumulators, global_step, learning_rate, grad_norm, all_finite,
-                       loss_scale)
+    return _Update(variables, loss, micro_step, applied, accumulators, global_step,
+                   learning_rate, grad_norm, all_finite)
 
 
-def _build_replicated(plan: DevicePlan, placeholders: list, tower_loss_fn: Callable,
-                      settings: TrainSettings, loss_scale) -> TrainGraph:
+def _replicated_update(plan: DevicePlan, placeholders: list, tower_loss_fn: Callable,
+                       settings: TrainSettings, loss_scale) -> _Update:
     """Towers with their own variables -> all-reduced mean -> one apply per tower.
 
     Each tower accumulates (k > 1) and unscales (fp16) its own gradients, so
@@ -251,12 +281,8 @@ def _build_replicated(plan: DevicePlan, placeholders: list, tower_loss_fn: Calla
     with tf.device(plan.variable_device), tf.control_dependencies(applies[1:]):
         applied = tf.identity(applies[0])
     micro_step = tf.group(*micro_steps, name="micro_step") if micro_steps else None
-    with tf.device(plan.variable_device):
-        graph = _finish(plan, settings, placeholders, variables, loss, micro_step, applied,
-                        accumulators, global_step, learning_rate, grad_norm, all_finite,
-                        loss_scale)
-    graph.sync_replicas = sync_replicas(localize_replicas())
-    return graph
+    return _Update(variables, loss, micro_step, applied, accumulators, global_step,
+                   learning_rate, grad_norm, all_finite)
 
 
 def _not_finite(loss):
@@ -287,23 +313,23 @@ def _apply_if(all_finite, optimizer, grads: list, variables: list, global_step):
     return tf.cond(all_finite, apply, lambda: tf.constant(False))
 
 
-def _finish(plan: DevicePlan, settings: TrainSettings, placeholders: list, variables: list,
-            loss, micro_step, applied, accumulators: list, global_step, learning_rate,
-            grad_norm, all_finite, loss_scale) -> TrainGraph:
+def _finish(plan: DevicePlan, settings: TrainSettings, placeholders: list, loss_scale,
+            update: _Update) -> TrainGraph:
     """What both layouts add after the update: the loss scale, the accumulators'
     reset, the step after, the examples counter; the TrainGraph."""
+    applied = update.applied
     if loss_scale is not None:
-        with tf.control_dependencies([loss_scale.update(all_finite)]):
+        with tf.control_dependencies([loss_scale.update(update.all_finite)]):
             applied = tf.identity(applied)
-    if accumulators:
+    if update.accumulators:
         with tf.control_dependencies([applied]):
-            reset = tf.group(*[a.assign(tf.zeros_like(a)) for a in accumulators])
+            reset = tf.group(*[a.assign(tf.zeros_like(a)) for a in update.accumulators])
         with tf.control_dependencies([reset]):
             applied = tf.identity(applied)
     # The step as it is after this run's update (a plain fetch of
     # global_step could race with the increment).
     with tf.control_dependencies([applied]):
-        step_after = tf.identity(global_step.read_value())
+        step_after = tf.identity(update.global_step.read_value())
     # Examples consumed (applied or skipped steps alike): where a resumed
     # run picks the data stream up. The loop sets it before each save.
     examples_seen = tf.get_variable("examples_seen", [], tf.int64,
@@ -311,17 +337,18 @@ def _finish(plan: DevicePlan, settings: TrainSettings, placeholders: list, varia
     examples_seen_value = tf.placeholder(tf.int64, [], "examples_seen_value")
     set_examples_seen = examples_seen.assign(examples_seen_value)
     weights_finite = tf.reduce_all(tf.stack(
-        [tf.reduce_all(tf.is_finite(v)) for v in variables]))
+        [tf.reduce_all(tf.is_finite(v)) for v in update.variables]))
     k = settings.gradient_accumulation_steps
     return TrainGraph(
         placeholders=placeholders, gradient_accumulation_steps=k,
         examples_per_step=(settings.batch_size_per_tower * plan.num_towers * k
                            * settings.num_workers),
-        variables=variables, loss=loss, micro_step=micro_step, train_step=applied,
-        step_after=step_after, global_step=global_step, learning_rate=learning_rate,
-        grad_norm=grad_norm, all_finite=all_finite, loss_scale=loss_scale,
-        examples_seen=examples_seen, examples_seen_value=examples_seen_value,
-        set_examples_seen=set_examples_seen, weights_finite=weights_finite)
+        variables=update.variables, loss=update.loss, micro_step=update.micro_step,
+        train_step=applied, step_after=step_after, global_step=update.global_step,
+        learning_rate=update.learning_rate, grad_norm=update.grad_norm,
+        all_finite=update.all_finite, loss_scale=loss_scale, examples_seen=examples_seen,
+        examples_seen_value=examples_seen_value, set_examples_seen=set_examples_seen,
+        weights_finite=weights_finite)
 
 
 def _accumulate(grads: list, nonfinite_losses, variables: list, k: int, prefix: str = ""):

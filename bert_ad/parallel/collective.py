@@ -1,17 +1,23 @@
-"""The exchange between workers: TensorFlow's collective ops in graph mode.
+"""Collective ops in graph mode: all-reduce, gather, broadcast over a group of devices.
 
-Every worker builds the same graph (between-graph replication), so every
-collective op it creates must carry the same (group key, instance key) as
-its twin on the other workers. `CollectiveKeys` hands them out in one place:
-fixed keys for the few start-up exchanges that must match even when two
-workers were (wrongly) given different models, then one key per op in
-creation order, identical on every worker that builds the same model.
+One primitive for two groups: the towers of one machine
+(--variable_update=replicated, bert_ad/parallel/replicated.py) and the workers
+of a cluster (bert_ad/distributed/cluster.py, which builds on it). It lives
+here, below both, so distributed/ stands on parallel/ and never the reverse.
 
-Gradients cross the network packed: this worker's mean gradients are
-flattened and concatenated into a few buffers of about `pack_bytes` (fewer,
-larger messages), each buffer is all-reduced to the cluster mean (optionally
-in float16), and the buffers are cut back into gradients. The reductions run
-one after the other (control dependencies), so every worker launches them in
+Every member of the group builds the same graph (between-graph replication
+across workers; one twin per tower), so every collective op it creates must
+carry the same (group key, instance key) as its twins. `CollectiveKeys`
+hands them out in one place: fixed keys for the few start-up exchanges of a
+cluster that must match even when two workers were (wrongly) given different
+models, then one key per op in creation order, identical on every member
+that builds the same model.
+
+Gradients cross the wire packed: the member's gradients are flattened and
+concatenated into a few buffers of about `pack_bytes` (fewer, larger
+messages), each buffer is all-reduced to the group's mean (optionally in
+float16), and the buffers are cut back into gradients. The reductions run
+one after the other (control dependencies), so every member launches them in
 the same order, which NCCL needs and which keeps the ring deterministic.
 """
 
@@ -70,17 +76,18 @@ def pack_plan(sizes: Sequence[int], pack_bytes: int) -> list:
 
 
 class Collectives:
-    """Collective ops of one worker on one device of every worker.
+    """Collective ops of one member of a group (a worker, or a replicated tower).
 
     Args:
-      num_workers: the group size (one device per worker takes part).
-      device: this worker's device for the ops, e.g.
+      num_workers: the group size (one device per member takes part: each
+        worker's, or each tower's).
+      device: this member's device for the ops, e.g.
         "/job:worker/replica:0/task:1/device:CPU:0".
       device_type: "CPU" or "GPU" (picks the group key).
       keys: the graph's CollectiveKeys.
       implementation: "ring" or "nccl".
 
-    The ops wait for the other workers as long as it takes; the caller puts
+    The ops wait for the other members as long as it takes; a cluster puts
     a deadline on the session call (bert_ad/distributed/cluster.py).
     """
 
