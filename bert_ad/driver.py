@@ -36,8 +36,8 @@ from bert_ad.data.processors import load_label_list, save_label_list
 from bert_ad.errors import UserError, fail
 from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
                                 non_finite_warnings, score, scoring_checkpoint)
-from bert_ad.files import (remove_stale_staging, remove_stale_temporaries,
-                           write_key_values, write_results)
+from bert_ad.files import remove_stale_temporaries, write_key_values, write_results
+from bert_ad.folders import remove_stale_staging
 from bert_ad.locks import OutputDirLock
 from bert_ad.parallel.checkpoints import checkpoint_step, step_checkpoints
 from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop

@@ -2,7 +2,8 @@
 
 A reader never sees a half-written file, a crash or a full disk never leaves a
 mixed set of results, and an earlier result is not silently lost: it can be
-kept as `NAME.~N~` (GNU backup style).
+kept as `NAME.~N~` (GNU backup style). Whole folders are built and published
+by bert_ad/folders.py.
 
   write_results(dir, {name: lines})   the result files of one run, as a set
   write_lines / write_key_values      one text file
@@ -11,11 +12,7 @@ kept as `NAME.~N~` (GNU backup style).
                                       (tf.io.TFRecordWriter, savefig)
   StagedFiles                         several temporary paths committed together
                                       (pretraining shards)
-  staging_directory(target)           a hidden folder to build a whole
-                                      directory in (model conversion, data sets)
-  replace_directory(staging, target)  publish it, replacing an existing target
   remove_stale_temporaries(dir)       the temporaries of a killed run, at start
-  remove_stale_staging(dir)           the staging folders of a killed run, at start
   cannot_write(path, error)           the one-line UserError of a failed write
 
 Temporary files are `.NAME.XXXXXXXX.tmp` beside their target (same file
@@ -35,7 +32,6 @@ import math
 import os
 import re
 import secrets
-import shutil
 from typing import IO, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from bert_ad.errors import UserError
@@ -388,109 +384,3 @@ def remove_stale_temporaries(directory: str) -> List[str]:
         log.warning("removed %s, left by an interrupted run", path)
         removed.append(path)
     return removed
-
-
-def staging_directory(target: str) -> str:
-    """A new hidden folder beside `target` to build a whole directory in.
-
-    Created with mode 0o777 minus the umask (not mkdtemp's private 0700), as
-    it may become `target` itself by a rename. The caller publishes or removes
-    it.
-
-    Args:
-      target: the directory that will be published.
-    Returns:
-      The path of `.NAME.XXXXXXXX.staging` in `target`'s parent.
-    """
-    parent, name = os.path.split(os.path.abspath(target))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        while True:
-            staging = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.staging")
-            with held():  # made and registered, or neither, when a stop signal comes
-                try:
-                    os.mkdir(staging, 0o777)
-                except FileExistsError:
-                    continue
-                return remove_on_stop(staging)
-    except OSError as e:
-        raise cannot_write(target, e) from e
-
-
-def replace_directory(staging: str, target: str) -> None:
-    """Publish the complete folder `staging` as `target`, replacing any old one.
-
-    The old folder is renamed aside (`STAGING.old`), the new one renamed into
-    place, then the old one removed: a reader sees the old folder or the new
-    one, and a crash between the two renames leaves the old one beside the
-    target, where `restore_directory` finds it.
-
-    Args:
-      staging: a folder from `staging_directory(target)`, complete.
-      target: the folder to publish it as.
-    Raises:
-      UserError: "cannot write TARGET: CAUSE".
-    """
-    old = staging + ".old"
-    try:
-        # Every file's bytes on the disk before the folder is published.
-        for folder, _, names in os.walk(staging):
-            for name in names:
-                fsync_path(os.path.join(folder, name))
-            fsync_path(folder)
-        if os.path.exists(target):
-            os.rename(target, old)
-        os.rename(staging, target)
-        fsync_path(os.path.dirname(os.path.abspath(target)))
-    except OSError as e:
-        if os.path.exists(old) and not os.path.exists(target):
-            os.rename(old, target)
-        raise cannot_write(target, e) from e
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def restore_directory(target: str) -> List[str]:
-    """Undo what a killed `replace_directory` or writer left beside `target`.
-
-    A missing `target` with a `.NAME.XXXXXXXX.staging.old` beside it gets the
-    old folder back; every other staging folder of `target` is removed. Call
-    it on a folder this run owns (its locked output_dir).
-
-    Returns:
-      The names removed or restored.
-    """
-    parent, name = os.path.split(os.path.abspath(target))
-    pattern = re.compile(r"^\." + re.escape(name) + r"\.[0-9a-f]{8}\.staging(\.old)?$")
-    found = sorted(n for n in os.listdir(parent) if pattern.match(n)) \
-        if os.path.isdir(parent) else []
-    done = []
-    for entry in found:
-        path = os.path.join(parent, entry)
-        if entry.endswith(".old") and not os.path.exists(target):
-            os.rename(path, target)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-        done.append(entry)
-    return done
-
-
-_STAGING_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{8}\.staging(\.old)?$")
-
-
-def remove_stale_staging(directory: str) -> List[str]:
-    """Undo what killed writers of whole folders left in `directory`.
-
-    `restore_directory` for every folder a `.NAME.XXXXXXXX.staging` in
-    `directory` was building (an export, best/, a converted model): a kill -9
-    runs no cleanup. Call it on a folder this run owns (its locked output_dir).
-
-    Returns:
-      The paths removed or restored.
-    """
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    targets = sorted({match.group(1) for match in map(_STAGING_NAME.match, names) if match})
-    return [os.path.join(directory, name) for target in targets
-            for name in restore_directory(os.path.join(directory, target))]

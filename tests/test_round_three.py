@@ -273,7 +273,7 @@ def _create_flags(ws, text):
 # --- #3: results, caches, best.json and checkpoints reach the disk before they count ---------
 
 def test_every_write_is_fsynced_before_it_is_renamed_into_place(tmp_path, monkeypatch):
-    from bert_ad import files
+    from bert_ad import files, folders
     from bert_ad.data import feature_cache
     from bert_ad.data.batching import TokenizedExamples
     from bert_ad.parallel.loop import make_durable
@@ -298,10 +298,10 @@ def test_every_write_is_fsynced_before_it_is_renamed_into_place(tmp_path, monkey
                                  TokenizedExamples({"input_ids": [np.ones(3, np.int32)]}))
     assert synced[-1] == str(out / "cache") and len(synced) == 4  # .npz, folder, record, folder
     synced.clear()
-    staging = files.staging_directory(str(out / "best"))
+    staging = folders.staging_directory(str(out / "best"))
     with open(os.path.join(staging, "best.json"), "w") as f:
         f.write("{}")
-    files.replace_directory(staging, str(out / "best"))
+    folders.replace_directory(staging, str(out / "best"))
     assert synced == [os.path.join(staging, "best.json"), staging, str(out)]
     synced.clear()
     for name in ("model.ckpt-3.index", "model.ckpt-3.data-00000-of-00001", "checkpoint"):

@@ -45,7 +45,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from bert_ad.resources import assets
 from bert_ad.errors import UserError
-from bert_ad.files import staging_directory
+from bert_ad.folders import staging_directory
 
 Pair = Tuple[str, str]  # (label, text)
 SPLITS = ("train", "dev", "test")

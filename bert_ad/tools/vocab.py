@@ -46,7 +46,8 @@ from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.tools.convert import (
     CHECKPOINT_NAME, GOOGLE_CONFIG, VOCAB, staged_output, write_tf_checkpoint)
 from bert_ad.errors import fail, require_file
-from bert_ad.files import cannot_write, replace_directory, staging_directory
+from bert_ad.files import cannot_write
+from bert_ad.folders import replace_directory, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.data.basic_tokenization import strip_accents
 from bert_ad.data.tokenization import UNK, FullTokenizer, load_vocab

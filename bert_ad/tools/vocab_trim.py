@@ -51,7 +51,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from bert_ad.data.unigram import (CONTROL_PIECES, NORMALIZATION_FILE, UNK_PIECE, WORD_START,
                                   UnigramTokenizer)
 from bert_ad.errors import fail
-from bert_ad.files import replace_directory, staging_directory
+from bert_ad.folders import replace_directory, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.tools.convert import CHECKPOINT_NAME, GOOGLE_CONFIG, write_tf_checkpoint
