@@ -35,7 +35,7 @@ import secrets
 from typing import IO, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from bert_ad.errors import UserError
-from bert_ad.signals import forget, held, remove_on_stop
+from bert_ad.signals import forget, held, is_live, remove_on_stop
 
 log = logging.getLogger("bert_ad")
 
@@ -70,13 +70,15 @@ def cannot_write(path: str, error: BaseException) -> UserError:
 
 
 def _create_temporary(path: str) -> str:
-    """A new empty `.NAME.XXXXXXXX.tmp` beside `path` (its folder is created)."""
+    """A new empty `.NAME.XXXXXXXX.tmp` beside `path` (its folder is created),
+    locked while it is registered; those of `path` a killed run left go first."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
         os.makedirs(directory, exist_ok=True)
     except FileExistsError:  # a file where the folder should be
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
                                  directory) from None
+    remove_stale_temporaries(directory, of=name)
     while True:
         temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
         with held():  # created and registered, or neither, when a stop signal comes
@@ -85,8 +87,7 @@ def _create_temporary(path: str) -> str:
                 fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
                 continue
-            os.close(fd)
-            return remove_on_stop(temporary)
+            return remove_on_stop(temporary, fd)
 
 
 def fsync_path(path: str) -> None:
@@ -355,12 +356,17 @@ def read_key_values(path: str) -> dict:
     return values
 
 
-def remove_stale_temporaries(directory: str) -> List[str]:
+def remove_stale_temporaries(directory: str, of: Optional[str] = None) -> List[str]:
     """Remove the `.NAME.XXXXXXXX.tmp` files a killed run left in `directory`.
 
-    Call it at the start of a run, on a folder this run owns (its locked
-    output_dir): a temporary file of a live writer looks the same.
+    A temporary file of a live writer (this process or another) is locked
+    (bert_ad/signals.py) and stays. Every writer calls it for its own target
+    before making a temporary file, so the next run removes what a kill -9
+    left; the driver calls it on its output_dir at the start of a run.
 
+    Args:
+      directory: the folder.
+      of: only the temporary files of this target file name.
     Returns:
       The paths removed (none if `directory` does not exist).
     Raises:
@@ -370,11 +376,13 @@ def remove_stale_temporaries(directory: str) -> List[str]:
         names = sorted(os.listdir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    pattern = _TEMPORARY_NAME if of is None else re.compile(
+        r"^\." + re.escape(of) + r"\.[a-z0-9_]{8}\.tmp$")
     removed = []
     for name in names:
         path = os.path.join(directory, name)
-        if not _TEMPORARY_NAME.match(name) or os.path.islink(path) \
-                or not os.path.isfile(path):
+        if not pattern.match(name) or os.path.islink(path) \
+                or not os.path.isfile(path) or is_live(path):
             continue
         try:
             os.remove(path)

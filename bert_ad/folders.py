@@ -20,7 +20,7 @@ import shutil
 from typing import List
 
 from bert_ad.files import cannot_write, fsync_path
-from bert_ad.signals import held, remove_on_stop
+from bert_ad.signals import held, is_live, remove_on_stop
 
 
 def staging_directory(target: str) -> str:
@@ -28,7 +28,8 @@ def staging_directory(target: str) -> str:
 
     Created with mode 0o777 minus the umask (not mkdtemp's private 0700), as
     it may become `target` itself by a rename. The caller publishes or removes
-    it.
+    it. What a killed writer of `target` left beside it goes first
+    (`restore_directory`): every run cleans up after the one before.
 
     Args:
       target: the directory that will be published.
@@ -38,6 +39,7 @@ def staging_directory(target: str) -> str:
     parent, name = os.path.split(os.path.abspath(target))
     try:
         os.makedirs(parent, exist_ok=True)
+        restore_directory(target)
         while True:
             staging = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.staging")
             with held():  # made and registered, or neither, when a stop signal comes
@@ -86,8 +88,9 @@ def restore_directory(target: str) -> List[str]:
     """Undo what a killed `replace_directory` or writer left beside `target`.
 
     A missing `target` with a `.NAME.XXXXXXXX.staging.old` beside it gets the
-    old folder back; every other staging folder of `target` is removed. Call
-    it on a folder this run owns (its locked output_dir).
+    old folder back; every other staging folder of `target` is removed. A
+    staging folder a live process is building is locked (bert_ad/signals.py)
+    and stays, with its `.old`.
 
     Returns:
       The names removed or restored.
@@ -99,6 +102,8 @@ def restore_directory(target: str) -> List[str]:
     done = []
     for entry in found:
         path = os.path.join(parent, entry)
+        if is_live(path[:-len(".old")] if entry.endswith(".old") else path):
+            continue
         if entry.endswith(".old") and not os.path.exists(target):
             os.rename(path, target)
         else:
@@ -115,7 +120,7 @@ def remove_stale_staging(directory: str) -> List[str]:
 
     `restore_directory` for every folder a `.NAME.XXXXXXXX.staging` in
     `directory` was building (an export, best/, a converted model): a kill -9
-    runs no cleanup. Call it on a folder this run owns (its locked output_dir).
+    runs no cleanup.
 
     Returns:
       The paths removed or restored.

@@ -1,0 +1,134 @@
+"""Reliability, round four (issue 42): never write over what the user gave us, never
+delete what we did not write, every model folder consistent with its pieces.
+
+Each test reproduces one defect of the issue (or the sibling found for its
+class, docs/reliability.md) on a tiny model, in this process: the command's
+own command line (`cli(argv)` through `helpers.run_cli_in_process`), or the
+function the command calls. One-line refusals of bad input are in the
+table of tests/test_bad_inputs.py; here what needs more than an error line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bert_ad.cli import features as features_cli
+from bert_ad.cli import vocab as vocab_cli
+from bert_ad.files import StagedFiles
+from helpers import (launcher_env, run_cli_in_process, save_initial_checkpoint,
+                     tiny_model)
+
+
+class Workspace:
+    """A tiny WordPiece model with its checkpoint and a few text lines."""
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Workspace:
+    w = Workspace()
+    w.root = str(tmp_path_factory.mktemp("round_four"))
+    w.model = tiny_model(os.path.join(w.root, "model"))
+    w.checkpoint = save_initial_checkpoint(os.path.join(w.root, "model", "bert_model.ckpt"),
+                                           w.model.bert_config(), seed=1)
+    w.lines = os.path.join(w.root, "lines.txt")
+    with open(w.lines, "w", encoding="utf-8") as f:
+        f.write("a good film\nthe worst movie\nfine\n")
+    w.words = os.path.join(w.root, "words.txt")
+    with open(w.words, "w", encoding="utf-8") as f:
+        f.write("blockbuster\n")
+    return w
+
+
+def features_argv(w: Workspace, output_file: str, **changes) -> list:
+    flags = {"vocab_file": w.model.vocab_file, "bert_config_file": w.model.config_file,
+             "init_checkpoint": w.checkpoint, "input_file": w.lines,
+             "output_file": output_file, "max_seq_length": 16, "pooling": "mean"}
+    flags.update(changes)
+    return ["extract_features.py"] + [f"--{k}={v}" for k, v in flags.items() if v is not None]
+
+
+def vocab_extend_argv(w: Workspace, output_dir: str, *more: str) -> list:
+    return ["bert-ad vocab", "extend", f"--checkpoint={w.checkpoint}",
+            f"--words={w.words}", f"--output_dir={output_dir}"] + list(more)
+
+
+# --- #18: what a kill -9 left, the next run removes ------------------------------------
+
+# A writer of `sys.argv[1]` (a file, through StagedFiles as features' EmbeddingFile
+# writes its output) and of `sys.argv[2]` (a folder, through a staging folder as
+# convert and vocab build theirs), stopped half-way: no TensorFlow, so it starts fast.
+HALF_WRITTEN = (
+    "import os, sys, time\n"
+    "from bert_ad.files import StagedFiles\n"
+    "from bert_ad.folders import staging_directory\n"
+    "staged = StagedFiles()\n"
+    "with open(staged.stage(sys.argv[1]), 'w') as f:\n"
+    "    f.write('half a row')\n"
+    "open(os.path.join(staging_directory(sys.argv[2]), 'bert_config.json'), 'w').close()\n"
+    "print('writing', flush=True)\n"
+    "time.sleep(120)\n")
+
+
+def start_half_written(output_file: str, output_dir: str) -> subprocess.Popen:
+    """A writer (HALF_WRITTEN) that has made its temporary file and staging folder."""
+    process = subprocess.Popen([sys.executable, "-c", HALF_WRITTEN, output_file, output_dir],
+                               stdout=subprocess.PIPE, universal_newlines=True,
+                               env=launcher_env())
+    assert process.stdout.readline() == "writing\n"
+    return process
+
+
+def kill(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    process.stdout.close()
+
+
+def hidden(folder: str) -> list:
+    return sorted(name for name in os.listdir(folder) if name.startswith("."))
+
+
+def test_the_temporary_file_a_killed_features_run_left_is_removed_by_the_next(ws, tmp_path):
+    """#18: `.NAME.npy.XXXXXXXX.tmp` of a kill -9 stayed for good."""
+    output_file = str(tmp_path / "vectors.npy")
+    kill(start_half_written(output_file, str(tmp_path / "unused")))
+    assert [n for n in hidden(str(tmp_path)) if n.endswith(".tmp")]
+    run = run_cli_in_process(features_cli.cli, features_argv(ws, output_file))
+    assert run.returncode == 0, run.describe()
+    assert [n for n in hidden(str(tmp_path)) if n.endswith(".tmp")] == []
+    assert os.path.isfile(output_file)
+
+
+def test_a_live_writers_temporary_file_and_staging_folder_stay(tmp_path):
+    """Only what no live process holds is removed: a second writer of the same
+    target leaves the first one's files alone."""
+    output_file, output_dir = str(tmp_path / "vectors.npy"), str(tmp_path / "model")
+    process = start_half_written(output_file, output_dir)
+    try:
+        before = hidden(str(tmp_path))
+        assert len(before) == 2
+        staged = StagedFiles()
+        staged.stage(output_file)
+        from bert_ad.folders import staging_directory
+        staging_directory(output_dir)
+        assert set(before) < set(hidden(str(tmp_path)))
+        staged.discard()
+    finally:
+        kill(process)
+
+
+def test_the_staging_folder_a_killed_vocab_run_left_is_removed_by_the_next(ws, tmp_path):
+    """#18's sibling: `convert`, `vocab` and `data prepare` build their folder in
+    `.NAME.XXXXXXXX.staging` beside it; a kill -9 left it there for good."""
+    output_dir = str(tmp_path / "extended")
+    kill(start_half_written(str(tmp_path / "unused.txt"), output_dir))
+    assert [n for n in hidden(str(tmp_path)) if n.endswith(".staging")]
+    run = run_cli_in_process(vocab_cli.cli, vocab_extend_argv(ws, output_dir))
+    assert run.returncode == 0, run.describe()
+    assert [n for n in hidden(str(tmp_path)) if "staging" in n] == []
+    assert os.path.isfile(os.path.join(output_dir, "vocab.txt"))
