@@ -446,7 +446,97 @@ def _cases(w: Workspace) -> dict:
     module("vocab_output_exists", ["already exists"], "bert_ad.vocab",
            ["extend", "--checkpoint", w.init, "--vocab_file", w.model.vocab_file,
             "--words", corpus, "--output_dir", vocab_out], vocab_out)
+    _round_four_cases(w, cases, features)
     return cases
+
+
+def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
+    """Issue 42: each case's folder (digested) holds the inputs it must not touch."""
+    def folder(name: str) -> str:
+        path = os.path.join(w.root, "r4", name)
+        os.makedirs(path)
+        return path
+
+    def text_file(directory: str, name: str = "in.txt") -> str:
+        return _write(os.path.join(directory, name), "a good film\nthe worst movie\n")
+
+    # #1: features' --output_file is one of its inputs, however spelled.
+    here = folder("features_output_is_input")
+    text = text_file(here)
+    os.symlink(text, os.path.join(here, "link.txt"))
+    os.link(text, os.path.join(here, "hard.txt"))
+    model = os.path.join(here, "model")
+    shutil.copytree(os.path.dirname(w.init), model)
+    shutil.copy(w.model.vocab_file, model)
+    base = dict(features, input_file=text, vocab_file=os.path.join(model, "vocab.txt"),
+                bert_config_file=os.path.join(model, "bert_config.json"),
+                init_checkpoint=os.path.join(model, "bert_model.ckpt"), layers=-1)
+    for name, output_file, expected in (
+            ("same_path", os.path.join(here, ".", "in.txt"), f"is --input_file={text}:"),
+            ("symlink", os.path.join(here, "link.txt"), "(the same file by its real path)"),
+            ("hard_link", os.path.join(here, "hard.txt"), "(a hard link of it)"),
+            ("config", base["bert_config_file"], "is --bert_config_file="),
+            ("checkpoint_index", os.path.join(model, "bert_model.ckpt.index"),
+             "is --init_checkpoint="),
+            ("vocab", base["vocab_file"], "is --vocab_file=")):
+        cases[f"features_output_is_input_{name}"] = (
+            [FEATURES] + flag_args(dict(base, output_file=output_file)), here,
+            [f"--output_file={output_file}", expected, "this run reads it and would write "
+             "over it; write the output elsewhere"])
+    flagfile = _write(os.path.join(here, "flags.cfg"), f"--input_file={text}\n")
+    cases["features_output_is_the_flagfile"] = (
+        [FEATURES, f"--flagfile={flagfile}"] + flag_args(
+            dict(base, input_file=None, output_file=flagfile)), here,
+        [f"--output_file={flagfile} is --flagfile={flagfile}"])
+    # #1's sibling: vocab extend --overwrite into the folder of the model it extends.
+    here = folder("vocab_extend_into_its_model")
+    model = os.path.join(here, "model")
+    shutil.copytree(os.path.dirname(w.init), model)
+    shutil.copy(w.model.vocab_file, model)
+    words = _write(os.path.join(here, "words.txt"), "blockbuster\n")
+    cases["vocab_extend_overwrite_its_own_model"] = (
+        ["bert_ad.vocab", "extend", f"--checkpoint={model}", f"--words={words}",
+         f"--output_dir={model}", "--overwrite"], here,
+        [f"--checkpoint={model}", f"lies in --output_dir={model}, which this run replaces "
+         "as a whole"])
+    # #8: squad's --predict_file is a file it writes.
+    here = folder("squad_predict_file_is_output")
+    sample = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
+    for name in ("predictions.json", "nbest_predictions.json"):
+        shutil.copy(sample, os.path.join(here, name))
+        cases[f"squad_predict_file_is_its_{name.split('.')[0]}"] = (
+            [SQUAD] + flag_args(dict(
+                vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
+                init_checkpoint=w.init, output_dir=here, max_seq_length=32,
+                max_query_length=8, doc_stride=8, do_predict=True,
+                predict_file=os.path.join(here, name))), here,
+            [f"the result file {os.path.join(here, name)} is --predict_file=",
+             "give another --output_dir or move the input"])
+    # #9: a flagfile that is not UTF-8, in any command.
+    here = folder("flagfiles")
+    utf16 = os.path.join(here, "utf16.cfg")
+    with open(utf16, "wb") as f:
+        f.write("--max_seq_length=16\n".encode("utf-16"))  # with its byte order mark
+    bom = os.path.join(here, "bom.cfg")
+    with open(bom, "wb") as f:
+        f.write(b"\xef\xbb\xbf--max_seq_length=16\n")
+    latin1 = os.path.join(here, "latin1.cfg")
+    with open(latin1, "wb") as f:
+        f.write(b"--max_seq_length=16\n--text_prefix=caf\xe9\n")
+    nested = _write(os.path.join(here, "nested.cfg"), f"--flagfile={utf16}\n")
+    for name, argv, path, expected in (
+            ("classifier", [CLASSIFIER] + flag_args(classifier_flags(w, here)), utf16,
+             "is UTF-16 text"),
+            ("tokenize", ["bert_ad.cli.tokenize", f"--vocab_file={w.model.vocab_file}"], utf16,
+             "is UTF-16 text"),
+            ("features_bom", [FEATURES] + flag_args(features), bom, "byte order mark"),
+            ("features_latin1", [FEATURES] + flag_args(features), latin1,
+             "line 2 is not UTF-8 text (its byte 18)"),
+            ("convert_nested", ["bert_ad.convert", "hf2google", f"--hf_dir={here}",
+                                f"--output_dir={here}/out"], nested, "is UTF-16 text")):
+        cases[f"flagfile_not_utf8_{name}"] = (
+            argv + [f"--flagfile={path}"], here,
+            [f"--flagfile={utf16 if name == 'convert_nested' else path}", expected])
 
 
 # What each command line runs: a root launcher's or `python -m` module's cli(argv).
@@ -518,6 +608,14 @@ CASE_NAMES = [
     "data_prepare_unknown_name", "data_without_prepare", "convert_missing_hf_dir_flag",
     "convert_unknown_subcommand", "squad_duplicate_ids", "squad_not_json",
     "features_unknown_layer", "features_pooling_several_layers",
+    # Round four (issue 42).
+    "features_output_is_input_same_path", "features_output_is_input_symlink",
+    "features_output_is_input_hard_link", "features_output_is_input_config",
+    "features_output_is_input_checkpoint_index", "features_output_is_input_vocab",
+    "features_output_is_the_flagfile", "vocab_extend_overwrite_its_own_model",
+    "squad_predict_file_is_its_predictions", "squad_predict_file_is_its_nbest_predictions",
+    "flagfile_not_utf8_classifier", "flagfile_not_utf8_tokenize", "flagfile_not_utf8_features_bom",
+    "flagfile_not_utf8_features_latin1", "flagfile_not_utf8_convert_nested",
 ]
 
 

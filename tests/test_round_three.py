@@ -250,15 +250,17 @@ def test_an_output_path_that_is_an_input_is_refused(ws, trained, tmp_path):
     mine = os.path.join(output_dir, "predict.txt")
     shutil.copy(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), mine)
     before = tree_digest(output_dir)
-    with pytest.raises(UserError, match=r"predict.txt is an input of this run \(predict file\) "
-                                        r"and a file it writes in --output_dir"):
+    with pytest.raises(UserError, match=r"predict.txt is --predict_file=.*predict.txt: this run "
+                                        r"reads it and would write over it; give another "
+                                        r"--output_dir"):
         run_main(classifier_cli, classifier_flags(ws, output_dir, do_predict=True,
                                                   predict_file=mine))
     assert tree_digest(output_dir) == before
     # Its sibling: create_pretraining_data's --overwrite of its own --input_file.
     text = tmp_path / "text.txt"
     text.write_text("a sentence .\nanother one .\n", encoding="utf-8")
-    with pytest.raises(UserError, match=r"is both an --input_file and an output of this run"):
+    with pytest.raises(UserError, match=r"is --input_file=.*: this run reads it and would write "
+                                        r"over it; write the records elsewhere"):
         create_cli.main(_create_flags(ws, text))
     assert text.read_text(encoding="utf-8") == "a sentence .\nanother one .\n"
 

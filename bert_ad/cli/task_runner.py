@@ -33,9 +33,11 @@ from bert_ad.cli.flags import (SHARED_AGREED_FLAGS, check_training_flags,
 from bert_ad.cli.inference_flags import (check_inference_flags, define_inference_flags,
                                          inference_placement_from_flags)
 from bert_ad.cli.registry import TaskCommand
+from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import run_launcher
 from bert_ad.compat import quiet_onednn_notices
 from bert_ad.errors import fail
+from bert_ad.files import refuse_outputs_over_inputs
 from bert_ad.model.precision import bf16_path
 
 log = logging.getLogger("bert_ad")
@@ -78,6 +80,8 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     placement = placement_from_flags(f, SHARED_AGREED_FLAGS + command.agreed_flags)
     encoder = text_encoder_from_flags(f) if command.text else None
     task = command.build(f, encoder)
+    refuse_outputs_over_inputs(driver.output_files(task, f.output_dir), flag_inputs(f),
+                               advice="give another --output_dir or move the input")
     settings = run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     log_precision_path(f, placement.plan.uses_gpu)
