@@ -519,6 +519,72 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
             argv + [f"--output_dir={here}", "--overwrite"], here,
             [f"--output_dir={here} holds sub, which this command does not write",
              "--overwrite replaces only what the command writes there"])
+    # #3: a piece list of another model (a trim's 32 pieces beside a 132-row model).
+    pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -3.0)]
+    pieces += [(c, -9.0 - i / 10) for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")]
+    pieces += [("<mask>", 0.0)] + [(f"\u2581w{i}", -12.0 - i / 100) for i in range(100)]
+    piece_model = folder("piece_model")
+    _write(os.path.join(piece_model, "pieces.tsv"),
+           "".join(f"{p}\t{score!r}\n" for p, score in pieces))
+    piece_config = _write(os.path.join(piece_model, "bert_config.json"), json.dumps(
+        dict(json.load(open(w.model.config_file)), vocab_size=len(pieces))))
+    from bert_ad.model.modeling import BertConfig
+    save_initial_checkpoint(os.path.join(piece_model, "bert_model.ckpt"),
+                            BertConfig.from_json_file(piece_config), seed=2)
+    trimmed = os.path.join(w.root, "r4", "trimmed_pieces.tsv")
+    _write(trimmed, "".join(f"{p}\t{score!r}\n" for p, score in pieces[:32]))
+    mismatched = folder("mismatched_piece_model")
+    for name in os.listdir(piece_model):
+        shutil.copy(os.path.join(piece_model, name), mismatched)
+    shutil.copy(trimmed, os.path.join(mismatched, "pieces.tsv"))
+    words = _write(os.path.join(w.root, "r4", "piece_words.txt"), "blockbuster\n")
+    unused = "(a piece list may leave at most 64 rows past it unused; this one would leave 100)"
+    here = folder("piece_list_of_another_model")
+    cases["features_piece_list_of_another_model"] = (
+        [FEATURES] + flag_args(dict(features, vocab_file=trimmed, bert_config_file=piece_config,
+                                    init_checkpoint=piece_model, layers=-1,
+                                    output_file=os.path.join(here, "out.jsonl"))), here,
+        ["--vocab_file has 32 tokens but --bert_config_file says vocab_size=132", unused])
+    cases["squad_piece_list_of_another_model"] = (
+        [SQUAD] + flag_args(dict(
+            vocab_file=trimmed, bert_config_file=piece_config, init_checkpoint=piece_model,
+            output_dir=here, max_seq_length=32, max_query_length=8, doc_stride=8,
+            do_predict=True, predict_file=os.path.join(REPO, "data", "sample_squad",
+                                                       "en-v1.1.json"))), here,
+        ["--vocab_file has 32 tokens", unused])
+    for name, argv in (
+            ("vocab_extend", ["extend", f"--checkpoint={piece_model}", f"--vocab_file={trimmed}",
+                              f"--words={words}"]),
+            ("vocab_trim", ["trim", f"--checkpoint={mismatched}", f"--corpus={words}"])):
+        cases[f"{name}_piece_list_of_another_model"] = (
+            ["bert_ad.vocab"] + argv + [f"--output_dir={here}/{name}"], here,
+            ["has 32 pieces but the checkpoint 132 word embeddings", unused,
+             "give the piece list of this model"])
+    # #3's sibling: transplant from a vocabulary that is not the checkpoint's own.
+    cases["vocab_transplant_source_vocab_of_another_model"] = (
+        ["bert_ad.vocab", "transplant", f"--checkpoint={w.init}",
+         f"--source_vocab={os.path.join(w.root, 'small_vocab.txt')}",
+         f"--target_vocab={w.model.vocab_file}", f"--output_dir={here}/transplant"], here,
+        ["--source_vocab", "has 6 entries but the checkpoint 633 word embeddings",
+         "give the tokenizer of this model"])
+    # #4: a model folder whose config contradicts its checkpoint.
+    for name, config_name, words_in in (
+            ("hidden_size", "config_of_another_hidden_size.json",
+             ["is [633, 32] there but [633, 64] by the config"]),
+            ("layer_count", "config_of_another_more_layers.json",
+             ["bert/encoder/layer_2/", "the config's num_hidden_layers=3"])):
+        config = os.path.join(w.root, config_name)
+        for command, argv in (
+                ("extend", ["extend", f"--vocab_file={w.model.vocab_file}",
+                            f"--words={words}"]),
+                ("transplant", ["transplant", f"--source_vocab={w.model.vocab_file}",
+                                f"--target_vocab={w.model.vocab_file}"])):
+            cases[f"vocab_{command}_config_of_another_{name}"] = (
+                ["bert_ad.vocab"] + argv + [f"--checkpoint={w.init}",
+                                            f"--bert_config_file={config}",
+                                            f"--output_dir={here}/{command}{name}"], here,
+                [f"--checkpoint={w.init} does not fit --bert_config_file={config}: "]
+                + words_in + ["give the bert_config.json the checkpoint was trained with"])
     # #8: squad's --predict_file is a file it writes.
     here = folder("squad_predict_file_is_output")
     sample = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
@@ -638,6 +704,11 @@ CASE_NAMES = [
     "flagfile_not_utf8_features_latin1", "flagfile_not_utf8_convert_nested",
     "data_prepare_overwrite_over_users_files", "vocab_trim_overwrite_over_users_files",
     "vocab_extend_overwrite_over_users_files",
+    "features_piece_list_of_another_model", "squad_piece_list_of_another_model",
+    "vocab_extend_piece_list_of_another_model", "vocab_trim_piece_list_of_another_model",
+    "vocab_transplant_source_vocab_of_another_model",
+    "vocab_extend_config_of_another_hidden_size", "vocab_transplant_config_of_another_hidden_size",
+    "vocab_extend_config_of_another_layer_count", "vocab_transplant_config_of_another_layer_count",
 ]
 
 

@@ -59,7 +59,8 @@ from bert_ad.tools.spm_model import spm_model_bytes
 from bert_ad.tools.trim_inputs import (corpus_entries, corpus_texts, parse_scripts,
                                        piece_chars, piece_of_scripts, single_of_scripts,
                                        word_forms, word_list_words)
-from bert_ad.tools.vocab import OUTPUT_BIAS, PIECES, SPM_MODEL, WORD_EMBEDDINGS, read_weights
+from bert_ad.tools.vocab import (OUTPUT_BIAS, PIECES, SPM_MODEL, WORD_EMBEDDINGS,
+                                 check_piece_rows, read_weights)
 
 TRIM_REPORT = "trim_report.txt"
 # What a trim writes: all its --overwrite may replace.
@@ -202,10 +203,7 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
         fail(f"no {GOOGLE_CONFIG} next to checkpoint {prefix}; pass --bert_config_file")
     config = BertConfig.from_json_file(config_path)
     tokenizer = UnigramTokenizer.from_file(pieces_file)
-    if tokenizer.vocab_size > config.vocab_size:
-        fail(f"{pieces_file} has {tokenizer.vocab_size} pieces but the checkpoint only "
-             f"{config.vocab_size} word embeddings ({config_path}); give the piece list "
-             "of this model")
+    check_piece_rows(pieces_file, tokenizer.vocab_size, config.vocab_size, config_path)
     weights, _ = read_weights(prefix, config, config_path)
     counts, texts = count_pieces(tokenizer, entries)
     rules = KeepRules(min_count, scripts, all_of,
