@@ -216,3 +216,48 @@ def test_vocab_trim_overwrite_keeps_the_users_files(tmp_path):
     assert sorted(os.listdir(str(here))) == sorted(
         ["bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_config.json",
          "pieces.tsv", "sentencepiece.model", "trim_report.txt"])
+
+
+# --- #5: one reader for standard input and files ----------------------------------------
+
+def tokenize(ws, monkeypatch, stdin: bytes = b"", *args: str):
+    """`bert-ad tokenize --vocab_file=... args` with `stdin` as its standard input."""
+    import io
+    from bert_ad.cli import tokenize as tokenize_cli
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    return run_cli_in_process(tokenize_cli.cli, ["bert-ad tokenize",
+                                                 f"--vocab_file={ws.model.vocab_file}"]
+                              + list(args))
+
+
+def test_tokenize_reads_standard_input_and_a_file_alike(ws, tmp_path, monkeypatch):
+    """#5: bad UTF-8 on standard input was [UNK] (exit 0), refused from a file; a lone
+    \\r split a line of a file (6 output lines for 5), not of standard input."""
+    text = b"a good\rfilm\r\nthe worst movie\n"
+    path = tmp_path / "lines.txt"
+    path.write_bytes(text)
+    from_stdin = tokenize(ws, monkeypatch, text)
+    from_file = tokenize(ws, monkeypatch, b"", f"--input_file={path}")
+    assert from_stdin.returncode == from_file.returncode == 0, from_file.describe()
+    assert from_stdin.stdout == from_file.stdout
+    assert from_file.stdout.splitlines()[0] == "a good film" and from_file.stdout.count("\n") == 2
+    bad = b"a good film\ncaf\xe9\n"
+    path.write_bytes(bad)
+    assert_one_error_line(tokenize(ws, monkeypatch, bad),
+                          "standard input line 2 is not UTF-8 text (its byte 4)")
+    assert_one_error_line(tokenize(ws, monkeypatch, b"", f"--input_file={path}"),
+                          f"--input_file={path} line 2 is not UTF-8 text (its byte 4)")
+
+
+def test_vocab_trim_reads_a_corpus_file_as_features_reads_it(tmp_path):
+    """#5's sibling: `vocab trim --corpus` read its files with universal newlines, so
+    a lone \\r made two texts of a line that features and create_pretraining_data
+    read as one."""
+    from bert_ad.tasks.features import InputLines
+    from bert_ad.tools.trim_inputs import corpus_texts
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"\xef\xbb\xbfone text\rstill the first line\r\nthe second\n")
+    read_by_trim = list(corpus_texts(str(path)))
+    assert read_by_trim == ["one text\rstill the first line", "the second"]
+    assert [a for a, _ in InputLines(str(path))] == ["one text\rstill the first line",
+                                                     "the second"]
