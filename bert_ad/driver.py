@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -38,8 +38,9 @@ from bert_ad.errors import UserError, fail
 from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
                                 non_finite_warnings, record_dev_choice,
                                 recorded_answer_settings, score, scoring_checkpoint)
-from bert_ad.files import (remove_stale_staging, remove_stale_temporaries,
-                           write_key_values, write_results)
+from bert_ad import files
+from bert_ad.files import remove_stale_temporaries, write_key_values, write_results
+from bert_ad.folders import remove_stale_staging
 from bert_ad.locks import OutputDirLock
 from bert_ad.parallel.checkpoints import checkpoint_step, step_checkpoints
 from bert_ad.parallel.learning_rate import scale_learning_rate
@@ -372,18 +373,22 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     return 0
 
 
+def output_files(task: Task, output_dir: str) -> List[Tuple[str, str]]:
+    """(what, path) of the files a run writes in output_dir besides checkpoints: its
+    results and the task's prediction files."""
+    names = (LABELS_FILE, TRAIN_RESULTS_FILE, EVAL_RESULTS_FILE) + tuple(
+        task.prediction_file_names())
+    return [("the result file", os.path.join(output_dir, name)) for name in names]
+
+
 def refuse_outputs_over_inputs(task: Task, output_dir: str, inputs: List[SplitData]) -> None:
     """An input file this run would write over (NER's --predict_file=OUTPUT_DIR/predict.txt
-    renamed the input aside and replaced it with the output): one line, nothing written."""
-    written = {os.path.abspath(os.path.join(output_dir, name))
-               for name in (LABELS_FILE, TRAIN_RESULTS_FILE, EVAL_RESULTS_FILE)
-               + tuple(task.prediction_file_names())}
-    for data in inputs:
-        for source in data.sources():
-            if os.path.abspath(source) in written:
-                fail(f"{source} is an input of this run ({data.split} file) and a file it "
-                     f"writes in --output_dir={output_dir}; give another --output_dir or "
-                     "move the input")
+    renamed the input aside and replaced it with the output), however its path is
+    spelled (a symlink, a hard link): one line, nothing written."""
+    files.refuse_outputs_over_inputs(
+        output_files(task, output_dir),
+        [(f"the {data.split} file", source) for data in inputs for source in data.sources()],
+        advice="give another --output_dir or move the input")
 
 
 def _read_dev_for_training(task: Task) -> SplitData:

@@ -23,7 +23,8 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 
 from bert_ad.errors import fail
-from bert_ad.files import atomic_open, staging_directory
+from bert_ad.files import atomic_open
+from bert_ad.folders import staging_directory
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
 from bert_ad.parallel.checkpoints import (checkpoint_problem, checkpoint_step,
                                          latest_checkpoint, step_checkpoints)

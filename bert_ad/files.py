@@ -2,7 +2,8 @@
 
 A reader never sees a half-written file, a crash or a full disk never leaves a
 mixed set of results, and an earlier result is not silently lost: it can be
-kept as `NAME.~N~` (GNU backup style).
+kept as `NAME.~N~` (GNU backup style). Whole folders are built and published
+by bert_ad/folders.py.
 
   write_results(dir, {name: lines})   the result files of one run, as a set
   write_lines / write_key_values      one text file
@@ -11,11 +12,7 @@ kept as `NAME.~N~` (GNU backup style).
                                       (tf.io.TFRecordWriter, savefig)
   StagedFiles                         several temporary paths committed together
                                       (pretraining shards)
-  staging_directory(target)           a hidden folder to build a whole
-                                      directory in (model conversion, data sets)
-  replace_directory(staging, target)  publish it, replacing an existing target
   remove_stale_temporaries(dir)       the temporaries of a killed run, at start
-  remove_stale_staging(dir)           the staging folders of a killed run, at start
   cannot_write(path, error)           the one-line UserError of a failed write
 
 Temporary files are `.NAME.XXXXXXXX.tmp` beside their target (same file
@@ -35,11 +32,10 @@ import math
 import os
 import re
 import secrets
-import shutil
 from typing import IO, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from bert_ad.errors import UserError
-from bert_ad.signals import forget, held, remove_on_stop
+from bert_ad.signals import forget, held, is_live, remove_on_stop
 
 log = logging.getLogger("bert_ad")
 
@@ -74,13 +70,15 @@ def cannot_write(path: str, error: BaseException) -> UserError:
 
 
 def _create_temporary(path: str) -> str:
-    """A new empty `.NAME.XXXXXXXX.tmp` beside `path` (its folder is created)."""
+    """A new empty `.NAME.XXXXXXXX.tmp` beside `path` (its folder is created),
+    locked while it is registered; those of `path` a killed run left go first."""
     directory, name = os.path.split(os.path.abspath(path))
     try:
         os.makedirs(directory, exist_ok=True)
     except FileExistsError:  # a file where the folder should be
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR),
                                  directory) from None
+    remove_stale_temporaries(directory, of=name)
     while True:
         temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
         with held():  # created and registered, or neither, when a stop signal comes
@@ -89,8 +87,7 @@ def _create_temporary(path: str) -> str:
                 fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
                 continue
-            os.close(fd)
-            return remove_on_stop(temporary)
+            return remove_on_stop(temporary, fd)
 
 
 def fsync_path(path: str) -> None:
@@ -359,12 +356,17 @@ def read_key_values(path: str) -> dict:
     return values
 
 
-def remove_stale_temporaries(directory: str) -> List[str]:
+def remove_stale_temporaries(directory: str, of: Optional[str] = None) -> List[str]:
     """Remove the `.NAME.XXXXXXXX.tmp` files a killed run left in `directory`.
 
-    Call it at the start of a run, on a folder this run owns (its locked
-    output_dir): a temporary file of a live writer looks the same.
+    A temporary file of a live writer (this process or another) is locked
+    (bert_ad/signals.py) and stays. Every writer calls it for its own target
+    before making a temporary file, so the next run removes what a kill -9
+    left; the driver calls it on its output_dir at the start of a run.
 
+    Args:
+      directory: the folder.
+      of: only the temporary files of this target file name.
     Returns:
       The paths removed (none if `directory` does not exist).
     Raises:
@@ -374,11 +376,13 @@ def remove_stale_temporaries(directory: str) -> List[str]:
         names = sorted(os.listdir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    pattern = _TEMPORARY_NAME if of is None else re.compile(
+        r"^\." + re.escape(of) + r"\.[a-z0-9_]{8}\.tmp$")
     removed = []
     for name in names:
         path = os.path.join(directory, name)
-        if not _TEMPORARY_NAME.match(name) or os.path.islink(path) \
-                or not os.path.isfile(path):
+        if not pattern.match(name) or os.path.islink(path) \
+                or not os.path.isfile(path) or is_live(path):
             continue
         try:
             os.remove(path)
@@ -390,107 +394,69 @@ def remove_stale_temporaries(directory: str) -> List[str]:
     return removed
 
 
-def staging_directory(target: str) -> str:
-    """A new hidden folder beside `target` to build a whole directory in.
+# ---------------------------------------------------------------------------
+# No output is an input.
 
-    Created with mode 0o777 minus the umask (not mkdtemp's private 0700), as
-    it may become `target` itself by a rename. The caller publishes or removes
-    it.
 
-    Args:
-      target: the directory that will be published.
-    Returns:
-      The path of `.NAME.XXXXXXXX.staging` in `target`'s parent.
-    """
-    parent, name = os.path.split(os.path.abspath(target))
+def same_file(a: str, b: str) -> bool:
+    """Whether paths `a` and `b` name one file however they are spelled: relative
+    or absolute, with `./` or `..`, through a symlink (the same real path) or a
+    hard link (the same device and inode)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
     try:
-        os.makedirs(parent, exist_ok=True)
-        while True:
-            staging = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.staging")
-            with held():  # made and registered, or neither, when a stop signal comes
-                try:
-                    os.mkdir(staging, 0o777)
-                except FileExistsError:
-                    continue
-                return remove_on_stop(staging)
-    except OSError as e:
-        raise cannot_write(target, e) from e
+        first, second = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
 
-def replace_directory(staging: str, target: str) -> None:
-    """Publish the complete folder `staging` as `target`, replacing any old one.
+def _inside(path: str, folder: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
-    The old folder is renamed aside (`STAGING.old`), the new one renamed into
-    place, then the old one removed: a reader sees the old folder or the new
-    one, and a crash between the two renames leaves the old one beside the
-    target, where `restore_directory` finds it.
+
+def _named(what: str, path: str) -> str:
+    """`--flag=PATH` for a flag, `the dev file PATH` for anything else."""
+    return f"{what}={path}" if what.startswith("-") else f"{what} {path}"
+
+
+def refuse_outputs_over_inputs(outputs: Iterable[Tuple[str, str]],
+                               inputs: Iterable[Tuple[str, str]],
+                               replaced_folders: Iterable[Tuple[str, str]] = (),
+                               advice: str = "write the output elsewhere") -> None:
+    """One error line if this run would write over a file it reads.
+
+    The same file spelled another way counts (`same_file`): `features
+    --output_file=./in.txt --input_file=in.txt` replaced the text with its
+    embeddings, and `--output_file` naming the model's config or checkpoint
+    index destroyed the model.
 
     Args:
-      staging: a folder from `staging_directory(target)`, complete.
-      target: the folder to publish it as.
+      outputs: (what the user calls it, path) of every file the run writes,
+        e.g. ("--output_file", "out.npy") or ("the result file", "OUT/predict.txt").
+      inputs: (what, path) of every file (or folder) it reads: data, vocab,
+        config, checkpoint files, flagfiles.
+      replaced_folders: (what, path) of folders the run replaces as a whole:
+        no input may lie inside one.
+      advice: what to do, ending the line.
     Raises:
-      UserError: "cannot write TARGET: CAUSE".
+      UserError: naming the output, the input and what to do.
     """
-    old = staging + ".old"
-    try:
-        # Every file's bytes on the disk before the folder is published.
-        for folder, _, names in os.walk(staging):
-            for name in names:
-                fsync_path(os.path.join(folder, name))
-            fsync_path(folder)
-        if os.path.exists(target):
-            os.rename(target, old)
-        os.rename(staging, target)
-        fsync_path(os.path.dirname(os.path.abspath(target)))
-    except OSError as e:
-        if os.path.exists(old) and not os.path.exists(target):
-            os.rename(old, target)
-        raise cannot_write(target, e) from e
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def restore_directory(target: str) -> List[str]:
-    """Undo what a killed `replace_directory` or writer left beside `target`.
-
-    A missing `target` with a `.NAME.XXXXXXXX.staging.old` beside it gets the
-    old folder back; every other staging folder of `target` is removed. Call
-    it on a folder this run owns (its locked output_dir).
-
-    Returns:
-      The names removed or restored.
-    """
-    parent, name = os.path.split(os.path.abspath(target))
-    pattern = re.compile(r"^\." + re.escape(name) + r"\.[0-9a-f]{8}\.staging(\.old)?$")
-    found = sorted(n for n in os.listdir(parent) if pattern.match(n)) \
-        if os.path.isdir(parent) else []
-    done = []
-    for entry in found:
-        path = os.path.join(parent, entry)
-        if entry.endswith(".old") and not os.path.exists(target):
-            os.rename(path, target)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-        done.append(entry)
-    return done
-
-
-_STAGING_NAME = re.compile(r"^\.(.+)\.[0-9a-f]{8}\.staging(\.old)?$")
-
-
-def remove_stale_staging(directory: str) -> List[str]:
-    """Undo what killed writers of whole folders left in `directory`.
-
-    `restore_directory` for every folder a `.NAME.XXXXXXXX.staging` in
-    `directory` was building (an export, best/, a converted model): a kill -9
-    runs no cleanup. Call it on a folder this run owns (its locked output_dir).
-
-    Returns:
-      The paths removed or restored.
-    """
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    targets = sorted({match.group(1) for match in map(_STAGING_NAME.match, names) if match})
-    return [os.path.join(directory, name) for target in targets
-            for name in restore_directory(os.path.join(directory, target))]
+    inputs = [(what, path) for what, path in inputs if path]
+    for out_what, out_path in outputs:
+        for in_what, in_path in inputs:
+            if os.path.isdir(in_path) or not same_file(out_path, in_path):
+                continue
+            how = ("" if os.path.abspath(out_path) == os.path.abspath(in_path) else
+                   " (the same file by its real path)" if os.path.realpath(out_path)
+                   == os.path.realpath(in_path) else " (a hard link of it)")
+            raise UserError(f"{_named(out_what, out_path)} is {_named(in_what, in_path)}{how}: "
+                            f"this run reads it and would write over it; {advice}")
+    for out_what, folder in replaced_folders:
+        if not folder or not os.path.isdir(folder):  # nothing there to replace
+            continue
+        for in_what, in_path in inputs:
+            if _inside(in_path, folder):
+                raise UserError(f"{_named(in_what, in_path)} lies in {_named(out_what, folder)}, "
+                                f"which this run replaces as a whole; {advice}")

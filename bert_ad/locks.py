@@ -107,7 +107,7 @@ class OutputDirLock:
                             "running: taking the lock over", self.directory,
                             describe_owner(left))
             self._write_owner(me)
-            remove_on_stop(self.path)  # a run stopped by a signal leaves no lock file
+            remove_on_stop(self.path, lock=False)  # a run stopped by a signal leaves no lock file
             self.held = True
             return
         fail(f"could not take the lock {self.path}: it keeps changing; is another run "

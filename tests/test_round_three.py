@@ -250,15 +250,17 @@ def test_an_output_path_that_is_an_input_is_refused(ws, trained, tmp_path):
     mine = os.path.join(output_dir, "predict.txt")
     shutil.copy(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), mine)
     before = tree_digest(output_dir)
-    with pytest.raises(UserError, match=r"predict.txt is an input of this run \(predict file\) "
-                                        r"and a file it writes in --output_dir"):
+    with pytest.raises(UserError, match=r"predict.txt is --predict_file=.*predict.txt: this run "
+                                        r"reads it and would write over it; give another "
+                                        r"--output_dir"):
         run_main(classifier_cli, classifier_flags(ws, output_dir, do_predict=True,
                                                   predict_file=mine))
     assert tree_digest(output_dir) == before
     # Its sibling: create_pretraining_data's --overwrite of its own --input_file.
     text = tmp_path / "text.txt"
     text.write_text("a sentence .\nanother one .\n", encoding="utf-8")
-    with pytest.raises(UserError, match=r"is both an --input_file and an output of this run"):
+    with pytest.raises(UserError, match=r"is --input_file=.*: this run reads it and would write "
+                                        r"over it; write the records elsewhere"):
         create_cli.main(_create_flags(ws, text))
     assert text.read_text(encoding="utf-8") == "a sentence .\nanother one .\n"
 
@@ -273,7 +275,7 @@ def _create_flags(ws, text):
 # --- #3: results, caches, best.json and checkpoints reach the disk before they count ---------
 
 def test_every_write_is_fsynced_before_it_is_renamed_into_place(tmp_path, monkeypatch):
-    from bert_ad import files
+    from bert_ad import files, folders
     from bert_ad.data import feature_cache
     from bert_ad.data.batching import TokenizedExamples
     from bert_ad.parallel.loop import make_durable
@@ -298,10 +300,10 @@ def test_every_write_is_fsynced_before_it_is_renamed_into_place(tmp_path, monkey
                                  TokenizedExamples({"input_ids": [np.ones(3, np.int32)]}))
     assert synced[-1] == str(out / "cache") and len(synced) == 4  # .npz, folder, record, folder
     synced.clear()
-    staging = files.staging_directory(str(out / "best"))
+    staging = folders.staging_directory(str(out / "best"))
     with open(os.path.join(staging, "best.json"), "w") as f:
         f.write("{}")
-    files.replace_directory(staging, str(out / "best"))
+    folders.replace_directory(staging, str(out / "best"))
     assert synced == [os.path.join(staging, "best.json"), staging, str(out)]
     synced.clear()
     for name in ("model.ckpt-3.index", "model.ckpt-3.data-00000-of-00001", "checkpoint"):

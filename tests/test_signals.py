@@ -21,7 +21,8 @@ from helpers import default_signals, launcher_env
 
 STOPPED = ("import os, signal, sys\n"
            "from bert_ad.errors import run_cli\n"
-           "from bert_ad.files import StagedFiles, atomic_open, staging_directory\n"
+           "from bert_ad.files import StagedFiles, atomic_open\n"
+           "from bert_ad.folders import staging_directory\n"
            "def main():\n"
            "    folder = sys.argv[1]\n"
            "    with atomic_open(os.path.join(folder, 'done.txt')) as f:\n"
@@ -71,7 +72,8 @@ def test_signals_the_process_ignores_stay_ignored():
 STOPPED_WHILE_CREATING = (
     "import os, signal, sys, threading, time\n"
     "from bert_ad.errors import run_cli\n"
-    "from bert_ad.files import StagedFiles, staging_directory\n"
+    "from bert_ad.files import StagedFiles\n"
+    "from bert_ad.folders import staging_directory\n"
     # Another thread, as TensorFlow's: a signal the main thread masks goes there.
     "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
     "def signalled(make):\n"

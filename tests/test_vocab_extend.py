@@ -383,11 +383,15 @@ def test_bad_input_is_one_error_line_and_nothing_written(extended, tmp_path, cap
             assert text in lines[0], lines[0]
         assert tree_digest(str(out)) == before
     assert [n for n in os.listdir(str(tmp_path)) if n.startswith(".")] == []
-    # --overwrite replaces the folder as a whole.
+    # --overwrite replaces what extend wrote, never a file of the user's.
+    code, _, err = run(["extend", "--checkpoint", model, "--words", good_words,
+                        "--output_dir", str(exists), "--overwrite"], capsys)
+    assert code == 2 and "holds keep.txt, which this command does not write" in err[-1]
+    (exists / "keep.txt").unlink()
     code, _, err = run(["extend", "--checkpoint", model, "--words", good_words,
                         "--output_dir", str(exists), "--overwrite"], capsys)
     assert code == 0, err
-    assert not (exists / "keep.txt").exists() and (exists / "sentencepiece.model").exists()
+    assert (exists / "sentencepiece.model").exists()
 
 
 def test_the_segmentation_benchmark_counts(extended):

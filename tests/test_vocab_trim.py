@@ -256,10 +256,11 @@ def test_the_module_entry_point_and_overwrite(model, tmp_path):
     model_dir, _, corpus = model
     out = tmp_path / "trimmed"
     out.mkdir()
-    (out / "stale.txt").write_text("old")
+    (out / "trim_report.txt").write_text("an earlier trim's")
     result = run_module("bert_ad.vocab", trim_argv(model_dir, corpus, out, "--overwrite"))
     assert result.returncode == 0, result.describe()
-    assert not (out / "stale.txt").exists() and (out / "sentencepiece.model").exists()
+    assert "an earlier" not in (out / "trim_report.txt").read_text()
+    assert (out / "sentencepiece.model").exists()
     assert [n for n in os.listdir(tmp_path) if n.startswith(".")] == []
 
 

@@ -14,16 +14,16 @@ unless --overwrite; an error leaves no output behind.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import flags
 
 from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
+from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import run_launcher
 from bert_ad.data.tokenization import decide_do_lower_case
-from bert_ad.errors import fail
+from bert_ad.files import refuse_outputs_over_inputs
 from bert_ad.pretraining.instances import MODES, InstanceSettings
 from bert_ad.pretraining.pipeline import create_pretraining_data
 from bert_ad.pretraining.records import output_paths
@@ -87,10 +87,11 @@ def main(f: flags.FlagValues) -> int:
     settings.check()
     outputs = output_paths(f.output_file or "", f.output_dir or "", f.num_shards)
     input_files = expand_input_files(f.input_file)
-    for output in outputs:  # --overwrite would replace the text it is reading
-        if os.path.abspath(output) in {os.path.abspath(path) for path in input_files}:
-            fail(f"{output} is both an --input_file and an output of this run; write the "
-                 "records elsewhere")
+    # --overwrite would replace the text it is reading (or the vocab, a flagfile).
+    refuse_outputs_over_inputs(
+        [("--output_file" if f.output_file else "the shard", path) for path in outputs],
+        [("--input_file", path) for path in input_files] + flag_inputs(f),
+        advice="write the records elsewhere")
     summary = create_pretraining_data(
         input_files, outputs, settings, doc_per_line=f.doc_per_line,
         chunk_documents=f.chunk_documents, num_workers=f.num_workers,

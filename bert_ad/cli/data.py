@@ -11,8 +11,10 @@ from typing import Sequence
 
 from bert_ad.cli.help import HELP_ARGS, print_text
 from bert_ad.cli.registry import register_tool
+from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import tool_cli, parse_flags
 from bert_ad.errors import fail
+from bert_ad.files import refuse_outputs_over_inputs
 from bert_ad.tools import prepare
 
 USAGE = "NAME --output_dir=DIR [--flag=value ...]"
@@ -43,6 +45,9 @@ def main(argv: Sequence[str]) -> int:
              f"{', '.join(sorted(prepare.DATASETS))}")
     f = parse_flags(prepare.define_flags, [f"{program} prepare {name}"] + list(argv[3:]),
                     "--output_dir=DIR [--flag=value ...]", prepare.DATASETS[name])
+    # --overwrite replaces --output_dir as a whole: not with a --source inside it.
+    refuse_outputs_over_inputs((), flag_inputs(f), [("--output_dir", f.output_dir or "")]
+                               if f.overwrite else [])
     return prepare.main(f, name)
 
 

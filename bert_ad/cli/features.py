@@ -36,6 +36,7 @@ from absl import flags
 
 from bert_ad.cli import task_runner
 from bert_ad.cli.registry import register_task
+from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.data.batching import prefetch
 from bert_ad.data.embedding_files import NPY, EmbeddingFile, output_format
 from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS,
@@ -43,6 +44,7 @@ from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS
                                              parse_layers)
 from bert_ad.data.streamed_batches import ROW_INFO
 from bert_ad.errors import fail
+from bert_ad.files import refuse_outputs_over_inputs
 from bert_ad.parallel.streaming import rows_in_order
 from bert_ad.run_settings import Placement
 
@@ -104,6 +106,8 @@ def check_flags(f: flags.FlagValues) -> None:
         fail(f"--output_file={f.output_file} needs --input_file: the lines to embed")
     if f.output_file:
         output_format(f.output_file, settings.pooled)
+        # Not the input text, the model's files or a flagfile, however spelled.
+        refuse_outputs_over_inputs([("--output_file", f.output_file)], flag_inputs(f))
     if f.do_export and not settings.pooled:
         fail("--do_export serves one vector per text: set --pooling=mean or cls")
 

@@ -17,7 +17,7 @@ import os
 from absl import flags
 
 from bert_ad.data.tokenization import (PieceListTokenizer, decide_do_lower_case,
-                                       make_tokenizer)
+                                       make_tokenizer, unused_rows_note, vocab_fits_rows)
 from bert_ad.data.truncation import check_max_seq_length
 from bert_ad.errors import fail
 from bert_ad.model.config import BertConfig
@@ -161,16 +161,14 @@ def model_text_from_flags(f: flags.FlagValues) -> ModelText:
     do_lower_case = decide_do_lower_case(f.vocab_file or "", f.spm_model_file or "",
                                          f.do_lower_case, f["do_lower_case"].present)
     tokenizer = make_tokenizer(f.vocab_file or "", do_lower_case, f.spm_model_file or "")
-    # A vocab of another model maps tokens to the wrong rows silently, so
-    # any difference is refused (released models have exactly vocab_size),
-    # except unused rows past an XLM-R piece list (multilingual-e5 has 250,037
-    # rows for 250,002 pieces).
-    padded = (isinstance(tokenizer, PieceListTokenizer)
-              and tokenizer.vocab_size < config.vocab_size)
-    if tokenizer.vocab_size != config.vocab_size and not padded:
+    # A vocab of another model maps tokens to the wrong rows silently.
+    piece_list = isinstance(tokenizer, PieceListTokenizer)
+    if not vocab_fits_rows(tokenizer.vocab_size, config.vocab_size, piece_list):
         vocab_flag = "--spm_model_file" if f.spm_model_file else "--vocab_file"
         fail(f"{vocab_flag} has {tokenizer.vocab_size} tokens but --bert_config_file "
-             f"says vocab_size={config.vocab_size}; use the vocab the model was trained with")
+             f"says vocab_size={config.vocab_size}"
+             f"{unused_rows_note(tokenizer.vocab_size, config.vocab_size, piece_list)}; use "
+             "the vocab the model was trained with")
     return ModelText(config, tokenizer, f.vocab_file or f.spm_model_file or "",
                      do_lower_case)
 

@@ -21,6 +21,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from absl import flags
 
+from bert_ad.cli import flagfiles
 from bert_ad.cli.help import HELP_ARGS, flag_error_message, print_help, print_text, wants_help
 from bert_ad.errors import fail, run_cli
 
@@ -57,10 +58,12 @@ def parse_flags_and_arguments(define_flags: Callable[[flags.FlagValues], None],
     define_flags(fv)
     if wants_help(argv):
         print_help(f"{os.path.basename(argv[0])} {usage}", description, fv)
+    read_from = flagfiles.read_flagfiles(argv)  # not UTF-8: one line, not absl's traceback
     try:
         rest = fv(list(argv))
     except flags.Error as e:
         fail(flag_error_message(e))
+    flagfiles.record(fv, read_from)
     return fv, list(rest[1:])
 
 

@@ -28,8 +28,10 @@ from absl import flags
 
 from bert_ad.cli import flag_checks, flag_groups
 from bert_ad.cli.registry import TaskCommand
+from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import run_launcher
 from bert_ad.errors import fail
+from bert_ad.files import refuse_outputs_over_inputs
 
 log = logging.getLogger("bert_ad")
 
@@ -82,6 +84,8 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     encoder = (builders.text_encoder_from_flags(f, text) if text is not None
                else builders.encoder_from_flags(f))
     task = command.build(f, encoder)
+    refuse_outputs_over_inputs(driver.output_files(task, f.output_dir), flag_inputs(f),
+                               advice="give another --output_dir or move the input")
     settings = builders.run_settings_from_flags(f, placement)
     log.info("%s", placement.plan.describe())
     log_precision_path(f, placement.plan.uses_gpu)

@@ -17,7 +17,8 @@ from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import parse_flags_and_arguments, tool_cli
 from bert_ad.data.tokenization import decide_do_lower_case, make_tokenizer
-from bert_ad.errors import fail
+from bert_ad.data.text_lines import text_lines
+from bert_ad.errors import fail, require_file
 
 USAGE = "--vocab_file=FILE [--ids] [--input_file=FILE | TEXT ...]"
 
@@ -32,22 +33,19 @@ def define_flags(fv: flags.FlagValues) -> None:
 
 
 def _lines(input_file: Optional[str], texts: List[str]) -> Iterator[str]:
+    """The texts: the arguments, or the lines of --input_file or standard input,
+    both read by the one line reader (bert_ad/data/text_lines.py)."""
     if texts and input_file:
         fail("give texts as arguments or --input_file, not both")
     if texts:
         yield from texts
         return
     if input_file in (None, "", "-"):
-        for line in sys.stdin:
-            yield line.rstrip("\r\n")
+        yield from text_lines(sys.stdin.buffer, "standard input")
         return
-    try:
-        with open(input_file, encoding="utf-8") as f:
-            for line in f:
-                yield line.rstrip("\r\n")
-    except UnicodeDecodeError as e:
-        fail(f"--input_file={input_file} is not UTF-8 text ({e.reason} at byte "
-             f"{e.start}); convert it to UTF-8")
+    require_file(input_file, "--input_file")
+    with open(input_file, "rb") as f:
+        yield from text_lines(f, f"--input_file={input_file}")
 
 
 def main(argv: Sequence[str]) -> int:

@@ -19,7 +19,9 @@ from absl import flags
 
 from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
+from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import Subcommand, run_subcommand, tool_cli
+from bert_ad.files import refuse_outputs_over_inputs
 from bert_ad.tools import vocab, vocab_extend, vocab_trim
 
 PROGRAM = "python -m bert_ad.vocab"
@@ -86,7 +88,16 @@ def _trim_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.", **d)
 
 
+def refuse_inputs_in_output_dir(f: flags.FlagValues) -> None:
+    """The model (or corpus, word list, flagfile) a run reads must not lie in the
+    --output_dir its --overwrite replaces: `vocab extend --output_dir=MODEL_DIR
+    --overwrite` replaced the model it extended."""
+    replaced = [("--output_dir", f.output_dir)] if "overwrite" in f and f.overwrite else []
+    refuse_outputs_over_inputs((), flag_inputs(f), replaced)
+
+
 def _trim(f: flags.FlagValues) -> int:
+    refuse_inputs_in_output_dir(f)
     print(vocab_trim.trim(f.checkpoint, f.corpus, f.output_dir, f.min_count, f.keep_scripts,
                           f.keep_all_pieces_of, f.bert_config_file, f.overwrite,
                           keep_words=f.keep_words, keep_short_pieces=f.keep_short_pieces,
@@ -95,12 +106,14 @@ def _trim(f: flags.FlagValues) -> int:
 
 
 def _transplant(f: flags.FlagValues) -> int:
+    refuse_inputs_in_output_dir(f)
     print(vocab.transplant(f.checkpoint, f.target_vocab, f.output_dir, f.source_vocab,
                            f.bert_config_file, f.source_do_lower_case, f.seed).summary())
     return 0
 
 
 def _extend(f: flags.FlagValues) -> int:
+    refuse_inputs_in_output_dir(f)
     print(vocab_extend.extend(f.checkpoint, f.words, f.output_dir, f.vocab_file,
                               f.bert_config_file, f.do_lower_case, f["do_lower_case"].present,
                               f.seed, f.overwrite).summary())

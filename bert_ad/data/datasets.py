@@ -45,7 +45,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from bert_ad.resources import assets
 from bert_ad.errors import UserError
-from bert_ad.files import staging_directory
+from bert_ad.folders import publish_directory, staging_directory
 
 Pair = Tuple[str, str]  # (label, text)
 SPLITS = ("train", "dev", "test")
@@ -269,7 +269,9 @@ def write_dataset_folder(output_dir: str, files: Dict[str, str], overwrite: bool
 
     The files are written (UTF-8, LF) into a temporary folder beside it,
     which is then renamed into place; an existing folder (with `overwrite`)
-    is replaced only once the new one is complete. Returns the absolute path.
+    is replaced only once the new one is complete, and only if it holds
+    nothing but files of this data set (bert_ad/folders.py, publish_directory).
+    Returns the absolute path.
     """
     output_dir = os.path.abspath(output_dir)
     tmp = staging_directory(output_dir)
@@ -280,13 +282,7 @@ def write_dataset_folder(output_dir: str, files: Dict[str, str], overwrite: bool
             with open(path, "w", encoding="utf-8", newline="\n") as f:
                 f.write(text)
         check_output_dir(output_dir, overwrite)
-        if os.path.exists(output_dir):
-            old = tmp + ".old"
-            os.rename(output_dir, old)
-            os.rename(tmp, output_dir)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, output_dir)
+        publish_directory(tmp, output_dir)
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp)

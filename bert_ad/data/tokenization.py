@@ -60,6 +60,11 @@ REQUIRED_SPECIAL_TOKENS = (CLS, SEP, UNK)
 UNIGRAM_SPECIAL_PIECES = {CLS: "<s>", SEP: "</s>", PAD: "<pad>", UNK: "<unk>", MASK: "<mask>"}
 
 MAX_INPUT_CHARS_PER_WORD = 100
+# XLM-R style checkpoints may have unused word-embedding rows past their piece
+# list (multilingual-e5: 35 past its 250,002 pieces; `vocab extend` fills them
+# first). A list shorter than that is another model's: the 8,336 pieces of a
+# trim beside the 61,138-row model it came from would read wrong rows.
+MAX_UNUSED_ROWS = 64
 log = logging.getLogger("bert_ad")
 
 
@@ -390,6 +395,25 @@ def make_tokenizer(vocab_file: str = "", do_lower_case: bool = True,
     if is_piece_list(vocab_file):
         return PieceListTokenizer(vocab_file, do_lower_case=do_lower_case)
     return FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
+def vocab_fits_rows(entries: int, rows: int, piece_list: bool) -> bool:
+    """Whether a vocabulary of `entries` entries belongs to a model with `rows`
+    word-embedding rows: one entry a row (WordPiece, SentencePiece), or for a
+    unigram piece list up to MAX_UNUSED_ROWS rows past it left unused.
+
+    A vocabulary of another model maps text to the wrong rows and nothing fails,
+    so every command that pairs one with a checkpoint or config asks this first.
+    """
+    return entries == rows or (piece_list and 0 < rows - entries <= MAX_UNUSED_ROWS)
+
+
+def unused_rows_note(entries: int, rows: int, piece_list: bool) -> str:
+    """What an error line adds for a piece list too short for its rows ("" otherwise)."""
+    if not piece_list or entries >= rows:
+        return ""
+    return (f" (a piece list may leave at most {MAX_UNUSED_ROWS} rows past it unused; this "
+            f"one would leave {rows - entries})")
 
 
 def piece_list_is_cased(pieces_file: str) -> bool:

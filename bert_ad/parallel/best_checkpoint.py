@@ -12,7 +12,7 @@ Evaluation during training (--eval_every_steps) hands every evaluation to a
 
 beside the usual last-N checkpoints in output_dir. A better evaluation
 publishes a complete new folder (weights and best.json) in one rename
-(bert_ad.files.replace_directory); any other evaluation rewrites best.json
+(bert_ad.folders.replace_directory); any other evaluation rewrites best.json
 atomically. A resumed run reads best.json and so remembers the best value and
 how many evaluations passed without improvement (early stopping's count).
 
@@ -31,7 +31,8 @@ import os
 from typing import Callable, List, Optional, Tuple
 
 from bert_ad.errors import fail
-from bert_ad.files import atomic_open, replace_directory, restore_directory
+from bert_ad.files import atomic_open
+from bert_ad.folders import replace_directory, restore_directory
 from bert_ad.parallel.checkpoints import step_checkpoints
 
 log = logging.getLogger("bert_ad")
@@ -155,7 +156,7 @@ class BestCheckpoint:
         An evaluation at a step already recorded or before it (a resumed run
         redoing steps an interrupted one had evaluated) replaces those
         records. With `keep_weights` and an improvement, `staged_weights` (a
-        folder from bert_ad.files.staging_directory(self.directory) holding
+        folder from bert_ad.folders.staging_directory(self.directory) holding
         this step's model.ckpt-N) becomes best/, with best.json written into
         it first; the caller removes it otherwise.
         """

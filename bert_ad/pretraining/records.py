@@ -17,7 +17,7 @@ import numpy as np
 
 from bert_ad.data.batching import Batches, padded_length
 from bert_ad.errors import fail, require_file
-from bert_ad.files import StagedFiles, cannot_write
+from bert_ad.files import StagedFiles, cannot_write, refuse_outputs_over_inputs
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
                  "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
@@ -106,10 +106,8 @@ def check_outputs(paths: Sequence[str], input_files: Sequence[str],
                   overwrite: bool, output_dir: str = "") -> None:
     """Refuse to clobber inputs, existing outputs (without --overwrite), or
     to mix shards with those of an earlier run with another --num_shards."""
-    inputs = {os.path.realpath(p) for p in input_files}
-    for p in paths:
-        if os.path.realpath(p) in inputs:
-            fail(f"output file {p!r} is also an input file; write elsewhere")
+    refuse_outputs_over_inputs([("output file", p) for p in paths],
+                               [("input file", p) for p in input_files])
     existing = [p for p in paths if os.path.exists(p)]
     if existing and not overwrite:
         fail(f"output file {existing[0]!r} exists"

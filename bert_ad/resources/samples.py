@@ -27,7 +27,8 @@ import shutil
 from typing import List
 
 from bert_ad.errors import UserError
-from bert_ad.files import cannot_write, staging_directory
+from bert_ad.files import cannot_write
+from bert_ad.folders import staging_directory
 
 # Folder inside the installed package -> folder at the root of a checkout.
 CHECKOUT_FOLDERS = {"configs": "configs", "samples": "data"}

@@ -36,7 +36,8 @@ import numpy as np
 from bert_ad.compat import TF_VERSION, make_saved_model_portable, portable_graph_def, tf
 from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer
 from bert_ad.errors import fail
-from bert_ad.files import cannot_write, staging_directory
+from bert_ad.files import cannot_write
+from bert_ad.folders import staging_directory
 from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
 from bert_ad.data.feature_cache import file_digest
 from bert_ad.serving import layout

@@ -38,6 +38,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from bert_ad.compat import tf
 from bert_ad.data.features import row_ids
 from bert_ad.data.streamed_batches import EncodedRow, StreamedBatches
+from bert_ad.data.text_lines import text_lines
 from bert_ad.data.truncation import truncate_pair, truncate_tokens
 from bert_ad.errors import fail, require_file
 from bert_ad.model.modeling import BertModel, masked_mean
@@ -53,7 +54,6 @@ PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")
 # ([seq, hidden] per layer and row) wait for their turn in fewer rows.
 WINDOW_BATCHES_POOLED = 64
 WINDOW_BATCHES_TOKENS = 4
-BYTE_ORDER_MARK = "\ufeff"
 
 
 def split_line(line: str) -> Tuple[str, Optional[str]]:
@@ -68,21 +68,17 @@ class InputLines:
     """The lines of an input file as (text_a, text_b or None), read lazily.
 
     Made once the whole file has been checked (one pass, nothing kept): it
-    must exist, hold at least one line and be UTF-8 text; each line is
-    stripped as Google's (a byte order mark on the first line dropped). Every
-    line is a row, an empty one too ([CLS] [SEP]): row i is line i + 1.
+    must exist, hold at least one line and be UTF-8 text; lines are read as
+    every command reads them (bert_ad/data/text_lines.py: `\n` ends a line, a
+    byte order mark goes) and each is stripped as Google's. Every line is a
+    row, an empty one too ([CLS] [SEP]): row i is line i + 1.
     """
 
     def __init__(self, path: str, flag: str = "--input_file"):
         self.path = require_file(path, flag)
-        count = 0
+        self.source = f"{flag}={path}"
         with open(path, "rb") as f:
-            for count, raw in enumerate(f, 1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    fail(f"{flag}={path}: line {count} is not UTF-8 text (byte "
-                         f"{e.start + 1}); convert the file to UTF-8")
+            count = sum(1 for _ in text_lines(f, self.source))
         if count == 0:
             fail(f"{flag}={path} is empty: give one text per line (or "
                  "`text_a ||| text_b`)")
@@ -93,10 +89,7 @@ class InputLines:
 
     def __iter__(self) -> Iterator[Tuple[str, Optional[str]]]:
         with open(self.path, "rb") as f:
-            for number, raw in enumerate(f):
-                line = raw.decode("utf-8")
-                if number == 0 and line.startswith(BYTE_ORDER_MARK):
-                    line = line[1:]
+            for line in text_lines(f, self.source):
                 yield split_line(line.strip())
 
 

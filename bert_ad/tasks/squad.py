@@ -271,6 +271,10 @@ class SquadTask(Task):
         metrics["eval_answer_metric"] = self.style(data)
         return metrics
 
+    def prediction_file_names(self):
+        return (PREDICTIONS, NBEST) + ((NULL_ODDS,) if self.answers.version_2_with_negative
+                                       else ())
+
     def prediction_files(self, data: SquadSplit, outputs: Dict[str, np.ndarray]):
         answers = self.answers_of(data, outputs)
         files = {PREDICTIONS: _json_lines(answers.predictions),

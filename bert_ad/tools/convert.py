@@ -41,7 +41,8 @@ from bert_ad.parallel.checkpoints import (is_optimizer_state, non_finite_summary
                                           resolve_checkpoint)
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.errors import fail, require_file
-from bert_ad.files import cannot_write, staging_directory
+from bert_ad.files import cannot_write
+from bert_ad.folders import staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.tools.weight_names import (google_to_hf_name, google_variable_shapes,
                                         hf_to_google_names, is_hf_non_weight, is_kernel,
@@ -132,7 +133,7 @@ def check_model_output_dir(output_dir: str, overwrite: bool, markers: tuple) -> 
 
 @contextlib.contextmanager
 def staged_output(output_dir: str, stale_prefix: str) -> Iterator[str]:
-    """A hidden folder beside output_dir (bert_ad.files.staging_directory) to
+    """A hidden folder beside output_dir (bert_ad.folders.staging_directory) to
     write the files in; published into output_dir when the block succeeds,
     removed on any exception (an I/O error becomes one line naming output_dir).
     """

@@ -117,8 +117,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                        "texts; not domain_text).", **d)
     flags.DEFINE_float("test_fraction", 0.1, "Share that goes to test (sentiment sets, "
                        "lee_similarity, People's Daily).", **d)
-    flags.DEFINE_boolean("overwrite", False, "Replace a non-empty --output_dir (sentiment "
-                         "sets, lee_similarity, People's Daily).", **d)
+    flags.DEFINE_boolean("overwrite", False, "Replace what an earlier run wrote in "
+                         "--output_dir (a folder holding any other file is refused; "
+                         "sentiment sets, lee_similarity, People's Daily).", **d)
     flags.DEFINE_string("source", None, "Raw file/folder to read instead of fetching the "
                         "asset (sentiment sets, lee_similarity, People's Daily).", **d)
     # rewrite.

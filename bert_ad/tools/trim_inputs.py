@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Iterator, List, Sequence, Tuple
 
+from bert_ad.data.text_lines import text_lines
 from bert_ad.errors import fail
 
 # name -> inclusive code point ranges.
@@ -106,19 +107,17 @@ def _free_text(field: str) -> bool:
 
 
 def _file_texts(path: str, tsv_fields: bool, flag: str = "--corpus") -> Iterator[str]:
+    """A file's texts, its lines read as every command reads them
+    (bert_ad/data/text_lines.py: a lone `\r` does not end a line)."""
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            for line in f:
-                line = line.rstrip("\r\n")
+        with open(path, "rb") as f:
+            for line in text_lines(f, f"{flag} file {path!r}"):
                 if not tsv_fields:
                     yield line
                     continue
                 for field in line.split("\t"):
                     if _free_text(field):
                         yield field
-    except UnicodeDecodeError as e:
-        fail(f"{flag} file {path!r} is not UTF-8 ({e.reason} at byte {e.start}); "
-             "save it as UTF-8")
     except OSError as e:
         fail(f"{flag} file {path!r} cannot be read: {e.strerror or e}")
 

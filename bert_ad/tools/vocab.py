@@ -41,15 +41,18 @@ from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from bert_ad.parallel.checkpoints import is_optimizer_state, resolve_checkpoint
+from bert_ad.parallel.checkpoints import config_mismatch, is_optimizer_state, resolve_checkpoint
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
 from bert_ad.tools.convert import (
     CHECKPOINT_NAME, GOOGLE_CONFIG, VOCAB, staged_output, write_tf_checkpoint)
 from bert_ad.errors import fail, require_file
-from bert_ad.files import cannot_write, replace_directory, staging_directory
+from bert_ad.files import cannot_write
+from bert_ad.folders import publish_directory, refuse_foreign_entries, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.data.basic_tokenization import strip_accents
-from bert_ad.data.tokenization import UNK, FullTokenizer, load_vocab
+from bert_ad.data.tokenization import (UNK, FullTokenizer, load_vocab, unused_rows_note,
+                                       vocab_fits_rows)
+from bert_ad.data.unigram import NORMALIZATION_FILE
 from bert_ad.tools.vocab_sources import (AVERAGED, COPIED, FRESH, SPECIAL_TOKENS, RowPlan,
                                          load_source, plan_row)
 
@@ -58,6 +61,12 @@ OUTPUT_BIAS = "cls/predictions/output_bias"
 TRANSPLANT_REPORT = "transplant_report.txt"
 EXTEND_REPORT = "extend_report.txt"
 PIECES = "pieces.tsv"
+SPM_MODEL = "sentencepiece.model"
+# What `extend` writes (for a WordPiece vocab or a piece list): all its
+# --overwrite may replace.
+EXTEND_OUTPUTS = (CHECKPOINT_NAME + ".index", CHECKPOINT_NAME + ".data-00000-of-00001",
+                  GOOGLE_CONFIG, VOCAB, PIECES, NORMALIZATION_FILE, SPM_MODEL,
+                  EXTEND_REPORT)
 _UNUSED = re.compile(r"^\[unused\d+\]$")
 DEFAULT_SEED = 12345
 
@@ -93,10 +102,24 @@ def read_weights(prefix: str, config: BertConfig, config_path: str) -> tuple:
     if rows != config.vocab_size:
         fail(f"checkpoint {prefix} has {rows} word embeddings but vocab_size in "
              f"{config_path} is {config.vocab_size}; give the config of this checkpoint")
+    # The folder written carries this config: it must describe these weights.
+    mismatch = config_mismatch(prefix, config)
+    if mismatch:
+        fail(f"--checkpoint={prefix} does not fit --bert_config_file={config_path}: "
+             f"{mismatch}; give the bert_config.json the checkpoint was trained with")
     bias = weights.get(OUTPUT_BIAS)
     if bias is not None and bias.shape != (rows,):
         fail(f"checkpoint {prefix}: {OUTPUT_BIAS} has shape {list(bias.shape)}, not [{rows}]")
     return weights, len(variables) - len(names)
+
+
+def check_piece_rows(pieces_file: str, pieces: int, rows: int, config_path: str) -> None:
+    """One line unless the piece list `pieces_file` belongs to the checkpoint whose
+    config (`config_path`) gives it `rows` word embeddings (tokenization.vocab_fits_rows)."""
+    if not vocab_fits_rows(pieces, rows, piece_list=True):
+        fail(f"{pieces_file} has {pieces} pieces but the checkpoint "
+             f"{'only ' if pieces > rows else ''}{rows} word embeddings ({config_path})"
+             f"{unused_rows_note(pieces, rows, True)}; give the piece list of this model")
 
 
 def truncated_normal(rows: int, cols: int, stddev: float, seed: int) -> np.ndarray:
@@ -111,20 +134,23 @@ def truncated_normal(rows: int, cols: int, stddev: float, seed: int) -> np.ndarr
 
 
 def check_output_dir(output_dir: str, overwrite: Optional[bool] = None) -> None:
-    """`overwrite`: None for a command without --overwrite (never replaces)."""
+    """`overwrite`: None for a command without --overwrite (never replaces); with
+    it, a folder holding anything `extend` does not write is refused."""
     if not output_dir:
         fail("--output_dir is not set")
     if os.path.exists(output_dir) and not overwrite:
         fail(f"--output_dir {output_dir!r} already exists; give a new folder " +
              ("(nothing is ever overwritten)" if overwrite is None
               else "or pass --overwrite to replace it"))
+    refuse_foreign_entries(output_dir, EXTEND_OUTPUTS)
 
 
 def write_model(output_dir: str, weights: Dict[str, np.ndarray], config: BertConfig,
                 files: Dict[str, object], overwrite: bool = False) -> None:
     """Checkpoint, config and `files` ({name: bytes, a source path or a list of
     lines}), built in a staging folder and renamed into place: a new output_dir
-    in one step; an existing one (only with `overwrite`) replaced as a whole."""
+    in one step; an existing one (only with `overwrite`) replaced as a whole,
+    if it holds nothing but what `extend` writes (bert_ad/folders.py)."""
     if not (overwrite and os.path.exists(output_dir)):
         with staged_output(output_dir, CHECKPOINT_NAME + ".") as staging:
             _write_files(staging, weights, config, files)
@@ -132,7 +158,7 @@ def write_model(output_dir: str, weights: Dict[str, np.ndarray], config: BertCon
     staging = staging_directory(output_dir)
     try:
         _write_files(staging, weights, config, files)
-        replace_directory(staging, output_dir)
+        publish_directory(staging, output_dir, EXTEND_OUTPUTS)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(e, (OSError, tf.errors.OpError)):
@@ -221,9 +247,12 @@ def transplant(checkpoint: str, target_vocab: str, output_dir: str,
     source = load_source(source_vocab, source_do_lower_case)
     tokens = load_target_vocab(target_vocab)
     weights, left_out = read_weights(prefix, config, config_path)
-    if source.size > config.vocab_size:
+    piece_list = source.kind == "unigram"
+    if not vocab_fits_rows(source.size, config.vocab_size, piece_list):
         fail(f"--source_vocab {source_vocab} has {source.size} entries but the checkpoint "
-             f"only {config.vocab_size} word embeddings; give the tokenizer of this model")
+             f"{'only ' if source.size > config.vocab_size else ''}{config.vocab_size} word "
+             f"embeddings{unused_rows_note(source.size, config.vocab_size, piece_list)}; "
+             "give the tokenizer of this model")
 
     plans = [plan_row(source, token) for token in tokens]
     old_rows = weights[WORD_EMBEDDINGS]

@@ -75,6 +75,7 @@ from bert_ad.data.unigram import (CONTROL_PIECES, NORMALIZATION_FILE, UNK_PIECE,
                                   WORD_START, UnigramTokenizer, is_piece_list)
 from bert_ad.errors import fail, require_file
 from bert_ad.tools import vocab
+from bert_ad.tools.vocab import check_piece_rows
 from bert_ad.tools.convert import VOCAB
 from bert_ad.tools.spm_model import spm_model_bytes
 from bert_ad.tools.trim_inputs import in_scripts
@@ -255,10 +256,7 @@ def extend_pieces(checkpoint: str, words_file: str, output_dir: str, pieces_file
     tokenizer = UnigramTokenizer.from_file(pieces_file)
     normalization = tokenizer.normalization_file
     words = vocab.read_words(words_file)
-    if tokenizer.vocab_size > config.vocab_size:
-        fail(f"{pieces_file} has {tokenizer.vocab_size} pieces but the checkpoint only "
-             f"{config.vocab_size} word embeddings ({config_path}); give the piece list "
-             "of this model")
+    check_piece_rows(pieces_file, tokenizer.vocab_size, config.vocab_size, config_path)
     weights, left_out = vocab.read_weights(prefix, config, config_path)
     old_size = tokenizer.vocab_size
     old_pieces, old_scores = list(tokenizer.pieces), list(tokenizer.scores)

@@ -51,7 +51,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 from bert_ad.data.unigram import (CONTROL_PIECES, NORMALIZATION_FILE, UNK_PIECE, WORD_START,
                                   UnigramTokenizer)
 from bert_ad.errors import fail
-from bert_ad.files import replace_directory, staging_directory
+from bert_ad.folders import publish_directory, refuse_foreign_entries, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.checkpoints import resolve_checkpoint
 from bert_ad.tools.convert import CHECKPOINT_NAME, GOOGLE_CONFIG, write_tf_checkpoint
@@ -59,10 +59,13 @@ from bert_ad.tools.spm_model import spm_model_bytes
 from bert_ad.tools.trim_inputs import (corpus_entries, corpus_texts, parse_scripts,
                                        piece_chars, piece_of_scripts, single_of_scripts,
                                        word_forms, word_list_words)
-from bert_ad.tools.vocab import OUTPUT_BIAS, PIECES, WORD_EMBEDDINGS, read_weights
+from bert_ad.tools.vocab import (OUTPUT_BIAS, PIECES, SPM_MODEL, WORD_EMBEDDINGS,
+                                 check_piece_rows, read_weights)
 
 TRIM_REPORT = "trim_report.txt"
-SPM_MODEL = "sentencepiece.model"
+# What a trim writes: all its --overwrite may replace.
+TRIM_OUTPUTS = (CHECKPOINT_NAME + ".index", CHECKPOINT_NAME + ".data-00000-of-00001",
+                GOOGLE_CONFIG, PIECES, NORMALIZATION_FILE, SPM_MODEL, TRIM_REPORT)
 REASONS = ("control", "used", "word_list", "script_single", "script_all", "short")
 DEFAULT_SCRIPTS = "han,cjk_punct,fullwidth,general_punct,latin"
 
@@ -175,6 +178,7 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
     if os.path.exists(output_dir) and not overwrite:
         fail(f"--output_dir {output_dir!r} already exists; give a new folder or pass "
              "--overwrite to replace it")
+    refuse_foreign_entries(output_dir, TRIM_OUTPUTS)
     if min_count < 1:
         fail(f"--min_count={min_count}: a kept piece must be used at least once; give 1 or more")
     if keep_short_pieces < 0:
@@ -199,10 +203,7 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
         fail(f"no {GOOGLE_CONFIG} next to checkpoint {prefix}; pass --bert_config_file")
     config = BertConfig.from_json_file(config_path)
     tokenizer = UnigramTokenizer.from_file(pieces_file)
-    if tokenizer.vocab_size > config.vocab_size:
-        fail(f"{pieces_file} has {tokenizer.vocab_size} pieces but the checkpoint only "
-             f"{config.vocab_size} word embeddings ({config_path}); give the piece list "
-             "of this model")
+    check_piece_rows(pieces_file, tokenizer.vocab_size, config.vocab_size, config_path)
     weights, _ = read_weights(prefix, config, config_path)
     counts, texts = count_pieces(tokenizer, entries)
     rules = KeepRules(min_count, scripts, all_of,
@@ -245,7 +246,7 @@ def trim(checkpoint: str, corpus: str, output_dir: str, min_count: int = 1,
         with open(os.path.join(staging, TRIM_REPORT), "w", encoding="utf-8",
                   newline="\n") as f:
             f.write("".join(line + "\n" for line in report))
-        replace_directory(staging, output_dir)
+        publish_directory(staging, output_dir, TRIM_OUTPUTS)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

