@@ -14,6 +14,7 @@ runtime (ONNX Runtime) is one more entry there.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -142,6 +143,39 @@ class ServedModel:
                        on_batch: Optional[Callable[[int, float], None]] = None) -> None:
         self.batcher = DynamicBatcher(self.score, max_batch_size, batch_timeout_ms,
                                       self.predictions.complete_batch, on_batch, self.name)
+
+    def answer(self, parsed: list, pool: concurrent.futures.Executor
+               ) -> concurrent.futures.Future:
+        """A future of the answers to a request's parsed instances.
+
+        On `pool`'s threads: tokenise and queue the rows; once the batcher has
+        scored them (its callback, on the scoring thread, only hands over),
+        make the answers. Neither the event loop nor the scoring thread runs
+        the task's Python code, and the loop wakes once, for the answers.
+        """
+        answered: concurrent.futures.Future = concurrent.futures.Future()
+
+        def failed(error: BaseException) -> None:
+            if not answered.done():
+                answered.set_exception(error)
+
+        def make_answers(featurized, scored: concurrent.futures.Future) -> None:
+            try:
+                outputs = stack_rows(scored.result())
+                answered.set_result(self.predictions.predict(parsed, featurized, outputs))
+            except BaseException as e:  # the request learns it (500)
+                failed(e)
+
+        def featurize() -> None:
+            try:
+                featurized = self.predictions.featurize(parsed)
+                self.batcher.submit(featurized.rows()).add_done_callback(
+                    lambda scored: pool.submit(make_answers, featurized, scored))
+            except BaseException as e:
+                failed(e)
+
+        pool.submit(featurize)
+        return answered
 
     def warm_up(self) -> None:
         """Score one instance: the first request is not the one that pays for

@@ -11,8 +11,8 @@ over Starlette on uvicorn by a measurement (docs/serving.md). A request is
 read on the event loop (size, JSON, every instance checked: a 4xx with
 {"error": "..."} naming the problem), tokenised on a small thread pool,
 scored by the model's batcher together with other requests' rows
-(bert_ad/serving/batching.py) and answered from the pool again; the loop
-never waits on TensorFlow.
+(bert_ad/serving/batching.py) and answered from the pool again
+(ServedModel.answer); the loop never waits on TensorFlow.
 
 SIGTERM, SIGINT and SIGHUP stop it gracefully: requests already received are
 answered, new ones get 503, and the process exits 0 once none is left.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import functools
 import json
 import logging
 import signal
@@ -37,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from bert_ad.errors import fail
 from bert_ad.serving import layout
-from bert_ad.serving.predictions import BadInstance, stack_rows
+from bert_ad.serving.predictions import BadInstance
 from bert_ad.serving.served_models import ServedModel
 from bert_ad.signals import NAMES as SIGNAL_NAMES
 
@@ -210,13 +209,7 @@ class Server:
                     parsed.append(model.predictions.parse(instance))
                 except BadInstance as e:
                     raise RequestError(400, f"instances[{index}] {e}") from None
-            loop = asyncio.get_running_loop()
-            featurized = await loop.run_in_executor(self._pool, model.predictions.featurize,
-                                                    parsed)
-            per_row = await asyncio.wrap_future(model.batcher.submit(featurized.rows()))
-            answers = await loop.run_in_executor(
-                self._pool, functools.partial(model.predictions.predict, parsed, featurized,
-                                              stack_rows(per_row)))
+            answers = await asyncio.wrap_future(model.answer(parsed, self._pool))
             self.metrics.instances.labels(model.name).inc(len(instances))
             self.metrics.latency.labels(model.name).observe(time.perf_counter() - started)
             return _json_response({"predictions": answers})
