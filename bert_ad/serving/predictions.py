@@ -349,7 +349,10 @@ class SquadPredictions(Predictions):
         self.windows.check()
         threshold = options.null_score_diff_threshold
         if threshold is None:  # recorded by a training run that chose it on dev
-            threshold = float(metadata.settings.get("null_score_diff_threshold", 0.0))
+            recorded = getattr(metadata, "null_score_diff_threshold", None)
+            if recorded is None:
+                recorded = metadata.settings.get("null_score_diff_threshold")
+            threshold = float(recorded) if recorded is not None else 0.0
         self.answer_settings = AnswerSettings(options.n_best_size, options.max_answer_length,
                                               options.version_2_with_negative, threshold)
 
