@@ -75,6 +75,9 @@ setup(
             "seqeval==1.2.2; python_version >= '3.8'",
         ],
         "plot": ["matplotlib"],
+        # bert-ad serve: aiohttp's server (and benchmarks/serve_load.py's client),
+        # the /metrics text. Both have builds for Python 3.7 (aiohttp 3.8.6).
+        "serve": ["aiohttp>=3.8", "prometheus_client>=0.17"],
     },
     entry_points={
         # `bert-ad` and one `bert-ad-NAME` per registered command, all through

@@ -33,11 +33,13 @@ class ExportScorer:
       export_dir: a folder written by --do_export.
       metadata: its metadata (layout.read_metadata).
       session_config: a ConfigProto, or None.
+      flag: the flag that named the folder, for messages.
     """
 
     def __init__(self, export_dir: str, metadata: layout.ExportMetadata,
-                 session_config=None):
+                 session_config=None, flag: str = "--predict_from_export"):
         self.metadata = metadata
+        self.flag = flag
         self.graph = tf.Graph()
         self.session = tf.Session(graph=self.graph, config=session_config)
         try:
@@ -57,10 +59,10 @@ class ExportScorer:
             meta_graph = tf.saved_model.loader.load(self.session, [layout.SERVE_TAG],
                                                     export_dir)
         except (tf.errors.OpError, RuntimeError, ValueError, OSError) as e:
-            fail(f"--predict_from_export={export_dir}: the SavedModel does not load here "
+            fail(f"{self.flag}={export_dir}: the SavedModel does not load here "
                  f"(TensorFlow {TF_VERSION}): {_first_line(e)}")
         if layout.SIGNATURE_KEY not in meta_graph.signature_def:
-            fail(f"--predict_from_export={export_dir}: the SavedModel has no "
+            fail(f"{self.flag}={export_dir}: the SavedModel has no "
                  f"{layout.SIGNATURE_KEY!r} signature")
         signature = meta_graph.signature_def[layout.SIGNATURE_KEY]
         return ({k: v.name for k, v in signature.inputs.items()},
@@ -74,7 +76,7 @@ class ExportScorer:
                 graph_def.ParseFromString(f.read())
             tf.import_graph_def(graph_def, name="")
         except (tf.errors.OpError, ValueError, OSError) as e:
-            fail(f"--predict_from_export={export_dir}: {layout.FROZEN_GRAPH_FILE} does not "
+            fail(f"{self.flag}={export_dir}: {layout.FROZEN_GRAPH_FILE} does not "
                  f"load here (TensorFlow {TF_VERSION}): {_first_line(e)}")
         names_file = os.path.join(export_dir, layout.TENSOR_NAMES_FILE)
         with open(names_file, encoding="utf-8") as f:
@@ -90,11 +92,14 @@ class ExportScorer:
             results.append(self.session.run(self.outputs, feed))
         return results
 
+    def close(self) -> None:
+        self.session.close()
+
     def __enter__(self) -> "ExportScorer":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.session.close()
+        self.close()
 
 
 def _first_line(error: BaseException) -> str:

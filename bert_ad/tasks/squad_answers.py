@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -47,11 +47,14 @@ class AnswerSettings:
 @dataclasses.dataclass
 class Answers:
     """Per question id: the answer, the n-best list ({text, probability,
-    start_logit, end_logit}), the best non-null text and (v2.0) the null odds."""
+    start_logit, end_logit}), the best non-null text, (v2.0) the null odds,
+    and where the answer is in its context (`offsets`: characters [start,
+    end), None for the answer "")."""
     predictions: Dict[str, str]
     nbest: Dict[str, List[dict]]
     best_spans: Dict[str, str]
     null_odds: Dict[str, float]
+    offsets: Dict[str, Optional[Tuple[int, int]]] = dataclasses.field(default_factory=dict)
 
 
 def _top(logits: np.ndarray, n: int) -> np.ndarray:
@@ -134,7 +137,9 @@ def answers_from_logits(questions: Sequence[Question], contexts: Sequence[str],
             nbest.append({"text": "", "start_logit": null[1], "end_logit": null[2]})
         # The best span, even when the null answer and n_best_size leave it out of nbest.
         best_span = next(({"text": context[char_starts[c[3]]:char_ends[c[4]]].strip(),
-                           "start_logit": c[1], "end_logit": c[2]}
+                           "start_logit": c[1], "end_logit": c[2],
+                           "offsets": _stripped_span(context, char_starts[c[3]],
+                                                     char_ends[c[4]])}
                           for c in candidates if c[3] >= 0), None)
         if not nbest:
             nbest = [{"text": "", "start_logit": 0.0, "end_logit": 0.0}]
@@ -152,4 +157,12 @@ def answers_from_logits(questions: Sequence[Question], contexts: Sequence[str],
             if best_span is None or odds > settings.null_score_diff_threshold:
                 answer = ""
         result.predictions[question.id] = answer
+        result.offsets[question.id] = best_span["offsets"] if answer else None
     return result
+
+
+def _stripped_span(text: str, start: int, end: int) -> Tuple[int, int]:
+    """[start, end) of text[start:end].strip() in `text`."""
+    part = text[start:end]
+    start += len(part) - len(part.lstrip())
+    return int(start), int(start + len(part.strip()))

@@ -44,7 +44,7 @@ from bert_ad.errors import fail
 from bert_ad.metrics.entities import entity_metric_names, entity_metrics
 from bert_ad.model.heads import (PIECE_TOKEN_FEATURE_SPEC, TOKEN_FEATURE_SPEC,
                                  token_classifier)
-from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
+from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates)
 
 log = logging.getLogger("bert_ad")
@@ -255,6 +255,16 @@ class TokenClassificationTask(Task):
 
     def learning_rate_multipliers(self) -> Dict[str, float]:
         return head_learning_rates(HEAD_VARIABLES, self.head_learning_rate_multiplier)
+
+    @property
+    def serving_inputs(self):
+        # The head reads one piece per word and a CRF runs over the words: an
+        # export takes where each word's piece is (and, with a piece list, its
+        # offset in it), or it would tag [CLS] for every word. It serves
+        # `predicted` [batch, words], as build_model.
+        words = ("word_positions", "word_mask")
+        return SERVING_INPUTS + words + (("word_offsets",) if self.segmentation == "sentence"
+                                         else ())
 
     # --- results ----------------------------------------------------------------
 

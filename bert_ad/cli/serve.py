@@ -1,0 +1,143 @@
+"""bert-ad serve: fine-tuned models behind an HTTP API, raw text in (docs/serving.md).
+
+    bert-ad serve --model_dir=OUT/export [--port=8501]
+    bert-ad serve --model_dir=sentiment=A/export,ner=B/export/1200
+
+TensorFlow Serving's REST API with text in each instance:
+
+    curl -d '{"instances": ["a gorgeous, witty film."]}' \\
+      http://127.0.0.1:8501/v1/models/sentiment:predict
+    {"predictions": [{"label": "1", "probabilities": {"0": 0.06, "1": 0.94}}]}
+
+--model_dir is an export (written by --do_export) or a model base path such
+as OUTPUT_DIR/export, whose newest numbered version is served; several
+models as NAME=DIR,NAME=DIR (a single one is named --model_name, else after
+its folder). Classifier (single-label, multi-label, regression, long-text
+windows), token classification, squad and features exports are served, as
+SavedModels or frozen graphs. Requests are scored in batches of up to
+--max_batch_size rows, waiting at most --batch_timeout_ms for others.
+SIGTERM or Ctrl-C answer what was received, then exit 0.
+
+Needs the `serve` extra: pip install "bert_ad[serve]" (aiohttp, prometheus_client).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from absl import flags
+
+from bert_ad.cli.registry import register_tool
+from bert_ad.cli.runner import configure_logging, parse_flags, tool_cli
+from bert_ad.errors import fail
+
+log = logging.getLogger("bert_ad")
+
+USAGE = "--model_dir=DIR|NAME=DIR,NAME=DIR [--host=127.0.0.1] [--port=8501] ..."
+EXTRA = 'pip install "bert_ad[serve]"'
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("model_dir", None,
+                        "An export folder, or a model base path (OUTPUT_DIR/export: its "
+                        "newest version), or several as NAME=DIR,NAME=DIR.", **d)
+    flags.DEFINE_string("model_name", None,
+                        "The name in /v1/models/NAME of a single --model_dir (default: its "
+                        "folder's name, passing over a version number and `export`).", **d)
+    flags.DEFINE_string("host", "127.0.0.1",
+                        "Address to listen on (0.0.0.0: every interface).", **d)
+    flags.DEFINE_integer("port", 8501, "Port to listen on (0: any free one, logged).", **d)
+    flags.DEFINE_integer("max_batch_size", 32, "Most rows (texts, windows) scored at once.",
+                         **d)
+    flags.DEFINE_float("batch_timeout_ms", 1.0,
+                       "How long the first waiting row waits for others while the model "
+                       "is idle (0: score at once; under load batches fill by themselves).",
+                       **d)
+    flags.DEFINE_integer("max_request_bytes", 1 << 20,
+                         "Larger request bodies are refused (413).", **d)
+    flags.DEFINE_integer("max_instances", 256,
+                         "More instances in one request are refused (413).", **d)
+    flags.DEFINE_integer("tokenizer_threads", 2,
+                         "Threads that tokenise requests and make answers (the model "
+                         "scores on its own thread).", **d)
+    flags.DEFINE_float("multi_label_threshold", 0.5,
+                       "Multi-label classifiers: a label is answered at this probability "
+                       "or more.", **d)
+    flags.DEFINE_enum("token_split", "words", ["words", "characters"],
+                      "Token classification: a text's words are split at whitespace with "
+                      "each punctuation mark and CJK character alone (words), or every "
+                      "character is one (characters: models trained one character a line).",
+                      **d)
+    flags.DEFINE_integer("doc_stride", 0,
+                         "Pieces between windows of a long sentence or context (0: the "
+                         "task's default: half a window for token classification, 128 for "
+                         "squad).", **d)
+    flags.DEFINE_integer("max_query_length", 64, "Squad: question pieces kept.", **d)
+    flags.DEFINE_integer("n_best_size", 20, "Squad: candidates searched.", **d)
+    flags.DEFINE_integer("max_answer_length", 30, "Squad: longest answer, in pieces.", **d)
+    flags.DEFINE_bool("version_2_with_negative", False,
+                      'Squad v2.0: answer "" when the null answer wins.', **d)
+    flags.DEFINE_float("null_score_diff_threshold", None,
+                       "Squad v2.0: answer \"\" when null score - best span's > this "
+                       "(default: export.json's, else 0).", **d)
+
+
+def check_flags(f: flags.FlagValues) -> None:
+    """Every flag checked before a model is read (one line naming the flag)."""
+    if not f.model_dir:
+        fail("--model_dir is required: an export folder (or OUTPUT_DIR/export), or "
+             "NAME=DIR,NAME=DIR")
+    if not 0 <= f.port <= 65535:
+        fail(f"--port={f.port} must be between 0 and 65535 (0: any free one)")
+    for name in ("max_batch_size", "max_request_bytes", "max_instances", "tokenizer_threads",
+                 "max_query_length", "n_best_size", "max_answer_length"):
+        if f[name].value < 1:
+            fail(f"--{name}={f[name].value} must be at least 1")
+    for name in ("batch_timeout_ms", "doc_stride"):
+        if f[name].value < 0:
+            fail(f"--{name}={f[name].value} must be at least 0")
+    if not 0.0 < f.multi_label_threshold < 1.0:
+        fail(f"--multi_label_threshold={f.multi_label_threshold} must be between 0 and 1")
+
+
+def require_serve_extra() -> None:
+    """One line naming the extra when aiohttp or prometheus_client is missing."""
+    try:
+        import aiohttp  # noqa: F401
+        import prometheus_client  # noqa: F401
+    except ImportError as e:
+        fail(f"bert-ad serve needs {e.name}, which is not installed: {EXTRA}")
+
+
+def main(argv: Sequence[str]) -> int:
+    f = parse_flags(define_flags, argv, USAGE, __doc__)
+    check_flags(f)
+    require_serve_extra()
+    configure_logging()
+    # TensorFlow and the server are imported once the flags are known good.
+    from bert_ad.serving.predictions import ServeOptions
+    from bert_ad.serving.served_models import load_model, parse_model_dirs
+    from bert_ad.serving.server import ServerSettings, bind, serve
+    specs = parse_model_dirs(f.model_dir, f.model_name or "")
+    listening = bind(f.host, f.port)   # a port in use fails before the models load
+    options = ServeOptions(f.multi_label_threshold, f.token_split, f.doc_stride,
+                           f.max_query_length, f.n_best_size, f.max_answer_length,
+                           f.version_2_with_negative, f.null_score_diff_threshold)
+    models = {}
+    try:
+        for spec in specs:
+            models[spec.name] = load_model(spec, options)
+        settings = ServerSettings(f.host, f.port, f.max_batch_size, f.batch_timeout_ms,
+                                  f.max_request_bytes, f.max_instances, f.tokenizer_threads)
+        return serve(models, settings, listening)
+    finally:
+        listening.close()
+
+
+cli = tool_cli(main)
+
+
+register_tool("serve", "fine-tuned models behind an HTTP API (TensorFlow Serving's REST "
+              "shape, text in; dynamic batching)", cli=cli, console_script="bert-ad-serve")

@@ -1,0 +1,219 @@
+"""The models a server answers for: --model_dir read, versions found, each export loaded.
+
+`--model_dir` names one folder, or several as `NAME=DIR,NAME=DIR`. A folder
+is an export (written by --do_export: it holds assets.extra/export.json) or a
+TensorFlow Serving *model base path* such as OUTPUT_DIR/export, whose
+numbered subfolders are versions of one model: the newest is served.
+
+Loading is behind one small seam, `open_scorer`: a scorer is an object with
+`run([batch]) -> [{output name: array}]` (one padded batch dict in, its
+outputs out; bert_ad.serving.load.ExportScorer for SavedModels and frozen
+graphs) and `close()`. `SCORERS` picks it by export.json's `format`; another
+runtime (ONNX Runtime) is one more entry there.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import re
+from typing import Callable, Dict, List, Optional, Tuple
+
+from bert_ad.data.tokenization import make_tokenizer
+from bert_ad.errors import fail
+from bert_ad.model.modeling import BertConfig
+from bert_ad.serving import layout
+from bert_ad.serving.batching import DynamicBatcher, pack
+from bert_ad.serving.load import ExportScorer
+from bert_ad.serving.predictions import Predictions, ServeOptions, predictions_for, stack_rows
+from bert_ad.tasks.base import TextEncoder
+
+log = logging.getLogger("bert_ad")
+
+FLAG = "--model_dir"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _tensorflow_scorer(export_dir: str, metadata: layout.ExportMetadata):
+    return ExportScorer(export_dir, metadata, flag=FLAG)
+
+
+# export.json's `format` -> (export folder, its metadata) -> a scorer.
+SCORERS: Dict[str, Callable] = {"saved_model": _tensorflow_scorer,
+                                "frozen_graph": _tensorflow_scorer}
+
+
+def open_scorer(export_dir: str, metadata: layout.ExportMetadata):
+    """The scorer of an export, by its format (see the module docstring)."""
+    opener = SCORERS.get(metadata.format)
+    if opener is None:
+        fail(f"{FLAG}={export_dir}: bert-ad serve cannot score {metadata.format} exports; "
+             f"it scores {', '.join(sorted(SCORERS))}")
+    return opener(export_dir, metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """One model as --model_dir names it: its name and folder as given."""
+    name: str
+    directory: str
+
+
+def parse_model_dirs(value: str, model_name: str = "") -> List[ModelSpec]:
+    """--model_dir's models: `DIR` (named --model_name, else after the folder) or
+    `NAME=DIR,NAME=DIR`; UserError (one line) for a malformed list."""
+    items = [item.strip() for item in (value or "").split(",") if item.strip()]
+    if not items:
+        fail(f"{FLAG} is required: an export folder (or OUTPUT_DIR/export), or "
+             "NAME=DIR,NAME=DIR")
+    if len(items) == 1 and "=" not in items[0]:
+        name = model_name or default_name(items[0])
+        if not NAME_PATTERN.match(name):
+            fail(f"the model name {name!r} (from {FLAG}={items[0]}) is not usable in a URL; "
+                 "name it with --model_name (letters, digits, _ . -)")
+        return [ModelSpec(name, items[0])]
+    if model_name:
+        fail(f"--model_name names the one model of {FLAG}=DIR; with several, name each as "
+             f"{FLAG}=NAME=DIR,NAME=DIR")
+    specs = []
+    for item in items:
+        name, _, directory = item.partition("=")
+        if not directory or not NAME_PATTERN.match(name):
+            fail(f"{FLAG}: {item!r} is not NAME=DIR (a name of letters, digits, _ . - and "
+                 "a folder)")
+        if name in {s.name for s in specs}:
+            fail(f"{FLAG}: the model name {name!r} is given twice")
+        specs.append(ModelSpec(name, directory))
+    return specs
+
+
+def default_name(directory: str) -> str:
+    """The folder's name, passing over a version number and a folder named
+    `export` (OUT/export/1200 and OUT/export are both served as OUT's name)."""
+    parts = [p for p in os.path.abspath(directory).split(os.sep) if p]
+    while len(parts) > 1 and (parts[-1].isdigit() or parts[-1] == "export"):
+        parts.pop()
+    return parts[-1] if parts else "model"
+
+
+def resolve_version(directory: str) -> Tuple[str, int]:
+    """(the export to serve, its version) of a folder --model_dir names: the
+    folder itself when it is an export, else its newest numbered export."""
+    if os.path.isfile(layout.metadata_path(directory)):
+        name = os.path.basename(os.path.normpath(directory))
+        return directory, int(name) if name.isdigit() else -1
+    if os.path.isdir(directory):
+        versions = sorted(int(name) for name in os.listdir(directory) if name.isdigit()
+                          and os.path.isfile(layout.metadata_path(os.path.join(directory,
+                                                                               name))))
+        if versions:
+            return os.path.join(directory, str(versions[-1])), versions[-1]
+    # The one line read_metadata gives for a folder that is no export.
+    layout.read_metadata(directory, FLAG)
+    raise AssertionError("read_metadata accepted a folder without export.json")
+
+
+def text_encoder(export_dir: str, metadata: layout.ExportMetadata) -> TextEncoder:
+    """The export's own config and tokenizer (nothing outside its folder)."""
+    vocab = layout.asset_path(export_dir, metadata.vocab_file)
+    spm = metadata.tokenizer == "sentencepiece"
+    tokenizer = make_tokenizer("" if spm else vocab, metadata.do_lower_case,
+                               vocab if spm else "")
+    return TextEncoder(BertConfig.from_json_file(layout.bert_config_path(export_dir)),
+                       tokenizer, vocab, metadata.do_lower_case, metadata.max_seq_length)
+
+
+@dataclasses.dataclass
+class ServedModel:
+    """One loaded model: its export, how it answers, its scorer and its batcher."""
+    name: str
+    version: int
+    export_dir: str
+    metadata: layout.ExportMetadata
+    predictions: Predictions
+    scorer: object
+    batcher: Optional[DynamicBatcher] = None
+
+    def score(self, batch: dict) -> dict:
+        return self.scorer.run([batch])[0]
+
+    def start_batching(self, max_batch_size: int, batch_timeout_ms: float,
+                       on_batch: Optional[Callable[[int, float], None]] = None) -> None:
+        self.batcher = DynamicBatcher(self.score, max_batch_size, batch_timeout_ms,
+                                      self.predictions.complete_batch, on_batch, self.name)
+
+    def answer(self, parsed: list, pool: concurrent.futures.Executor
+               ) -> concurrent.futures.Future:
+        """A future of the answers to a request's parsed instances.
+
+        On `pool`'s threads: tokenise and queue the rows; once the batcher has
+        scored them (its callback, on the scoring thread, only hands over),
+        make the answers. Neither the event loop nor the scoring thread runs
+        the task's Python code, and the loop wakes once, for the answers.
+        """
+        answered: concurrent.futures.Future = concurrent.futures.Future()
+
+        def failed(error: BaseException) -> None:
+            if not answered.done():
+                answered.set_exception(error)
+
+        def make_answers(featurized, scored: concurrent.futures.Future) -> None:
+            try:
+                outputs = stack_rows(scored.result())
+                answered.set_result(self.predictions.predict(parsed, featurized, outputs))
+            except BaseException as e:  # the request learns it (500)
+                failed(e)
+
+        def featurize() -> None:
+            try:
+                featurized = self.predictions.featurize(parsed)
+                self.batcher.submit(featurized.rows()).add_done_callback(
+                    lambda scored: pool.submit(make_answers, featurized, scored))
+            except BaseException as e:
+                failed(e)
+
+        pool.submit(featurize)
+        return answered
+
+    def warm_up(self) -> None:
+        """Score one instance: the first request is not the one that pays for
+        TensorFlow's first run, and a model that cannot score fails at start."""
+        predictions = self.predictions
+        parsed = [predictions.parse(predictions.sample)]
+        featurized = predictions.featurize(parsed)
+        rows = featurized.rows()
+        batch = pack(rows)
+        predictions.complete_batch(batch)
+        outputs = self.score(batch)
+        per_row = [{name: value[i] for name, value in outputs.items()}
+                   for i in range(len(rows))]
+        predictions.predict(parsed, featurized, stack_rows(per_row))
+
+    def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
+        self.scorer.close()
+
+
+def load_model(spec: ModelSpec, options: ServeOptions) -> ServedModel:
+    """Read, check and load one model (UserError, one line, when it is not a servable
+    export)."""
+    export_dir, version = resolve_version(spec.directory)
+    metadata = layout.read_metadata(export_dir, FLAG)
+    if version < 0:
+        version = metadata.global_step
+    encoder = text_encoder(export_dir, metadata)
+    predictions = predictions_for(metadata, encoder, options, f"{FLAG}={export_dir}")
+    log.info("serve: loading %s version %d from %s (%s %s %s, max_seq_length %d)", spec.name,
+             version, export_dir, metadata.task, metadata.format, metadata.precision,
+             metadata.max_seq_length)
+    scorer = open_scorer(export_dir, metadata)
+    model = ServedModel(spec.name, version, export_dir, metadata, predictions, scorer)
+    try:
+        model.warm_up()
+    except BaseException:
+        scorer.close()
+        raise
+    return model
