@@ -173,7 +173,7 @@ def worker_ours(args, recompute: bool) -> dict:
     plan = plan_from_environment(1)
     settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=steps,
                              weight_decay_rate=WEIGHT_DECAY, clip_norm=CLIP_NORM, seed=SEED,
-                             batch_size_per_tower=args.batch,
+                             train_batch_size=args.batch,
                              recompute_activations=recompute, precision=args.precision)
     dtype = compute_dtype(args.precision)
     graph = build_train_graph(plan, FEATURE_SPEC,

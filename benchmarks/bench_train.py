@@ -165,7 +165,7 @@ def build_ours_graph(plan, config, num_labels: int, num_train_steps: int, per_to
                              num_warmup_steps=int(num_train_steps * 0.1),
                              optimizer="adamw", weight_decay_rate=WEIGHT_DECAY,
                              clip_norm=CLIP_NORM, gradient_accumulation_steps=1, seed=SEED,
-                             batch_size_per_tower=per_tower,
+                             train_batch_size=per_tower,
                              fused_optimizer=variant not in ("unfused_adamw", "old_graph"),
                              sparse_embedding_updates=variant == "sparse_embedding")
     remove_padding = variant not in ("padded_layers", "old_graph", "xla")

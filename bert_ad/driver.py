@@ -48,7 +48,8 @@ from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 # RunSettings and Placement are the driver's vocabulary: callers (bert_ad/cli,
 # tests, benchmarks) name them through it.
-from bert_ad.run_settings import Placement, RunSettings, derive  # noqa: F401
+from bert_ad.placement import Placement  # noqa: F401
+from bert_ad.run_settings import RunSettings, derive  # noqa: F401
 from bert_ad.serving.export import (ExportSettings, export_dir_for, export_model,
                                     refuse_existing)
 from bert_ad.serving.layout import ExportMetadata, read_metadata
@@ -135,7 +136,7 @@ def train(task: Task, data: SplitData, settings: RunSettings,
         # Each worker draws its own dropout masks; the initial weights still
         # agree: every worker gets the chief's at start.
         seed=settings.seed + placement.worker_index,
-        batch_size_per_tower=settings.train_batch_size, num_workers=placement.num_workers,
+        num_workers=placement.num_workers,
         learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()))
     if graph_settings.recompute_activations:
         log.info("--recompute_activations: each encoder layer keeps only its input for "
@@ -163,8 +164,7 @@ def train(task: Task, data: SplitData, settings: RunSettings,
             init_checkpoint=settings.init_checkpoint if placement.is_chief else "",
             session_config=(cluster.session_config if cluster is not None
                             else placement.local_session_config()),
-            cluster=cluster, evaluate_every_steps=settings.eval_every_steps,
-            evaluate=evaluation, already_stopped=already_stopped)
+            cluster=cluster, evaluate=evaluation, already_stopped=already_stopped)
         result = train_loop(graph, micro_batches, loop)
     log.info("training done: global step %d, %d examples seen%s", result.global_step,
              result.examples_seen, " (stopped early)" if result.stopped_early else "")

@@ -29,7 +29,8 @@ from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lo
 from bert_ad.parallel.checkpoints import (checkpoint_problem, checkpoint_step,
                                          latest_checkpoint, step_checkpoints)
 from bert_ad.parallel.scoring import Scorer
-from bert_ad.run_settings import Placement, RunSettings
+from bert_ad.placement import Placement
+from bert_ad.run_settings import RunSettings
 from bert_ad.serving.layout import ExportMetadata
 from bert_ad.serving.load import ExportScorer
 from bert_ad.tasks.base import SplitData, Task

@@ -1,24 +1,18 @@
-"""What a run asks for and where it runs: RunSettings and Placement, without TensorFlow.
+"""RunSettings: what a run asks for, the one record of its shared settings and their defaults.
 
-RunSettings is the one record of a run's shared settings: the shared flags
-take their defaults from it (bert_ad/cli/flag_groups.py) and it is built from
-them once; the training graph's and the loop's settings (TrainSettings,
-LoopSettings) take their same-named fields from it (`derive`), so a setting is
-never copied field by field. bert_ad/driver.py's `schedule` turns it into the
-global batch, the step counts and the learning rate, once for the whole
-cluster.
+Plain data, no TensorFlow, importing nothing of bert_ad: the shared flags take
+their defaults from it (bert_ad/cli/flag_groups.py) and it is built from them
+once; the training graph's and the loop's settings (TrainSettings,
+LoopSettings) take their defaults from it and their same-named fields from a
+run's (`derive`), so a default is written once and a setting is never copied
+field by field. bert_ad/driver.py's `schedule` turns it into the global batch,
+the step counts and the learning rate, once for the whole cluster.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Optional
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # only named: this module is read before TensorFlow is imported
-    from bert_ad.distributed.cluster import ClusterRuntime
-    from bert_ad.parallel.towers import DevicePlan
 
 
 def derive(record_type, source, **fields):
@@ -82,28 +76,5 @@ class RunSettings:
     use_best_checkpoint: bool = False
 
 
-@dataclasses.dataclass
-class Placement:
-    """Where this process computes: its towers and, in a cluster, its place."""
-    plan: DevicePlan
-    cluster: Optional[ClusterRuntime] = None
-    use_xla: bool = False
-
-    @property
-    def num_workers(self) -> int:
-        return 1 if self.cluster is None else self.cluster.num_workers
-
-    @property
-    def worker_index(self) -> int:
-        return 0 if self.cluster is None else self.cluster.task_index
-
-    @property
-    def is_chief(self) -> bool:
-        """True on a single machine and on worker 0: who reads checkpoints and writes."""
-        return self.cluster is None or self.cluster.is_chief
-
-    def local_session_config(self):
-        """This machine's towers only (scoring; training without a cluster)."""
-        from bert_ad.compat import session_config  # TensorFlow: only once a run starts
-        return session_config(self.plan.num_cpu_devices, use_xla=self.use_xla,
-                              collective_nccl=self.plan.replicated and self.plan.uses_gpu)
+# Every default in one place: the records below RunSettings' layer name theirs from here.
+DEFAULTS = RunSettings(output_dir="")

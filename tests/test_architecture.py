@@ -25,6 +25,8 @@ TEMPORARILY_EXEMPT = set()
 LAYERS = [
     {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.folders",
      "bert_ad.seeds", "bert_ad.cpu_features", "bert_ad.choices",
+     # RunSettings: plain data every layer names its defaults from.
+     "bert_ad.run_settings",
      # Assets, packaged samples, safetensors: numpy and the standard library only,
      # used by the data code.
      "bert_ad.resources"},
@@ -39,7 +41,7 @@ LAYERS = [
     {"bert_ad.serving"},
     # The driver, with what a run asks for (run_settings) and how a split is
     # scored (evaluation).
-    {"bert_ad.driver", "bert_ad.run_settings", "bert_ad.evaluation"},
+    {"bert_ad.driver", "bert_ad.placement", "bert_ad.evaluation"},
     {"bert_ad.cli", "bert_ad.tools", "bert_ad.__main__",
      # `python -m bert_ad.convert / .assets / .vocab`: shims over the tools.
      "bert_ad.convert", "bert_ad.assets", "bert_ad.vocab"},

@@ -29,7 +29,7 @@ def build(accumulation: int = 1, per_tower: int = 3):
     return build_train_graph(plan_devices(1, cuda_visible_devices=""), SPEC, tower_loss,
                              TrainSettings(learning_rate=0.1, num_train_steps=100,
                                            gradient_accumulation_steps=accumulation,
-                                           batch_size_per_tower=per_tower, seed=1))
+                                           train_batch_size=per_tower, seed=1))
 
 
 def batches_of(values):

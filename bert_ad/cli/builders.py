@@ -26,7 +26,8 @@ from bert_ad.parallel.checkpoints import (check_fits_config, checkpoint_problem,
                                           resolve_checkpoint, step_checkpoints)
 from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
 from bert_ad.parallel.towers import plan_from_environment
-from bert_ad.run_settings import Placement, RunSettings
+from bert_ad.placement import Placement
+from bert_ad.run_settings import RunSettings
 from bert_ad.serving.export import ExportSettings
 from bert_ad.tasks.base import Encoder, TextEncoder
 

@@ -46,7 +46,7 @@ from bert_ad.data.streamed_batches import ROW_INFO
 from bert_ad.errors import fail
 from bert_ad.files import refuse_outputs_over_inputs
 from bert_ad.parallel.streaming import rows_in_order
-from bert_ad.run_settings import Placement
+from bert_ad.placement import Placement
 
 log = logging.getLogger("bert_ad")
 

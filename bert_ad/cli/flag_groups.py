@@ -24,11 +24,9 @@ from absl import flags
 
 from bert_ad import choices
 from bert_ad.data.truncation import TRUNCATION_STRATEGIES
-from bert_ad.run_settings import RunSettings
+from bert_ad.run_settings import DEFAULTS as RUN_DEFAULTS
 from bert_ad.serving import layout
 
-# RunSettings' defaults are the shared flags' defaults.
-RUN_DEFAULTS = RunSettings(output_dir="")
 _FROM_RUN_SETTINGS = object()
 
 

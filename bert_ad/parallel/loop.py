@@ -28,6 +28,7 @@ from bert_ad.files import cannot_write, fsync_path
 from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                           set_aside_newer, step_checkpoints)
 from bert_ad.parallel.train_graph import TrainGraph
+from bert_ad.run_settings import DEFAULTS as RUN
 from bert_ad.signals import install as install_signal_handler
 from bert_ad.signals import restore as restore_signal_handlers
 from bert_ad.signals import signal_name
@@ -45,9 +46,9 @@ class LoopSettings:
     """
     output_dir: str
     num_train_steps: int
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 5
-    log_every_n_steps: int = 10
+    save_checkpoints_steps: int = RUN.save_checkpoints_steps
+    keep_checkpoint_max: int = RUN.keep_checkpoint_max
+    log_every_n_steps: int = RUN.log_every_n_steps
     init_checkpoint: str = ""
     session_config: Any = None
     cluster: Any = None
@@ -55,8 +56,8 @@ class LoopSettings:
     # last one, `evaluate(step, save_weights)` -> (figures, stop now?); see
     # bert_ad/parallel/best_checkpoint.py. In a cluster every worker stops
     # with the chief: they vote after each evaluation (every worker sets
-    # evaluate_every_steps; only the chief has `evaluate`).
-    evaluate_every_steps: int = 0
+    # eval_every_steps; only the chief has `evaluate`).
+    eval_every_steps: int = RUN.eval_every_steps
     evaluate: Optional[Callable] = None
     # Chief of a cluster: early stopping already ended this run (resumed);
     # the workers vote on it before the first step.
@@ -194,7 +195,7 @@ class TrainingLoop:
                 saved_variables, f"num_train_steps={settings.num_train_steps} "
                 f"examples_per_step={graph.examples_per_step} "
                 f"gradient_accumulation_steps={graph.gradient_accumulation_steps}")
-            if settings.evaluate_every_steps:
+            if settings.eval_every_steps:
                 self.stop_vote_ops = cluster.build_stop_vote()
 
     def _resume(self) -> None:
@@ -236,7 +237,7 @@ class TrainingLoop:
                 if self._due(settings.save_checkpoints_steps):
                     self.checkpoints.save(self.step, self.examples_seen)
                 if (self.weights_saver is not None or self.stop_vote_ops is not None) \
-                        and self._due(settings.evaluate_every_steps) and self._evaluate():
+                        and self._due(settings.eval_every_steps) and self._evaluate():
                     self.checkpoints.save(self.step, self.examples_seen)
                     break
                 if stop.signal is not None:

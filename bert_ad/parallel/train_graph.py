@@ -30,39 +30,42 @@ from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
 from bert_ad.parallel.replicated import (ReplicaVariables, all_reduce_mean,
                                          build_replicated_towers, localize_replicas,
                                          replica_name, sync_replicas)
+from bert_ad.run_settings import DEFAULTS as RUN
 from bert_ad.parallel.towers import (DevicePlan, average_gradients, build_towers,
                                      tower_gradients)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
-    """Everything that shapes the training graph (the driver maps flags onto these).
+    """Everything that shapes the training graph: the run's settings of the same names
+    (bert_ad/run_settings.py, whose defaults these are: the driver derives it), and
+    what the schedule decides (the learning rate after scaling, the step counts).
 
-    `batch_size_per_tower` and `num_workers` only count examples: with them the
-    graph knows how many examples one applied step consumes.
+    `train_batch_size` (per tower) and `num_workers` only count examples: with them
+    the graph knows how many examples one applied step consumes.
     """
-    learning_rate: float = 5e-5
+    learning_rate: float = RUN.learning_rate
     num_train_steps: int = 1
     num_warmup_steps: int = 0
-    optimizer: str = "adamw"
-    weight_decay_rate: float = 0.01
-    clip_norm: float = 1.0
-    gradient_accumulation_steps: int = 1
+    optimizer: str = RUN.optimizer
+    weight_decay_rate: float = RUN.weight_decay_rate
+    clip_norm: float = RUN.clip_norm
+    gradient_accumulation_steps: int = RUN.gradient_accumulation_steps
     seed: Optional[int] = None
-    precision: str = "fp32"
-    batch_size_per_tower: int = 1
+    precision: str = RUN.precision
+    train_batch_size: int = RUN.train_batch_size
     num_workers: int = 1
     # ((regular expression, factor), ...): variables that learn at factor x
     # learning_rate (the task's, e.g. a CRF's transitions).
     learning_rate_multipliers: tuple = ()
     # Row-sparse ("lazy") update of IndexedSlices gradients (the word
     # embeddings), --sparse_embedding_updates; dense (Google's) by default.
-    sparse_embedding_updates: bool = False
+    sparse_embedding_updates: bool = RUN.sparse_embedding_updates
     # ResourceApplyAdam kernels for adamw / adam (bert_ad.parallel.optimization);
     # False keeps the element-wise ops (benchmarks compare the two).
     fused_optimizer: bool = True
     # Gradient checkpointing per encoder layer (bert_ad.model.modeling.recomputed_layers).
-    recompute_activations: bool = False
+    recompute_activations: bool = RUN.recompute_activations
 
 
 @dataclasses.dataclass
@@ -341,7 +344,7 @@ def _finish(plan: DevicePlan, settings: TrainSettings, placeholders: list, loss_
     k = settings.gradient_accumulation_steps
     return TrainGraph(
         placeholders=placeholders, gradient_accumulation_steps=k,
-        examples_per_step=(settings.batch_size_per_tower * plan.num_towers * k
+        examples_per_step=(settings.train_batch_size * plan.num_towers * k
                            * settings.num_workers),
         variables=update.variables, loss=update.loss, micro_step=update.micro_step,
         train_step=applied, step_after=step_after, global_step=update.global_step,
