@@ -1,6 +1,8 @@
-"""Studies and benchmarks of bert_ad, run from a checkout: `python -m benchmarks.NAME --help`.
+"""Micro-benchmarks of bert_ad, run from a checkout: `python -m benchmarks.NAME --help`.
 
-Not part of the wheel (setup.py packages bert_ad only); they import the
-installed bert_ad and start this checkout's launchers. benchmarks/README.md
-says what each one measures.
+Speed, memory and bytes: each configuration timed in a fresh worker process,
+markdown tables of medians that name the machine. Not part of the wheel
+(setup.py packages bert_ad only). What they share with the studies is
+measuring.py at the checkout's root; benchmarks/README.md says what each one
+measures.
 """

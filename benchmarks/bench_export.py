@@ -23,18 +23,16 @@ probabilities to the checkpoint's. Every worker reports whether oneDNN is on.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+import measuring
+from measuring import CLASSIFIER, checkout_env, loadavg
 
-# The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Each configuration is `python -m WORKER_MODULE --worker ...` with PYTHONPATH=REPO.
+# Each configuration is `python -m WORKER_MODULE --worker CONFIGURATION ...`.
 WORKER_MODULE = "benchmarks.bench_export"
 
 WARMUP_BATCHES = 3
@@ -67,7 +65,7 @@ def worker(args) -> dict:
     config_proto = session_config(plan.num_cpu_devices)
 
     start = time.perf_counter()
-    if args.configuration == "checkpoint":
+    if args.worker == "checkpoint":
         config = BertConfig.from_json_file(args.bert_config_file)
 
         def tower(placeholders, i):  # the classifier task's scoring tower
@@ -77,7 +75,7 @@ def worker(args) -> dict:
         scorer = Scorer(plan, FEATURE_SPEC, tower, latest_checkpoint(args.output_dir),
                         config_proto)
     else:
-        export_dir = os.path.join(args.exports, args.configuration)
+        export_dir = os.path.join(args.exports, args.worker)
         scorer = ExportScorer(export_dir, read_metadata(export_dir), config_proto)
     load_seconds = time.perf_counter() - start
     probabilities = [None] * len(features)
@@ -95,29 +93,29 @@ def worker(args) -> dict:
                 probabilities[int(index)] = values["probabilities"][row].tolist()
         steady = time.perf_counter() - start
         steady_cpu = time.process_time() - cpu_start
-    return {"configuration": args.configuration, "rows": len(features),
+    return {"configuration": args.worker, "rows": len(features),
             "rows_per_sec": len(features) / steady,
             "rows_per_cpu_sec": len(features) / steady_cpu, "load_sec": load_seconds,
             "probabilities": probabilities, "tensorflow": TF_VERSION,
-            "onednn": bench.onednn_state(), "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "onednn": measuring.onednn_state(), "loadavg": loadavg()}
 
 
 def export_all(args, exports_dir: str) -> None:
     """The three exports of the newest checkpoint, with the launcher."""
     for name, (fmt, precision) in EXPORTS.items():
-        command = [sys.executable, os.path.join(REPO, "run_classifier_mgpu.py"),
+        command = [sys.executable, CLASSIFIER,
                    "--task_name=sentiment", f"--output_dir={args.output_dir}",
                    f"--vocab_file={args.vocab_file}",
                    f"--bert_config_file={args.bert_config_file}",
                    f"--max_seq_length={args.seq}", "--do_export",
                    f"--export_dir={os.path.join(exports_dir, name)}",
                    f"--export_format={fmt}", f"--export_precision={precision}"]
-        subprocess.run(command, check=True, env=dict(os.environ, PYTHONPATH=REPO),
+        subprocess.run(command, check=True, env=dict(os.environ, **checkout_env()),
                        stdout=subprocess.DEVNULL)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = measuring.parser_for(__doc__)
     parser.add_argument("--output_dir", required=True, help="fine-tuned classifier")
     parser.add_argument("--data_dir", required=True, help="folder with test.tsv")
     parser.add_argument("--vocab_file", default=None, help="default: MiniLM's")
@@ -128,8 +126,7 @@ def main(argv=None) -> int:
     parser.add_argument("--configurations", default=",".join(CONFIGURATIONS))
     parser.add_argument("--rows", type=int, default=None, help="first N rows only")
     parser.add_argument("--json", default=None, help="write every result here")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--configuration", default=None, help=argparse.SUPPRESS)
+    measuring.add_worker_flag(parser, CONFIGURATIONS)
     parser.add_argument("--exports", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     from bert_ad.resources.assets import cache_dir
@@ -138,24 +135,20 @@ def main(argv=None) -> int:
     args.bert_config_file = args.bert_config_file or os.path.join(model_dir,
                                                                   "bert_config.json")
     if args.worker:
-        bench.emit_result(worker(args))
-        return 0
+        return measuring.serve_worker(args, {name: worker for name in CONFIGURATIONS})
     plan = args.configurations.split(",")
-    info = bench.machine_description()
+    info = measuring.machine_description()
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_export_") as exports:
         export_all(args, exports)
         for round_index in range(args.rounds):
             for name in (plan if round_index % 2 == 0 else plan[::-1]):
-                command = [sys.executable, "-m", WORKER_MODULE, "--worker",
-                           "--configuration", name, "--exports", exports,
-                           "--output_dir", args.output_dir, "--data_dir", args.data_dir,
-                           "--vocab_file", args.vocab_file, "--bert_config_file",
-                           args.bert_config_file, "--batch", str(args.batch),
-                           "--seq", str(args.seq)]
-                if args.rows:
-                    command += ["--rows", str(args.rows)]
-                result = bench.run_worker(command, env={"PYTHONPATH": REPO})
+                command = measuring.worker_command(
+                    WORKER_MODULE, name, exports=exports, output_dir=args.output_dir,
+                    data_dir=args.data_dir, vocab_file=args.vocab_file,
+                    bert_config_file=args.bert_config_file, batch=args.batch, seq=args.seq,
+                    rows=args.rows)
+                result = measuring.run_worker(command)
                 results.setdefault(name, []).append(result)
                 print(f"  {name:18s} {result['rows_per_sec']:7.1f} rows/sec "
                       f"(load {result['loadavg']}, oneDNN {result['onednn']})",
@@ -165,9 +158,8 @@ def main(argv=None) -> int:
         if "checkpoint" in results else None
     first = next(iter(results.values()))[0]
     info.update(tensorflow=first["tensorflow"], onednn=first["onednn"])
-    print("### Machine\n")
-    print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
-    print("\n" + bench.cpu_line(first["onednn"]))
+    print(measuring.machine_table(info))
+    print("\n" + measuring.cpu_line(first["onednn"]))
     print(f"\n### Scoring {first['rows']} rows of {args.data_dir}/test.tsv, batch "
           f"{args.batch}, max_seq_length {args.seq} (median of {args.rounds} rounds)\n")
     rows = []
@@ -177,16 +169,15 @@ def main(argv=None) -> int:
         if reference is not None:
             worst = max(np.abs(np.array(r["probabilities"]) - reference).max() for r in runs)
             difference = f"{worst:.2e}"
-        rows.append([name, bench.fmt(bench.median([r["rows_per_sec"] for r in runs])),
-                     bench.fmt(bench.median([r["rows_per_cpu_sec"] for r in runs])),
-                     bench.fmt(bench.median([r["load_sec"] for r in runs]), 2),
+        rows.append([name, measuring.fmt(measuring.median([r["rows_per_sec"] for r in runs])),
+                     measuring.fmt(measuring.median([r["rows_per_cpu_sec"] for r in runs])),
+                     measuring.fmt(measuring.median([r["load_sec"] for r in runs]), 2),
                      difference])
-    print(bench.markdown_table(["scorer", "rows/sec", "rows/CPU-sec",
-                                "build or load, s", "max abs diff to checkpoint"],
-                               rows, "lrrrr"))
+    print(measuring.markdown_table(["scorer", "rows/sec", "rows/CPU-sec",
+                                    "build or load, s", "max abs diff to checkpoint"],
+                                   rows, "lrrrr"))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": info, "results": results}, f)
+        measuring.write_json(args.json, {"machine": info, "results": results})
     return 0
 
 

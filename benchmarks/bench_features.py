@@ -35,15 +35,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import tempfile
 import time
 
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
-from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
+import measuring
+from measuring import loadavg, peak_rss_mb
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_MODULE = "benchmarks.bench_features"
 
 
@@ -57,10 +55,6 @@ def write_lines(path: str, rows: int) -> str:
         for i in range(rows):
             f.write(texts[i % len(texts)] + "\n")
     return path
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def worker_ours(args) -> dict:
@@ -82,7 +76,7 @@ def worker_ours(args) -> dict:
     os.remove(output)
     return {"rows": rows, "rows_per_sec": rows / seconds,
             "rows_per_cpu_sec": rows / cpu_seconds, "peak_rss_mb": peak_rss_mb(),
-            "onednn": bench.onednn_state(), "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "onednn": measuring.onednn_state(), "loadavg": loadavg()}
 
 
 def worker_hf(args, sort_by_length: bool) -> dict:
@@ -90,10 +84,9 @@ def worker_hf(args, sort_by_length: bool) -> dict:
     import numpy as np
     import torch
     import transformers
-    from bert_ad.resources import assets
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(os.cpu_count() or 1)
-    hf_dir = args.hf_dir or assets.path("minilm", assets.MINILM_MODEL_DIR)
+    hf_dir = args.hf_dir or measuring.default_hf_dir()
     # transformers imports its classes on first use: not part of the timing.
     auto_tokenizer, bert_model = transformers.AutoTokenizer, transformers.BertModel
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -124,7 +117,7 @@ def worker_hf(args, sort_by_length: bool) -> dict:
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
     return {"rows": len(lines), "rows_per_sec": len(lines) / seconds,
             "rows_per_cpu_sec": len(lines) / cpu_seconds, "peak_rss_mb": peak_rss_mb(),
-            "torch": torch.__version__, "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "torch": torch.__version__, "loadavg": loadavg()}
 
 
 # (label, worker, towers, environment)
@@ -140,12 +133,10 @@ COMPARISONS = (("ours, 1 tower, oneDNN on (default)", "ours", 1, {}),
 
 def worker_command(args, impl: str, towers: int, input_file: str) -> list:
     precision = "bf16" if impl == "ours_bf16" else "fp32"
-    impl = "ours" if impl == "ours_bf16" else impl
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl, "--precision", precision,
-               "--towers", str(towers), "--input", input_file, "--tmp", args.tmp,
-               "--seq", str(args.seq), "--batch", str(args.batch),
-               "--model_dir", args.model_dir]
-    return command + (["--hf_dir", args.hf_dir] if args.hf_dir else [])
+    return measuring.worker_command(
+        WORKER_MODULE, "ours" if impl == "ours_bf16" else impl, precision=precision,
+        towers=towers, input=input_file, tmp=args.tmp, seq=args.seq, batch=args.batch,
+        model_dir=args.model_dir, hf_dir=args.hf_dir)
 
 
 def run_compare(args, input_file: str) -> None:
@@ -153,8 +144,8 @@ def run_compare(args, input_file: str) -> None:
     for round_index in range(args.repeats):
         for label, impl, towers, env in (COMPARISONS if round_index % 2 == 0
                                          else COMPARISONS[::-1]):
-            result = bench.run_worker(worker_command(args, impl, towers, input_file),
-                                      env=dict(env, PYTHONPATH=REPO))
+            result = measuring.run_worker(worker_command(args, impl, towers, input_file),
+                                          env=env)
             if result["rows"] != args.rows:
                 raise RuntimeError(f"{label} embedded {result['rows']} of {args.rows} lines")
             results.setdefault(label, []).append(result)
@@ -165,7 +156,7 @@ def run_compare(args, input_file: str) -> None:
     print(f"\n### Sentence embeddings side by side: {args.rows} lines, max_seq_length "
           f"{args.seq}, batch {args.batch}, mean pooling + L2 ({args.repeats} round(s))\n")
     onednn = results[COMPARISONS[0][0]][0]["onednn"]
-    print(bench.cpu_line(onednn) + "\n")
+    print(measuring.cpu_line(onednn) + "\n")
     rows = []
     for label, impl, _, env in COMPARISONS:
         runs = results[label]
@@ -174,16 +165,16 @@ def run_compare(args, input_file: str) -> None:
                       for a, b in zip(runs, results[hf])]
         rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
                      runs[0]["onednn"].split(" ")[0] if impl.startswith("ours") else "-",
-                     bench.fmt(bench.median([r["rows_per_sec"] for r in runs])),
-                     bench.fmt(bench.median(ratios), 2),
-                     bench.fmt(bench.median([r["rows_per_cpu_sec"] for r in runs])),
-                     bench.fmt(bench.median(cpu_ratios), 2),
-                     bench.fmt(max(r["peak_rss_mb"] for r in runs), 0),
+                     measuring.fmt(measuring.median([r["rows_per_sec"] for r in runs])),
+                     measuring.fmt(measuring.median(ratios), 2),
+                     measuring.fmt(measuring.median([r["rows_per_cpu_sec"] for r in runs])),
+                     measuring.fmt(measuring.median(cpu_ratios), 2),
+                     measuring.fmt(max(r["peak_rss_mb"] for r in runs), 0),
                      f"{min(float(r['loadavg']) for r in runs):.1f}-"
                      f"{max(float(r['loadavg']) for r in runs):.1f}"])
-    print(bench.markdown_table(["embedder", "environment", "oneDNN", "lines/sec",
-                                "/ HF", "lines/CPU-sec", "/ HF (CPU)", "peak RSS MB",
-                                "load"], rows, "lllrrrrrl"))
+    print(measuring.markdown_table(["embedder", "environment", "oneDNN", "lines/sec",
+                                    "/ HF", "lines/CPU-sec", "/ HF (CPU)", "peak RSS MB",
+                                    "load"], rows, "lllrrrrrl"))
     print("\nlines/sec: from loading the model to the saved .npy, median over rounds; "
           "ratios: the median of per-round ratios to HF in input order; lines/CPU-sec: "
           "per CPU-second of the worker process (all its threads), less sensitive to "
@@ -195,52 +186,42 @@ def run_memory(args) -> None:
     rows = []
     for size in sizes:
         input_file = write_lines(os.path.join(args.tmp, f"lines-{size}.txt"), size)
-        result = bench.run_worker(worker_command(args, "ours", 1, input_file),
-                                  env={"PYTHONPATH": REPO})
+        result = measuring.run_worker(worker_command(args, "ours", 1, input_file))
         if result["rows"] != size:
             raise RuntimeError(f"embedded {result['rows']} of {size} lines")
         print(f"  {size} lines: peak {result['peak_rss_mb']:.0f} MB, "
               f"{result['rows_per_sec']:.1f} lines/sec", file=sys.stderr, flush=True)
-        rows.append([f"{size:,}", bench.fmt(result["peak_rss_mb"], 0),
-                     bench.fmt(result["rows_per_sec"])])
+        rows.append([f"{size:,}", measuring.fmt(result["peak_rss_mb"], 0),
+                     measuring.fmt(result["rows_per_sec"])])
         os.remove(input_file)
     print(f"\n### Peak memory of extract_features.py as the input grows (1 tower, "
           f"max_seq_length {args.seq}, batch {args.batch}, .npy output)\n")
-    print(bench.cpu_line() + "\n")
-    print(bench.markdown_table(["input lines", "peak RSS MB", "lines/sec"], rows, "rrr"))
+    print(measuring.cpu_line() + "\n")
+    print(measuring.markdown_table(["input lines", "peak RSS MB", "lines/sec"], rows, "rrr"))
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model_dir", default=os.path.join(cache_dir(), "minilm_google"),
-                        help="MiniLM as a Google checkpoint (scripts/fetch_minilm.sh)")
-    parser.add_argument("--hf_dir", default=None,
-                        help="Hugging Face MiniLM folder (default: the minilm asset)")
+    parser = measuring.parser_for(__doc__)
+    measuring.add_minilm_flags(parser, data=False)
     parser.add_argument("--rows", type=int, default=4000, help="input lines")
     parser.add_argument("--repeats", type=int, default=3, help="rounds")
     parser.add_argument("--seq", type=int, default=128, help="max_seq_length")
     parser.add_argument("--batch", type=int, default=32, help="lines per batch (per tower)")
     parser.add_argument("--memory_rows", default=None,
                         help="comma list of input sizes: ours' peak memory at each")
-    parser.add_argument("--worker", choices=["ours", "hf", "hf_sorted"], default=None,
-                        help=argparse.SUPPRESS)
+    measuring.add_worker_flag(parser, ("ours", "hf", "hf_sorted"))
     parser.add_argument("--towers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     parser.add_argument("--input", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        workers = {"ours": worker_ours, "hf": lambda a: worker_hf(a, False),
-                   "hf_sorted": lambda a: worker_hf(a, True)}
-        bench.emit_result(workers[args.worker](args))
-        return 0
-    if not os.path.exists(os.path.join(args.model_dir, "bert_model.ckpt.index")):
-        print(f"error: no MiniLM checkpoint in {args.model_dir} (run "
-              "scripts/fetch_minilm.sh)", file=sys.stderr)
+        return measuring.serve_worker(args, {"ours": worker_ours,
+                                             "hf": lambda a: worker_hf(a, False),
+                                             "hf_sorted": lambda a: worker_hf(a, True)})
+    if measuring.missing_inputs(args, data_file=None):
         return 2
-    info = bench.machine_description()
-    print("### Machine\n")
-    print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
+    print(measuring.machine_table())
     with tempfile.TemporaryDirectory(prefix="bench_features_") as tmp:
         args.tmp = tmp
         if args.memory_rows:

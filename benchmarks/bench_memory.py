@@ -19,8 +19,9 @@ builds the classifier's training step (sequence classification, AdamW, clip
 1.0) on one tower, loads the real weights, and trains --warmup + --steps steps
 on windows filled to max_seq_length with real text (Pang & Lee's full movie
 reviews for MiniLM, People's Daily for the Chinese model: no padding, so every
-position is a token the step has to hold). Ours is the graph
-run_classifier_mgpu.py trains (bert_ad.parallel.train_graph); Hugging Face's is
+position is a token the step has to hold). Ours is the graph and batch source
+run_classifier_mgpu.py trains (bert_ad.driver.build_training, through
+benchmarks/training.py, on the windows as rows); Hugging Face's is
 BertForSequenceClassification on PyTorch CPU with the encoder converted from
 the same checkpoint (bert_ad.convert google2hf), `gradient_checkpointing_enable()`
 for its checkpointed row.
@@ -60,15 +61,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
-from benchmarks import hf_reference
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+import measuring
+from benchmarks import flops
+from measuring import REPO, checkout_env, current_rss_mb, hf_dir_for, peak_rss_mb
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_MODULE = "benchmarks.bench_memory"
 SEED = 12345
 LEARNING_RATE, WEIGHT_DECAY, CLIP_NORM = 5e-5, 0.01, 1.0
@@ -142,82 +142,64 @@ def full_windows(name: str, directory: str, seq: int, count: int):
     return np.asarray(rows, np.int32)
 
 
-def current_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 # --- workers ---------------------------------------------------------------------------------
 
 def worker_ours(args, recompute: bool) -> dict:
-    import numpy as np
+    from benchmarks import training
     from bert_ad.compat import TF_VERSION, session_config, tf
-    from bert_ad.model.heads import FEATURE_SPEC, classifier
-    from bert_ad.model.modeling import BertConfig
-    from bert_ad.model.precision import compute_dtype
     from bert_ad.parallel.checkpoints import WarmStart
-    from bert_ad.parallel.towers import plan_from_environment
-    from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 
     steps = args.warmup + args.steps
     ids = full_windows(args.model, args.model_dir, args.seq,
                        args.batch * (steps + int(args.profile)))
-    config = BertConfig.from_json_file(os.path.join(args.model_dir, "bert_config.json"))
-    plan = plan_from_environment(1)
-    settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=steps,
-                             weight_decay_rate=WEIGHT_DECAY, clip_norm=CLIP_NORM, seed=SEED,
-                             train_batch_size=args.batch,
-                             recompute_activations=recompute, precision=args.precision)
-    dtype = compute_dtype(args.precision)
-    graph = build_train_graph(plan, FEATURE_SPEC,
-                              lambda f, i: classifier(config, f, 2, True, dtype).loss, settings)
-    checkpoint = os.path.join(args.model_dir, "bert_model.ckpt")
-    warm = WarmStart(checkpoint) if os.path.exists(checkpoint + ".index") else None
-    labels = np.random.RandomState(SEED).randint(0, 2, len(ids)).astype(np.int32)
+    vocab_file, do_lower_case = vocab_of(args.model_dir)
+    task, data = training.full_windows_task(
+        training.encoder(args.model_dir, args.seq, precision=args.precision,
+                         vocab_file=vocab_file, do_lower_case=do_lower_case), ids)
+    config = task.encoder.config
     stamps, start_rss, traced = [], None, None
+    with tf.Graph().as_default():
+        built, placement = training.training(task, data, 1, args.batch, steps, seed=SEED,
+                                             precision=args.precision,
+                                             recompute_activations=recompute)
+        graph = built.graph
+        checkpoint = os.path.join(args.model_dir, "bert_model.ckpt")
+        warm = WarmStart(checkpoint) if os.path.exists(checkpoint + ".index") else None
+        batches = built.batches(0)
 
-    def feed_of(step):
-        rows = slice(step * args.batch, (step + 1) * args.batch)
-        batch = {"input_ids": ids[rows], "input_mask": np.ones_like(ids[rows]),
-                 "segment_ids": np.zeros_like(ids[rows]), "label_ids": labels[rows],
-                 "example_weights": np.ones(args.batch, np.float32)}
-        return {graph.placeholders[0][k]: v for k, v in batch.items()}
+        def next_feed():
+            return {graph.placeholders[0][name]: value
+                    for name, value in next(batches)[0].items()}
 
-    with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
-        session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-        if warm is not None:
-            warm.restore(session)
-        for step in range(steps):
-            feed = feed_of(step)
-            if start_rss is None:
-                start_rss = current_rss_mb()
+        with tf.Session(config=placement.local_session_config()) as session:
+            session.run([tf.global_variables_initializer(),
+                         tf.local_variables_initializer()])
+            if warm is not None:
+                warm.restore(session)
+            for _ in range(steps):
+                feed = next_feed()
+                if start_rss is None:
+                    start_rss = current_rss_mb()
+                stamps.append(time.perf_counter())
+                loss, applied = session.run([graph.loss, graph.train_step], feed)
+                assert applied
             stamps.append(time.perf_counter())
-            loss, applied = session.run([graph.loss, graph.train_step], feed)
-            assert applied
-        stamps.append(time.perf_counter())
-        if args.profile:
-            metadata = tf.RunMetadata()
-            started = time.perf_counter()
-            session.run([graph.loss, graph.train_step], feed_of(steps),
-                        options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
-                        run_metadata=metadata)
-            traced = dict(bench.traced_op_micros(metadata.step_stats, encoder_part),
-                          wall_sec=time.perf_counter() - started)
+            if args.profile:
+                metadata = tf.RunMetadata()
+                started = time.perf_counter()
+                session.run([graph.loss, graph.train_step], next_feed(),
+                            options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+                            run_metadata=metadata)
+                traced = dict(flops.traced_op_micros(metadata.step_stats, encoder_part),
+                              wall_sec=time.perf_counter() - started)
     timing = dict(_timing(args, stamps), peak_rss_mb=peak_rss_mb())  # before the matmuls
     # Useful FLOP/s: the step's matmul FLOPs (no recomputation counted) over the
     # best float32 matmul rate this process reaches (TensorFlow's or numpy's).
-    useful = bench.training_flops(config, [args.seq] * args.batch, 2)
-    ceiling = max(bench.measure_tf_matmul(session_config=session_config(1))["flops_per_sec"],
-                  bench.measure_numpy_matmul()["flops_per_sec"])
+    useful = flops.training_flops(config, [args.seq] * args.batch, 2)
+    ceiling = max(flops.measure_tf_matmul(session_config=session_config(1))["flops_per_sec"],
+                  flops.measure_numpy_matmul()["flops_per_sec"])
     return dict(timing, impl="ours_recompute" if recompute else "ours", precision=args.precision,
-                tf=TF_VERSION, onednn=bench.onednn_state(), start_rss_mb=start_rss,
+                tf=TF_VERSION, onednn=measuring.onednn_state(), start_rss_mb=start_rss,
                 final_loss=float(loss),
                 useful_flops_per_sec=useful * timing["examples_per_sec"] / args.batch,
                 matmul_flops_per_sec=ceiling, profile=traced)
@@ -260,11 +242,11 @@ def worker_ours_predict(args) -> dict:
             scorer.run([batch])
         stamps.append(time.perf_counter())
     timing = dict(_timing(args, stamps), peak_rss_mb=peak_rss_mb())  # before the matmuls
-    useful = bench.forward_flops(config, [args.seq] * args.batch, 2)
-    ceiling = max(bench.measure_tf_matmul(session_config=session_config(1))["flops_per_sec"],
-                  bench.measure_numpy_matmul()["flops_per_sec"])
+    useful = flops.forward_flops(config, [args.seq] * args.batch, 2)
+    ceiling = max(flops.measure_tf_matmul(session_config=session_config(1))["flops_per_sec"],
+                  flops.measure_numpy_matmul()["flops_per_sec"])
     return dict(timing, impl="ours", precision=args.precision, tf=TF_VERSION,
-                onednn=bench.onednn_state(), start_rss_mb=start_rss, mode="predict",
+                onednn=measuring.onednn_state(), start_rss_mb=start_rss, mode="predict",
                 useful_flops_per_sec=useful * timing["examples_per_sec"] / args.batch,
                 matmul_flops_per_sec=ceiling)
 
@@ -314,7 +296,7 @@ def worker_hf(args, checkpointing: bool) -> dict:
     if checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
-    optimizer = hf_reference.adamw(model, LEARNING_RATE, WEIGHT_DECAY)
+    optimizer = measuring.hf_adamw(model, LEARNING_RATE, WEIGHT_DECAY)
     # AdamW makes its moments at its first step; TensorFlow's slots exist before
     # the first step. Made here, both starts hold weights and moments.
     for p in model.parameters():
@@ -332,7 +314,7 @@ def worker_hf(args, checkpointing: bool) -> dict:
         stamps.append(time.perf_counter())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = model(**batch).loss
-        hf_reference.apply_update(model, optimizer, loss, CLIP_NORM)
+        measuring.hf_apply_update(model, optimizer, loss, CLIP_NORM)
     stamps.append(time.perf_counter())
     if "tensorflow" in sys.modules:  # its thread pools would share the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
@@ -377,13 +359,13 @@ def _timing(args, stamps: list) -> dict:
 # --- the long-text windows run ------------------------------------------------------------
 
 def windows_run(args) -> str:
-    from benchmarks.study_runner import CLASSIFIER, run_launcher
+    from measuring import CLASSIFIER, run_launcher
     directory = model_dir("minilm", args.work_dir)
     data_dir = os.path.join(args.work_dir, "movie_reviews_full")
     if not os.path.exists(os.path.join(data_dir, "train.tsv")):
         subprocess.run([sys.executable, "-m", "bert_ad", "data", "prepare", "movie_reviews_full",
                         f"--output_dir={data_dir}"], check=True,
-                       env=dict(os.environ, PYTHONPATH=REPO))
+                       env=dict(os.environ, **checkout_env()))
     rows, onednn = [], None
     for recompute in (False, True):
         output_dir = os.path.join(args.work_dir, f"windows_recompute{int(recompute)}")
@@ -406,37 +388,22 @@ def windows_run(args) -> str:
             rows.append([str(recompute), "failed: " + run.error[-80:], "", ""])
             continue
         with open(os.path.join(output_dir, "log.txt"), encoding="utf-8") as f:
-            onednn = bench.logged_onednn_state(f.read())
+            onednn = measuring.logged_onednn_state(f.read())
         rows.append([str(recompute).lower(),
-                     bench.fmt(float(run.trained["train_examples_per_sec"]), 2),
-                     bench.fmt(run.peak_rss_mb, 0), bench.fmt(run.wall_seconds, 0)])
-    return "\n".join([bench.cpu_line(onednn), "", bench.markdown_table(
+                     measuring.fmt(float(run.trained["train_examples_per_sec"]), 2),
+                     measuring.fmt(run.peak_rss_mb, 0), measuring.fmt(run.wall_seconds, 0)])
+    return "\n".join([measuring.cpu_line(onednn), "", measuring.markdown_table(
         ["--recompute_activations", "documents/sec", "peak RSS MB", "wall s"], rows)])
 
 
 # --- driver ----------------------------------------------------------------------------------
 
-def hf_dir_for(directory: str, work_dir: str, name: str) -> str:
-    """The Hugging Face copy of a Google checkpoint (converted once, cached); ""
-    without a checkpoint."""
-    if not os.path.exists(os.path.join(directory, "bert_model.ckpt.index")):
-        return ""
-    out = os.path.join(work_dir, f"{name}_hf")
-    if not os.path.exists(os.path.join(out, "config.json")):
-        subprocess.run([sys.executable, "-m", "bert_ad.convert", "google2hf", "--checkpoint",
-                        os.path.join(directory, "bert_model.ckpt"), "--output_dir", out],
-                       check=True, env=dict(os.environ, PYTHONPATH=REPO))
-    return out
-
-
 def worker_command(args, impl: str, precision: str, name: str, directory: str, hf_dir: str,
                    seq: int, batch: int) -> list:
-    return [sys.executable, "-m", WORKER_MODULE, "--worker", impl, "--precision", precision,
-            "--model", name, "--model_dir", directory, "--hf_dir", hf_dir,
-            "--seq", str(seq), "--batch", str(batch),
-            "--steps", str(args.steps), "--warmup", str(args.warmup)] + (
-                ["--profile"] if args.profile else []) + (
-                ["--predict"] if args.predict else [])
+    return measuring.worker_command(
+        WORKER_MODULE, impl, precision=precision, model=name, model_dir=directory,
+        hf_dir=hf_dir or None, seq=seq, batch=batch, steps=args.steps, warmup=args.warmup,
+        profile=args.profile, predict=args.predict)
 
 
 def run_paired(args) -> list:
@@ -452,8 +419,7 @@ def run_paired(args) -> list:
             for cores in ((0, 1), (1, 0)):
                 commands = [worker_command(args, impl, args.precisions, name, directory,
                                            hf_dir, seq, batch) for impl in (first, second)]
-                results = bench.run_workers_side_by_side(commands, cores,
-                                                         env={"PYTHONPATH": REPO})
+                results = measuring.run_workers_side_by_side(commands, cores)
                 rounds.append({"model": name, "shape": shape, "impls": [first, second],
                                "cores": list(cores), "results": results})
                 print(f"  {name} {shape} {first}@cpu{cores[0]} {second}@cpu{cores[1]}: "
@@ -480,12 +446,12 @@ def paired_table(rounds: list) -> str:
             ratios.setdefault(key, []).append(ratio)
         rows.append([one["model"], one["shape"].replace("x", " x "),
                      f"{first}: cpu{one['cores'][0]}, {second}: cpu{one['cores'][1]}",
-                     bench.fmt(a.get("examples_per_sec", float("nan")), 2),
-                     bench.fmt(b.get("examples_per_sec", float("nan")), 2),
-                     bench.fmt(ratio, 2) if ratio is not None else "failed",
-                     bench.fmt(bench.median(ratios[key]), 2)
+                     measuring.fmt(a.get("examples_per_sec", float("nan")), 2),
+                     measuring.fmt(b.get("examples_per_sec", float("nan")), 2),
+                     measuring.fmt(ratio, 2) if ratio is not None else "failed",
+                     measuring.fmt(measuring.median(ratios[key]), 2)
                      if ratio is not None and len(ratios[key]) == 2 else ""])
-    return "\n".join([bench.cpu_line(onednn), "", bench.markdown_table(
+    return "\n".join([measuring.cpu_line(onednn), "", measuring.markdown_table(
         ["model", "seq x batch", "cores", f"{first} {unit}", f"{second} {unit}",
          f"{first} / {second}", "median of the 2 rounds"], rows, align="lrlrrrr"),
         "\nside by side: both workers at the same time, one core each "
@@ -505,7 +471,7 @@ def run_all(args) -> dict:
                                          seq, batch)
                 started = time.time()
                 try:
-                    result = bench.run_worker(command, env={"PYTHONPATH": REPO})
+                    result = measuring.run_worker(command)
                 except RuntimeError as e:
                     result = {"error": str(e)[-600:]}
                 row = impl if precision == "fp32" else f"{impl}-{precision}"
@@ -515,14 +481,13 @@ def run_all(args) -> dict:
                 print(f"  {name} {seq} x {batch} {row}: {json.dumps(shown)} "
                       f"({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
                 if args.json:
-                    with open(args.json, "w", encoding="utf-8") as f:
-                        json.dump(results, f, indent=1)
+                    measuring.write_json(args.json, results)
     return results
 
 
 def tables(results: dict) -> str:
     onednn = next((r["onednn"] for r in results.values() if "onednn" in r), None)
-    lines = [bench.cpu_line(onednn), ""]
+    lines = [measuring.cpu_line(onednn), ""]
     # Scoring rows (--predict) are forward passes: rows/sec and a batch's memory.
     scoring = any(r.get("mode") == "predict" for r in results.values())
     memory_of = "batch" if scoring else "step"
@@ -540,16 +505,16 @@ def tables(results: dict) -> str:
         step = r["peak_rss_mb"] - r["start_rss_mb"]
         base_step = (base["peak_rss_mb"] - base["start_rss_mb"]) if "peak_rss_mb" in base \
             else float("nan")
-        rows.append([name, shape.replace("x", " x "), impl, bench.fmt(r["examples_per_sec"], 2),
-                     bench.fmt(r["examples_per_sec"] / base["examples_per_sec"], 2)
+        rows.append([name, shape.replace("x", " x "), impl, measuring.fmt(r["examples_per_sec"], 2),
+                     measuring.fmt(r["examples_per_sec"] / base["examples_per_sec"], 2)
                      if "examples_per_sec" in base else "-",
                      f"{r['useful_flops_per_sec'] / 1e9:.1f} G "
                      f"({100 * r['useful_flops_per_sec'] / r['matmul_flops_per_sec']:.0f}%)"
                      if "useful_flops_per_sec" in r else "",
-                     bench.fmt(r["start_rss_mb"], 0), bench.fmt(r["peak_rss_mb"], 0),
-                     bench.fmt(step, 0), bench.fmt(step * 1024 / (seq * batch), 1),
-                     bench.fmt(step / base_step, 2)])
-    lines.append(bench.markdown_table(headers, rows))
+                     measuring.fmt(r["start_rss_mb"], 0), measuring.fmt(r["peak_rss_mb"], 0),
+                     measuring.fmt(step, 0), measuring.fmt(step * 1024 / (seq * batch), 1),
+                     measuring.fmt(step / base_step, 2)])
+    lines.append(measuring.markdown_table(headers, rows))
     lines.append("\nuseful FLOP/s: ours' matmul FLOPs of a " + (
         "scored batch (forward)" if scoring else
         "step (forward + backward, the recomputation not counted)") +
@@ -569,13 +534,13 @@ def profiles(results: dict) -> str:
         lines += ["", f"### Where a training step's time goes: {name}, {shape.replace('x', ' x ')}"
                   f" (traced step {traced['wall_sec']:.2f} s wall, untraced "
                   f"{r['batch'] / r['examples_per_sec']:.2f} s)", "",
-                  bench.op_time_table("op time by part", traced["by_category"], top=20), "",
-                  bench.op_time_table("op time by op type (top 15)", traced["by_type"])]
+                  flops.op_time_table("op time by part", traced["by_category"], top=20), "",
+                  flops.op_time_table("op time by op type (top 15)", traced["by_type"])]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = measuring.parser_for(__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--shapes", default="128x16,512x4", help="SEQxBATCH,...")
     parser.add_argument("--impls", default=",".join(IMPLS))
@@ -584,7 +549,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work_dir", default=os.path.join(
         os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad"),
         "bench_memory"))
-    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--json", default=None, help="also write the raw results here")
     parser.add_argument("--tables_from", default=None, help="print an earlier --json")
     parser.add_argument("--windows_run", action="store_true",
                         help="the long-text windows run with and without recomputation")
@@ -601,7 +566,7 @@ def main(argv=None) -> int:
                         help="two --impls (e.g. ours,hf) at the same time, one core each, "
                              "twice with the cores swapped: ratios this machine's drift "
                              "between minutes does not move")
-    parser.add_argument("--worker", choices=list(IMPLS), help=argparse.SUPPRESS)
+    measuring.add_worker_flag(parser, IMPLS)
     parser.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
     parser.add_argument("--model_dir", help=argparse.SUPPRESS)
     parser.add_argument("--hf_dir", help=argparse.SUPPRESS)
@@ -609,15 +574,11 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        run = {"ours": lambda: (worker_ours_predict(args) if args.predict
-                                else worker_ours(args, False)),
-               "ours_recompute": lambda: worker_ours(args, True),
-               "hf": lambda: worker_hf(args, False),
-               "hf_checkpointing": lambda: worker_hf(args, True)}[args.worker]
-        result = run()
-        result.setdefault("peak_rss_mb", peak_rss_mb())
-        bench.emit_result(result)
-        return 0
+        return measuring.serve_worker(args, {
+            "ours": lambda a: worker_ours_predict(a) if a.predict else worker_ours(a, False),
+            "ours_recompute": lambda a: worker_ours(a, True),
+            "hf": lambda a: worker_hf(a, False),
+            "hf_checkpointing": lambda a: worker_hf(a, True)})
     if args.predict:
         if args.profile or args.windows_run:
             parser.error("--predict times scoring; --profile and --windows_run time training")

@@ -34,12 +34,10 @@ import sys
 import tempfile
 import time
 
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
-from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
+import measuring
+from measuring import loadavg
 
-# The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Each configuration is `python -m WORKER_MODULE --worker ...` with PYTHONPATH=REPO.
+# Each configuration is `python -m WORKER_MODULE --worker ...` (measuring.worker_command).
 WORKER_MODULE = "benchmarks.bench_predict"
 WARMUP_BATCHES = 3
 
@@ -122,7 +120,7 @@ def worker(args, remove_padding: bool = True) -> dict:
             "rows_per_sec": rows / steady, "rows_per_cpu_sec": rows / steady_cpu,
             "end_to_end_rows_per_sec": rows / end_to_end, "setup_sec": setup,
             "scored_rows": int(results["probabilities"].shape[0]),
-            "onednn": bench.onednn_state(), "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "onednn": measuring.onednn_state(), "loadavg": loadavg()}
 
 
 def worker_hf(args) -> dict:
@@ -133,10 +131,9 @@ def worker_hf(args) -> dict:
     import transformers
     from transformers import (AutoTokenizer, BertForSequenceClassification,
                               DataCollatorWithPadding)
-    from bert_ad.resources import assets
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(os.cpu_count() or 1)
-    hf_dir = args.hf_dir or assets.path("minilm", assets.MINILM_MODEL_DIR)
+    hf_dir = args.hf_dir or measuring.default_hf_dir()
     examples, labels = read_rows(args.data_dir, args.rows)
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
     encoded = tokenizer([e.text_a for e in examples], truncation=True,
@@ -161,7 +158,7 @@ def worker_hf(args) -> dict:
             "rows": len(rows), "rows_per_sec": len(rows) / steady,
             "rows_per_cpu_sec": len(rows) / steady_cpu, "scored_rows": scored,
             "torch": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
-            "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "loadavg": loadavg()}
 
 
 # --compare: (label, worker, environment)
@@ -178,11 +175,9 @@ COMPARISONS = (("ours, default (oneDNN on, padding removed)", "ours", {}),
 
 
 def worker_command(args, impl: str, towers: int, batch: int, padding: str) -> list:
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
-               "--towers", str(towers), "--batch", str(batch), "--padding", padding,
-               "--rows", str(args.rows), "--seq", str(args.seq),
-               "--model_dir", args.model_dir, "--data_dir", args.data_dir]
-    return command + (["--hf_dir", args.hf_dir] if args.hf_dir else [])
+    return measuring.worker_command(
+        WORKER_MODULE, impl, towers=towers, batch=batch, padding=padding, rows=args.rows,
+        seq=args.seq, model_dir=args.model_dir, data_dir=args.data_dir, hf_dir=args.hf_dir)
 
 
 def run_compare(args) -> int:
@@ -191,8 +186,8 @@ def run_compare(args) -> int:
     for round_index in range(args.repeats):
         for label, impl, env in (COMPARISONS if round_index % 2 == 0
                                  else COMPARISONS[::-1]):
-            result = bench.run_worker(worker_command(args, impl, 1, args.batch, "dynamic"),
-                                      env=dict(env, PYTHONPATH=REPO))
+            result = measuring.run_worker(worker_command(args, impl, 1, args.batch, "dynamic"),
+                                          env=env)
             if result["scored_rows"] != args.rows:
                 raise RuntimeError(f"{label} scored {result['scored_rows']} rows of "
                                    f"{args.rows}")
@@ -202,29 +197,22 @@ def run_compare(args) -> int:
     default, hf = COMPARISONS[0][0], COMPARISONS[-1][0]
     print(f"\n### Batch scoring side by side: {args.rows} rows, max_seq_length {args.seq}, "
           f"1 x {args.batch}, dynamic padding ({args.repeats} round(s))\n")
-    print(bench.cpu_line(results[default][0]["onednn"]) + "\n")
+    print(measuring.cpu_line(results[default][0]["onednn"]) + "\n")
     rows = []
     for label, impl, env in COMPARISONS:
         runs = results[label]
         rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
                      runs[0]["onednn"].split(" ")[0] if impl != "hf" else "-",
-                     bench.fmt(bench.median([r["rows_per_sec"] for r in runs])),
-                     bench.fmt(bench.median([r["rows_per_cpu_sec"] for r in runs])),
-                     paired(runs, results[hf]), paired(runs, results[default])])
-    print(bench.markdown_table(["scorer", "environment", "oneDNN", "rows/sec (steady)",
-                                "rows/CPU-sec", "/ HF", "/ our default"], rows, "lllrrrr"))
+                     measuring.fmt(measuring.median([r["rows_per_sec"] for r in runs])),
+                     measuring.fmt(measuring.median([r["rows_per_cpu_sec"] for r in runs])),
+                     measuring.paired_ratio(runs, results[hf], "rows_per_sec"),
+                     measuring.paired_ratio(runs, results[default], "rows_per_sec")])
+    print(measuring.markdown_table(["scorer", "environment", "oneDNN", "rows/sec (steady)",
+                                    "rows/CPU-sec", "/ HF", "/ our default"], rows, "lllrrrr"))
     print("\nRatios: median (range) over rounds of runs made back to back. Target: "
           "ours / HF >= 1.5. Ours groups rows by length (and restores their order), "
           "HF scores them in input order as Trainer.predict does.")
     return 0
-
-
-def paired(runs_a: list, runs_b: list, field: str = "rows_per_sec") -> str:
-    ratios = [a[field] / b[field] for a, b in zip(runs_a, runs_b)]
-    if len(ratios) == 1:
-        return bench.fmt(ratios[0], 2)
-    return (f"{bench.fmt(bench.median(ratios), 2)} ({bench.fmt(min(ratios), 2)}-"
-            f"{bench.fmt(max(ratios), 2)})")
 
 
 def configurations(args) -> list:
@@ -235,22 +223,17 @@ def configurations(args) -> list:
 
 
 def main(argv=None) -> int:
-    cache = cache_dir()
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model_dir", default=os.path.join(cache, "minilm_google"))
-    parser.add_argument("--data_dir", default=os.path.join(cache, "data", "movie_reviews"))
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3)")
+    parser = measuring.parser_for(__doc__)
+    measuring.add_minilm_flags(parser)
+    measuring.add_round_flags(parser, quick="1,000 rows, 1 round, batch 32 only",
+                              json_file=False)
     parser.add_argument("--rows", type=int, default=None,
                         help="rows to score (default 4000, quick 1000)")
     parser.add_argument("--seq", type=int, default=64, help="max_seq_length")
     parser.add_argument("--compare", action="store_true",
                         help="ours (oneDNN on / off / capped at AVX2, padding kept) vs HF "
                              "inference, 1 tower x --batch")
-    parser.add_argument("--hf_dir", default=None,
-                        help="Hugging Face MiniLM folder (default: the minilm asset)")
-    parser.add_argument("--worker", choices=["ours", "ours_padded", "hf"], default=None,
-                        help=argparse.SUPPRESS)
+    measuring.add_worker_flag(parser, ("ours", "ours_padded", "hf"))
     parser.add_argument("--towers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=32, help="batch per tower (--compare)")
     parser.add_argument("--padding", default="dynamic", help=argparse.SUPPRESS)
@@ -258,28 +241,19 @@ def main(argv=None) -> int:
     args.rows = args.rows or (1000 if args.quick else 4000)
     args.repeats = args.repeats or (1 if args.quick else 3)
     if args.worker:
-        workers = {"ours": worker, "hf": worker_hf,
-                   "ours_padded": lambda a: worker(a, remove_padding=False)}
-        bench.emit_result(workers[args.worker](args))
-        return 0
-    for path in (os.path.join(args.model_dir, "bert_model.ckpt.index"),
-                 os.path.join(args.data_dir, "test.tsv")):
-        if not os.path.exists(path):
-            print(f"error: {path} not found (run scripts/fetch_minilm.sh and "
-                  "bert-ad data prepare movie_reviews)", file=sys.stderr)
-            return 2
-
-    info = bench.machine_description()
-    print("### Machine\n")
-    print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
+        return measuring.serve_worker(args, {
+            "ours": worker, "hf": worker_hf,
+            "ours_padded": lambda a: worker(a, remove_padding=False)})
+    if measuring.missing_inputs(args, "test.tsv"):
+        return 2
+    print(measuring.machine_table())
     if args.compare:
         return run_compare(args)
     results = {}
     plan = configurations(args)
     for round_index in range(args.repeats):
         for towers, batch, padding in (plan if round_index % 2 == 0 else plan[::-1]):
-            result = bench.run_worker(worker_command(args, "ours", towers, batch, padding),
-                                      env={"PYTHONPATH": REPO})
+            result = measuring.run_worker(worker_command(args, "ours", towers, batch, padding))
             if result["scored_rows"] != args.rows:
                 raise RuntimeError(f"scored {result['scored_rows']} rows of {args.rows}")
             results.setdefault((towers, batch, padding), []).append(result)
@@ -287,19 +261,19 @@ def main(argv=None) -> int:
                   f"rows/sec (load {result['loadavg']})", file=sys.stderr, flush=True)
 
     def med(key, field):
-        return bench.median([r[field] for r in results[key]])
+        return measuring.median([r[field] for r in results[key]])
 
     print(f"\n### Batch scoring, max_seq_length {args.seq}, {args.rows} rows "
           f"(median of {args.repeats} rounds)\n")
-    print(bench.cpu_line(next(iter(results.values()))[0]["onednn"]) + "\n")
+    print(measuring.cpu_line(next(iter(results.values()))[0]["onednn"]) + "\n")
     rows = []
     for key in plan:
         towers, batch, padding = key
-        rows.append([towers, batch, padding, bench.fmt(med(key, "rows_per_sec")),
-                     bench.fmt(med(key, "rows_per_cpu_sec")),
-                     bench.fmt(med(key, "end_to_end_rows_per_sec")),
-                     bench.fmt(med(key, "setup_sec"), 1)])
-    print(bench.markdown_table(
+        rows.append([towers, batch, padding, measuring.fmt(med(key, "rows_per_sec")),
+                     measuring.fmt(med(key, "rows_per_cpu_sec")),
+                     measuring.fmt(med(key, "end_to_end_rows_per_sec")),
+                     measuring.fmt(med(key, "setup_sec"), 1)])
+    print(measuring.markdown_table(
         ["towers", "batch per tower", "padding", "rows/sec (steady)",
          "rows/CPU-sec", "rows/sec end to end", "graph build + restore s"],
         rows, "rrlrrrr"))

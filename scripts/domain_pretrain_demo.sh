@@ -73,4 +73,4 @@ for seed in $SEEDS; do
   if [ "${MINILM:-0}" = 1 ]; then finetune minilm "$seed" MODEL=minilm; fi
 done
 
-"$PYTHON" -m benchmarks.domain_pretrain_report "$OUTPUT_ROOT" "$REVIEWS"
+"$PYTHON" -m studies.domain_pretrain_report "$OUTPUT_ROOT" "$REVIEWS"

@@ -1,4 +1,4 @@
-"""benchmarks/accuracy_study.py: the grid, one real run through the CLI, the report."""
+"""studies/accuracy_study.py: the grid, one real run through the CLI, the report."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import accuracy_study as study
-from benchmarks import study_runner
+from studies import accuracy_study as study
+import measuring
 from helpers import SAMPLE_SENTIMENT as SAMPLE, save_initial_checkpoint, tiny_model
 
 
@@ -128,9 +128,9 @@ def test_failed_run_is_recorded_with_its_error(tmp_path):
 def test_runs_file_resumes(tmp_path, one_run):
     record = one_run[0]
     path = str(tmp_path / "runs.jsonl")
-    study_runner.append_run(path, record)
-    study_runner.append_run(path, dict(record, seed=4))
-    loaded = study_runner.load_runs(path)
+    measuring.append_run(path, record)
+    measuring.append_run(path, dict(record, seed=4))
+    loaded = measuring.load_runs(path)
     assert [study.spec_of(r).seed for r in loaded] == [3, 4]
     assert study.spec_of(loaded[0]) == study.make_spec("movie_reviews", 2, 1, "radam",
                                                        "linear", 3, None)

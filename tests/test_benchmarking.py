@@ -1,4 +1,5 @@
-"""The benchmark suite's pure parts: the FLOP formula, tables, the worker protocol.
+"""The benchmarks' and studies' pure parts: the FLOP formula (benchmarks/flops.py),
+tables and the worker protocol (measuring.py), every module running from the checkout.
 
 No timing is asserted anywhere: the figures themselves are recorded in
 docs/benchmarks.md, not tested.
@@ -6,6 +7,8 @@ docs/benchmarks.md, not tested.
 
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib
 import math
 import os
@@ -14,11 +17,14 @@ import sys
 import numpy as np
 import pytest
 
-from bert_ad.tools import benchmarking as bench
+import measuring
+from benchmarks import flops
+from bert_ad import driver
 from bert_ad.data.batching import TokenizedExamples, make_batch
 from bert_ad.compat import tf
 from bert_ad.model.modeling import BertConfig
-from helpers import launcher_env, run_command, run_many, run_module
+from helpers import (SAMPLE_SENTIMENT, run_command, run_many, run_module,
+                     save_initial_checkpoint, tiny_model)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,11 +45,11 @@ def test_flops_match_a_hand_count():
     #   attention: QK^T and PV over 2 heads of 2:  2 * 2 * (2*3*3*2) = 144
     #   pooler [1,4]x[4,4] = 32; classifier [1,4]x[4,2] = 16
     config = tiny_config()
-    assert bench.encoder_matmul_params(config) == 4 * 16 + 2 * 32
-    assert bench.forward_flops(config, [3], 2) == 384 + 384 + 144 + 32 + 16
-    assert bench.training_flops(config, [3], 2) == 3 * 960
+    assert flops.encoder_matmul_params(config) == 4 * 16 + 2 * 32
+    assert flops.forward_flops(config, [3], 2) == 384 + 384 + 144 + 32 + 16
+    assert flops.training_flops(config, [3], 2) == 3 * 960
     # Two sequences: token terms add, the attention term is per sequence (n^2).
-    assert bench.forward_flops(config, [3, 5], 2) == (
+    assert flops.forward_flops(config, [3, 5], 2) == (
         2 * 128 * 8 + 4 * 4 * (9 + 25) + 2 * 48)
 
 
@@ -51,9 +57,9 @@ def test_flops_scale_with_layers_and_ignore_padding_they_are_not_given():
     two_layers = tiny_config(num_hidden_layers=2)
     one_layer = tiny_config()
     head = 2 * (2 * 4 * 4 + 2 * 4 * 2)
-    assert bench.forward_flops(two_layers, [3, 5], 2) - head == 2 * (
-        bench.forward_flops(one_layer, [3, 5], 2) - head)
-    assert bench.training_flops(one_layer, [], 2) == 0
+    assert flops.forward_flops(two_layers, [3, 5], 2) - head == 2 * (
+        flops.forward_flops(one_layer, [3, 5], 2) - head)
+    assert flops.training_flops(one_layer, [], 2) == 0
 
 
 def _build_classifier(config: BertConfig, batch: int, seq: int, num_labels: int,
@@ -78,8 +84,8 @@ def test_formula_equals_the_matmuls_of_the_real_graph(train):
     config = tiny_config(hidden_size=8, num_hidden_layers=2, intermediate_size=12)
     with tf.Graph().as_default() as graph:
         _build_classifier(config, batch=3, seq=5, num_labels=3, train=train)
-        counted = bench.graph_matmul_flops(graph)
-    formula = (bench.training_flops if train else bench.forward_flops)(
+        counted = flops.graph_matmul_flops(graph)
+    formula = (flops.training_flops if train else flops.forward_flops)(
         config, [5, 5, 5], 3)
     assert counted == formula
 
@@ -89,59 +95,58 @@ def test_graph_count_refuses_dynamic_shapes():
         x = tf.placeholder(tf.float32, [None, 4])
         tf.matmul(x, tf.ones([4, 2]))
         with pytest.raises(ValueError, match="dynamic shape"):
-            bench.graph_matmul_flops(graph)
+            flops.graph_matmul_flops(graph)
 
 
 def test_markdown_table_pads_and_aligns():
-    table = bench.markdown_table(["name", "rate"], [["ours", "12.5"], ["hf", 3]])
+    table = measuring.markdown_table(["name", "rate"], [["ours", "12.5"], ["hf", 3]])
     assert table.splitlines() == [
         "| name | rate |",
         "|:-----|-----:|",
         "| ours | 12.5 |",
         "| hf   |    3 |",
     ]
-    left = bench.markdown_table(["a", "b"], [["x", "yy"]], align="ll")
+    left = measuring.markdown_table(["a", "b"], [["x", "yy"]], align="ll")
     assert left.splitlines()[1:] == ["|:--|:---|", "| x | yy |"]
     with pytest.raises(ValueError, match="3 cells, expected 2"):
-        bench.markdown_table(["a", "b"], [[1, 2, 3]])
+        measuring.markdown_table(["a", "b"], [[1, 2, 3]])
 
 
 def test_fmt_and_median():
-    assert bench.fmt(12345.678) == "12,345.7"
-    assert bench.fmt(0.5, 2) == "0.50"
-    assert bench.fmt(float("nan")) == "-"
-    assert bench.median([3.0, None, 1.0, 2.0]) == 2.0
-    assert math.isnan(bench.median([]))
+    assert measuring.fmt(12345.678) == "12,345.7"
+    assert measuring.fmt(0.5, 2) == "0.50"
+    assert measuring.fmt(float("nan")) == "-"
+    assert measuring.median([3.0, None, 1.0, 2.0]) == 2.0
+    assert math.isnan(measuring.median([]))
 
 
 def test_run_worker_returns_the_emitted_result_and_reports_failures(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(
         "import sys\n"
-        "from bert_ad.tools import benchmarking as b\n"
+        "import measuring as b\n"
         "print('noise before')\n"
         "b.emit_result({'rate': 1.5, 'name': sys.argv[1]})\n"
         "print('noise after')\n")
-    # This checkout's bert_ad, as the benchmarks give their workers.
-    env = {"PYTHONPATH": launcher_env()["PYTHONPATH"]}
-    assert bench.run_worker([sys.executable, str(script), "x"], env=env) == {
+    # This checkout (its bert_ad and measuring.py) on the worker's path, without asking.
+    assert measuring.run_worker([sys.executable, str(script), "x"]) == {
         "rate": 1.5, "name": "x"}
     failing = tmp_path / "failing.py"
     failing.write_text("print('about to fail')\nraise SystemExit(3)\n")
     with pytest.raises(RuntimeError, match="exited 3 without a result") as error:
-        bench.run_worker([sys.executable, str(failing)])
+        measuring.run_worker([sys.executable, str(failing)])
     assert "about to fail" in str(error.value)
 
 
 def test_matmul_measurements_return_wall_and_cpu_rates():
-    for rates in (bench.measure_numpy_matmul(n=32, repeats=2),
-                  bench.measure_tf_matmul(16, 8, 4, repeats=2)):
+    for rates in (flops.measure_numpy_matmul(n=32, repeats=2),
+                  flops.measure_tf_matmul(16, 8, 4, repeats=2)):
         assert set(rates) == {"flops_per_sec", "flops_per_cpu_sec"}
         assert all(0 < v < float("inf") for v in rates.values())
 
 
 def test_machine_description_names_cores_and_cpu():
-    info = bench.machine_description()
+    info = measuring.machine_description()
     assert info["nproc"] == os.cpu_count()
     assert info["cpu_model"]
     assert info["tensorflow"] != "not installed"
@@ -150,6 +155,21 @@ def test_machine_description_names_cores_and_cpu():
 def _load_script(name: str):
     """benchmarks/NAME.py, imported as `python -m benchmarks.NAME` runs it."""
     return importlib.import_module("benchmarks." + name)
+
+
+def test_a_worker_command_names_its_module_worker_and_flags():
+    assert measuring.worker_command("benchmarks.x", "ours", seq=64, hf_dir=None,
+                                    profile=True, predict=False, model_dir="") == [
+        sys.executable, "-m", "benchmarks.x", "--worker", "ours", "--seq", "64",
+        "--profile", "--model_dir", ""]
+
+
+def test_paired_ratio_is_the_median_of_round_by_round_ratios():
+    a = [{"rate": 3.0}, {"rate": 2.0}, {"rate": 6.0}]
+    b = [{"rate": 1.0}, {"rate": 2.0}, {"rate": 2.0}]
+    assert measuring.paired_ratio(a, b, "rate") == "3.00 (1.00-3.00)"
+    assert measuring.paired_ratio(a[:1], b[:1], "rate") == "3.00"
+    assert measuring.paired_ratio(a, [{}], "rate") == "-"
 
 
 def test_bench_train_counts_real_tokens_of_real_rows_only():
@@ -162,6 +182,62 @@ def test_bench_train_counts_real_tokens_of_real_rows_only():
     micro_batch = [make_batch(examples, [0, 1], "dynamic"),
                    make_batch(examples, [2], 64, batch_size=2)]
     assert bench_train.batch_lengths(micro_batch) == [([3, 9], 16), ([5], 64)]
+
+
+def _counting_build_training(monkeypatch) -> list:
+    """Every call of bert_ad.driver.build_training the benchmarks make, recorded."""
+    from benchmarks import training
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return driver.build_training(*args, **kwargs)
+    monkeypatch.setattr(training, "build_training", counted)
+    return calls
+
+
+def test_bench_train_times_the_training_the_driver_builds(tmp_path, monkeypatch):
+    bench_train = _load_script("bench_train")
+    model = tiny_model(str(tmp_path / "model"))
+    save_initial_checkpoint(str(tmp_path / "model" / "bert_model.ckpt"), model.bert_config())
+    calls = _counting_build_training(monkeypatch)
+    args = argparse.Namespace(model_dir=str(tmp_path / "model"), data_dir=SAMPLE_SENTIMENT,
+                              seq=32, padding="dynamic", towers=2, batch=3, steps=2,
+                              warmup=1, variant="unfused_adamw", no_peak=True)
+    result = bench_train.worker_ours(args)
+    # Through the driver's one hook, with the variant's setting no flag has.
+    assert calls == [{"fused_optimizer": False}]
+    assert (result["steps"], result["towers"], len(result["step_sec"])) == (2, 2, 2)
+    assert result["examples_per_sec"] > 0 and math.isfinite(result["final_loss"])
+    # The timed steps' rows are the sample's sentences, padded to a multiple of 8 at most.
+    assert 0 < result["real_tokens"] <= result["padded_tokens"]
+    assert all(n % 8 == 0 and n <= 32 for n in result["padded_lengths"])
+
+
+def test_bench_memory_times_the_training_the_driver_builds_on_full_windows(
+        tmp_path, monkeypatch):
+    bench_memory = _load_script("bench_memory")
+    model = tiny_model(str(tmp_path / "model"))
+    calls = _counting_build_training(monkeypatch)
+    with open(model.vocab_file, encoding="utf-8") as f:
+        words = [line.strip() for line in f if line.strip().isalpha()]
+    # Running text of the tiny vocab's words, cut into full windows of 16 pieces.
+    monkeypatch.setattr(bench_memory, "texts_of", lambda name: [" ".join(words * 20)])
+    # The matmul ceiling measured on small products (2048^3 takes seconds).
+    monkeypatch.setattr(flops, "measure_tf_matmul",
+                        functools.partial(flops.measure_tf_matmul, 64, 64, 64, repeats=1))
+    monkeypatch.setattr(flops, "measure_numpy_matmul",
+                        functools.partial(flops.measure_numpy_matmul, 64, repeats=1))
+    args = argparse.Namespace(model="minilm", model_dir=str(tmp_path / "model"), seq=16,
+                              batch=2, steps=2, warmup=1, profile=True,
+                              precision="fp32")
+    result = bench_memory.worker_ours(args, recompute=True)
+    assert calls == [{"fused_optimizer": True}]
+    assert (result["impl"], result["seq"], result["steps"]) == ("ours_recompute", 16, 2)
+    assert result["examples_per_sec"] > 0 and math.isfinite(result["final_loss"])
+    assert 0 < result["start_rss_mb"] <= result["peak_rss_mb"]
+    assert sum(result["profile"]["by_category"].values()) > 0
+    assert 0 < result["useful_flops_per_sec"] and 0 < result["matmul_flops_per_sec"]
 
 
 def test_bench_train_plan_has_every_comparison_the_tables_need():
@@ -182,24 +258,46 @@ def test_bench_train_plan_has_every_comparison_the_tables_need():
     assert {run[0] for run in bench_train.suite_plan(Args)} == {"ours"}
 
 
-BENCHMARKS = ("accuracy_study", "long_text_study", "bench_train", "bench_predict",
-              "bench_export", "bench_memory", "exchange_bytes", "model_sizes", "squad_run",
-              "precision_study")
+# Every module with a command line (the others take positional arguments: below).
+BENCHMARKS = ("benchmarks.bench_train", "benchmarks.bench_predict", "benchmarks.bench_export",
+              "benchmarks.bench_memory", "benchmarks.bench_features",
+              "benchmarks.exchange_bytes", "benchmarks.model_sizes",
+              "benchmarks.cpu_apply_time", "benchmarks.gpu_scaling_model",
+              "studies.accuracy_study", "studies.long_text_study", "studies.squad_run",
+              "studies.precision_study", "studies.features_study", "studies.ner_pieces")
 
 
-def test_every_benchmark_runs_as_a_module_of_the_checkout(tmp_path):
+def test_every_benchmark_and_study_runs_as_a_module_of_the_checkout(tmp_path):
     # From another folder with this checkout on PYTHONPATH, as scripts/*.sh run them.
-    runs = run_many({name: ["benchmarks." + name, "--help"] for name in BENCHMARKS},
+    runs = run_many({name: [name, "--help"] for name in BENCHMARKS},
                     run=lambda argv: run_module(argv[0], argv[1:], cwd=str(tmp_path)))
     for run in runs.values():
         assert run.returncode == 0 and run.stdout.startswith("usage:"), run.describe()
-    report = run_module("benchmarks.domain_pretrain_report", cwd=str(tmp_path))
+    report = run_module("studies.domain_pretrain_report", cwd=str(tmp_path))
     assert report.returncode == 1, report.describe()
     assert report.stderr.strip() == (
-        "python -m benchmarks.domain_pretrain_report OUTPUT_ROOT REVIEWS_DIR")
+        "python -m studies.domain_pretrain_report OUTPUT_ROOT REVIEWS_DIR")
     # Their workers start as `python -m WORKER_MODULE`: the module itself.
-    for name in ("bench_train", "bench_predict", "bench_export"):
-        assert _load_script(name).WORKER_MODULE == "benchmarks." + name
+    for name in ("benchmarks.bench_train", "benchmarks.bench_predict",
+                 "benchmarks.bench_export", "benchmarks.bench_memory",
+                 "benchmarks.bench_features", "studies.precision_study", "studies.squad_run"):
+        assert importlib.import_module(name).WORKER_MODULE == name
+
+
+def test_the_studies_and_benchmarks_share_one_helper_module_outside_the_package():
+    # Not shipped: bert_ad imports none of them, and the helpers are one module.
+    assert not os.path.exists(os.path.join(REPO, "bert_ad", "tools", "benchmarking.py"))
+    assert os.path.dirname(measuring.__file__) == REPO
+    for folder in ("benchmarks", "studies"):
+        for name in os.listdir(os.path.join(REPO, folder)):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(REPO, folder, name), encoding="utf-8") as f:
+                source = f.read()
+            for copy in ('"-m", WORKER_MODULE', "def peak_rss_mb(", "def run_measured(",
+                         "def print_machine(", "def hf_dir_for(", "def load_runs(",
+                         "def append_run(", "def cpu_line(", "getrusage("):
+                assert copy not in source, f"{folder}/{name}: {copy} (use measuring.py's)"
 
 
 WORKER = ("import json, os, sys, time; started = time.time(); time.sleep(1.0); "
@@ -211,19 +309,19 @@ WORKER = ("import json, os, sys, time; started = time.time(); time.sleep(1.0); "
                     reason="needs two CPU cores")
 def test_side_by_side_workers_run_at_once_each_on_its_core():
     first, second = sorted(os.sched_getaffinity(0))[:2]
-    a, b = bench.run_workers_side_by_side(
+    a, b = measuring.run_workers_side_by_side(
         [[sys.executable, "-c", WORKER, "a"], [sys.executable, "-c", WORKER, "b"]],
         [second, first])
     assert (a["name"], a["cores"]) == ("a", [second])
     assert (b["name"], b["cores"]) == ("b", [first])
     assert max(a["started"], b["started"]) < min(a["ended"], b["ended"])   # overlapping
-    failed, ok = bench.run_workers_side_by_side(
+    failed, ok = measuring.run_workers_side_by_side(
         [[sys.executable, "-c", "print('no result'); raise SystemExit(3)"],
          [sys.executable, "-c", WORKER, "c"]], [first, second])
     assert "exited 3 without a result" in failed["error"] and "no result" in failed["error"]
     assert ok["name"] == "c"
     with pytest.raises(ValueError, match="2 commands for 1 cores"):
-        bench.run_workers_side_by_side([["true"], ["true"]], [first])
+        measuring.run_workers_side_by_side([["true"], ["true"]], [first])
 
 
 def test_bench_memory_refuses_option_mixes_it_cannot_run():
@@ -261,7 +359,7 @@ def test_gpu_smoke_without_a_gpu_says_there_is_nothing_to_do(tmp_path):
 def test_squad_run_hf_adam_follows_our_learning_rate_schedule_step_for_step():
     # hf-adam claims the same update as ours*-adam: its LambdaLR factor times the
     # peak must be the rate run_squad_mgpu.py's graph uses at every step.
-    from benchmarks.squad_run import google_schedule
+    from studies.squad_run import google_schedule
     from bert_ad.parallel.learning_rate import learning_rate_schedule
     base, total, warmup = 5e-5, 368, 36
     factor = google_schedule(total, warmup)

@@ -9,7 +9,7 @@ import platform
 import pytest
 
 from bert_ad.compat import IS_TF1
-from bert_ad.tools import benchmarking as bench
+import measuring
 from bert_ad.model import precision
 from helpers import (SAMPLE_SENTIMENT, fresh_python_lines, run_launcher,
                      tiny_model)
@@ -49,14 +49,14 @@ def test_cpu_isa_and_vector_class(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\n"
                        "flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_vnni amx_tile\n")
-    isa = bench.cpu_isa(str(cpuinfo))
+    isa = measuring.cpu_isa(str(cpuinfo))
     assert isa == "sse4_2 avx avx2 fma avx512f avx512_vnni amx_tile"
-    assert bench.vector_class(isa) == "AMX"
-    assert bench.vector_class("sse4_2 avx avx2 fma avx512f") == "AVX-512"
-    assert bench.vector_class("sse4_2 avx avx2 fma f16c") == "AVX2"
-    assert bench.cpu_isa(str(tmp_path / "missing")) == "unknown"
-    line = bench.cpu_line("on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)")
-    assert line.startswith(f"CPU: {bench.cpu_model()}, {os.cpu_count()} cores, ")
+    assert measuring.vector_class(isa) == "AMX"
+    assert measuring.vector_class("sse4_2 avx avx2 fma avx512f") == "AVX-512"
+    assert measuring.vector_class("sse4_2 avx avx2 fma f16c") == "AVX2"
+    assert measuring.cpu_isa(str(tmp_path / "missing")) == "unknown"
+    line = measuring.cpu_line("on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)")
+    assert line.startswith(f"CPU: {measuring.cpu_model()}, {os.cpu_count()} cores, ")
     assert line.endswith("; TensorFlow oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's "
                          "default on x86)")
 
@@ -102,6 +102,6 @@ def test_the_launchers_logged_onednn_state_is_read_back():
     log = ("device plan: 1 tower on 1 device, variables and optimizer on /cpu:0\n"
            "  /cpu:0 (cpu): tower_0\n"
            "  CPU kernels: oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's default on x86)\n")
-    assert bench.logged_onednn_state(log) == ("on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's "
+    assert measuring.logged_onednn_state(log) == ("on (TF_ENABLE_ONEDNN_OPTS=1, bert_ad's "
                                               "default on x86)")
-    assert bench.logged_onednn_state("no plan here") == "not logged"
+    assert measuring.logged_onednn_state("no plan here") == "not logged"

@@ -1,4 +1,4 @@
-"""benchmarks/long_text_study.py: the grid, each strategy's flags, the report, one real run."""
+"""studies/long_text_study.py: the grid, each strategy's flags, the report, one real run."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from benchmarks import long_text_study as study
-from benchmarks import study_runner
+from studies import long_text_study as study
+import measuring
 from bert_ad.files import read_key_values
 from helpers import sample_sentiment_texts, save_initial_checkpoint, tiny_model
 
@@ -166,5 +166,5 @@ def test_one_real_run_through_the_launcher(tiny):
     assert "--long_text=windows" in record["command"]
     assert not [n for n in os.listdir(output_dir) if n.startswith("model.ckpt")]
     runs = str(tiny / "runs.jsonl")
-    study_runner.append_run(runs, record)
-    assert study_runner.load_runs(runs) == [record]
+    measuring.append_run(runs, record)
+    assert measuring.load_runs(runs) == [record]

@@ -34,8 +34,9 @@ from bert_ad.resources import samples
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads to build the wheel.
-# benchmarks/ too: it sits beside bert_ad/ as a package, and must stay out of the wheel.
-SOURCES = ("setup.py", "bert_ad", "configs", "data", "benchmarks")
+# benchmarks/, studies/ and measuring.py too: they sit beside bert_ad/ and must stay out
+# of the wheel.
+SOURCES = ("setup.py", "bert_ad", "configs", "data", "benchmarks", "studies", "measuring.py")
 # The root launchers, from the command registry (each command declares its own).
 ROOT_LAUNCHERS = tuple(d.launcher for d in registry.declarations(plugins=False) if d.launcher)
 # `python -m bert_ad.X` commands that need TensorFlow (assets does not).
@@ -200,9 +201,11 @@ def test_wheel_carries_configs_and_data_as_package_data(wheel):
                     assert inside in names, inside
                     with open(path, "rb") as f:
                         assert z.read(inside) == f.read(), inside
-    # The package only: no tests, scripts, benchmarks or root launchers.
+    # The package only: no tests, scripts, benchmarks, studies, their measuring.py or
+    # root launchers.
     assert {n.split("/")[0] for n in names if "/" in n} == {
         "bert_ad", os.path.basename(wheel).split("-py")[0] + ".dist-info"}
+    assert not [n for n in names if "/" not in n]
     assert "bert_ad/tools/prepare.py" in names     # `bert-ad data prepare`
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/precision_study.py: its runs are the accuracy study's quick run at a
+"""studies/precision_study.py: its runs are the accuracy study's quick run at a
 precision, Hugging Face's worker trains and scores for real, the paired report."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from benchmarks import accuracy_study as study
-from benchmarks import precision_study as precision
+from studies import accuracy_study as study
+from studies import precision_study as precision
 from helpers import REPO, SAMPLE_SENTIMENT, save_initial_checkpoint, tiny_model
 
 
@@ -70,7 +70,7 @@ def test_report_pairs_seeds_and_compares_with_the_fp32_spread():
 
 
 def test_bad_choices_are_named():
-    run = subprocess.run([sys.executable, "-m", "benchmarks.precision_study",
+    run = subprocess.run([sys.executable, "-m", "studies.precision_study",
                           "--precisions", "fp16"], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 2
     assert "--precisions: 'fp16' is not one of fp32, bf16" in run.stderr

@@ -1,4 +1,5 @@
-"""benchmarks/study_runner.py: a run's process, its failure line, resuming.
+"""A study's runs: a launcher's process, its failure line (measuring.py), its test
+predictions and resuming (studies/study_runner.py).
 
 A real launcher run through it is in test_accuracy_study.py (with a log
 file) and test_long_text_study.py (output captured).
@@ -14,7 +15,8 @@ import sys
 
 import pytest
 
-from benchmarks import study_runner
+import measuring
+from studies import study_runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,16 +28,16 @@ def test_a_failed_run_is_its_last_line_and_a_fresh_folder(tmp_path):
     output_dir = tmp_path / "run"
     output_dir.mkdir()
     (output_dir / "stale.txt").write_text("an earlier attempt")
-    run = study_runner.run_launcher([sys.executable, "-c", FAILING], str(output_dir))
+    run = measuring.run_launcher([sys.executable, "-c", FAILING], str(output_dir))
     assert (run.ok, run.error) == (False, "error: --data_dir does not exist")
     assert run.wall_seconds >= 0 and not output_dir.exists()
-    logged = study_runner.run_launcher([sys.executable, "-c", FAILING], str(output_dir),
-                                       log_name="log.txt")
+    logged = measuring.run_launcher([sys.executable, "-c", FAILING], str(output_dir),
+                                    log_name="log.txt")
     assert (logged.ok, logged.error) == (False, "error: --data_dir does not exist")
     assert os.listdir(str(output_dir)) == ["log.txt"]
     assert "progress" in (output_dir / "log.txt").read_text()
-    silent = study_runner.run_launcher([sys.executable, "-c", "raise SystemExit(1)"],
-                                       str(output_dir))
+    silent = measuring.run_launcher([sys.executable, "-c", "raise SystemExit(1)"],
+                                    str(output_dir))
     assert silent.error == "(no output)"
 
 
@@ -48,12 +50,12 @@ def test_a_finished_run_is_read_and_its_checkpoints_go(tmp_path):
             "'checkpoint', 'predict.txt'):\n"
             "    open(os.path.join(d, n), 'w').close()\n")
     command = [sys.executable, "-c", code, str(output_dir)]
-    run = study_runner.run_launcher(command, str(output_dir))
+    run = measuring.run_launcher(command, str(output_dir))
     assert run.ok and run.error == ""
     assert (run.evaluated, run.trained) == ({"eval_accuracy": "0.5"}, {"global_step": "7"})
     assert sorted(os.listdir(str(output_dir))) == [
         "checkpoint", "eval_results.txt", "predict.txt", "train_results.txt"]
-    study_runner.run_launcher(command, str(output_dir), keep_checkpoints=True)
+    measuring.run_launcher(command, str(output_dir), keep_checkpoints=True)
     assert "model.ckpt-7.index" in os.listdir(str(output_dir))
 
 
@@ -73,10 +75,10 @@ def test_predictions_must_match_the_test_rows(tmp_path):
 
 def test_a_resumed_study_skips_what_its_records_hold(tmp_path):
     path = str(tmp_path / "docs" / "runs.jsonl")
-    assert study_runner.load_runs(path) == []
-    study_runner.append_run(path, {"name": "a", "status": "ok"})
-    study_runner.append_run(path, {"name": "b", "status": "failed", "error": "boom"})
-    records = study_runner.load_runs(path)
+    assert measuring.load_runs(path) == []
+    measuring.append_run(path, {"name": "a", "status": "ok"})
+    measuring.append_run(path, {"name": "b", "status": "failed", "error": "boom"})
+    records = measuring.load_runs(path)
     assert [r["name"] for r in records] == ["a", "b"]
     assert os.listdir(str(tmp_path / "docs")) == ["runs.jsonl"]
     name = operator.itemgetter("name")
@@ -97,7 +99,7 @@ def test_a_runs_peak_memory_is_its_own_process(tmp_path):
              "open(os.path.join(d, 'eval_results.txt'), 'w').write('eval_accuracy = 1\\n')\n")
     small = large.replace("300 * 2 ** 20", "1")
     study = ("import json, sys\n"
-             "from benchmarks import study_runner as s\n"
+             "import measuring as s\n"
              "big, small, out = sys.argv[1], sys.argv[2], sys.argv[3]\n"
              "a = s.run_launcher([sys.executable, '-c', big, out + '/a'], out + '/a')\n"
              "b = s.run_launcher([sys.executable, '-c', small, out + '/b'], out + '/b',\n"

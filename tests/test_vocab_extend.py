@@ -395,7 +395,7 @@ def test_bad_input_is_one_error_line_and_nothing_written(extended, tmp_path, cap
 
 
 def test_the_segmentation_benchmark_counts(extended):
-    from benchmarks.extend_segmentation import compare, report
+    from studies.extend_segmentation import compare, report
     root, _, out = extended
     texts = HELD_OUT + ["我爱中国", "发展中国家", "bioinformatics is good"]
     counts = compare(str(root / "model"), str(out), texts)

@@ -34,7 +34,7 @@ PACKAGES = {
     # tests/test_pretraining_data.py compares our instances against.
     "bert_tensorflow": ("bert-tensorflow==1.0.4", []),
     # jieba's test sentences (test/test.py): Chinese text from none of our corpora,
-    # for benchmarks/trim_segmentation.py. Never imported.
+    # for studies/trim_segmentation.py. Never imported.
     "jieba": ("jieba==0.42.1", []),
 }
 

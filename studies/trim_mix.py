@@ -1,9 +1,9 @@
 """How much English does a trimmed e5 need? The table behind the default's English mix.
 
-  python -m benchmarks.trim_mix FULL_DIR TRIM_CORPUS_DIR FROM_NONE_DIR
+  python -m studies.trim_mix FULL_DIR TRIM_CORPUS_DIR FROM_NONE_DIR
 
 FULL_DIR: the converted multilingual-e5 (pieces.tsv); TRIM_CORPUS_DIR: `bert-ad data
-prepare trim_corpus`; FROM_NONE_DIR: `python -m benchmarks.trim_segmentation from_none`.
+prepare trim_corpus`; FROM_NONE_DIR: `python -m studies.trim_segmentation from_none`.
 Each row keeps a set of pieces; a held-out line agrees when every piece of its
 full-list segmentation is kept, which is exactly when the trimmed reader segments it
 the same way (a split can only use kept pieces, and the full list's best split is

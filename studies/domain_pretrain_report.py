@@ -1,6 +1,6 @@
 """The table of scripts/domain_pretrain_demo.sh: masked-LM before/after, sentiment per model.
 
-  python -m benchmarks.domain_pretrain_report OUTPUT_ROOT REVIEWS_DIR
+  python -m studies.domain_pretrain_report OUTPUT_ROOT REVIEWS_DIR
 
 reads OUTPUT_ROOT/{before,continued}/eval_results.txt and every
 OUTPUT_ROOT/sentiment/<model>_seed<N>/ (dev figures from eval_results.txt, test
@@ -14,7 +14,7 @@ import re
 import sys
 from collections import defaultdict
 
-from benchmarks.accuracy_study import mean_sd, test_metrics
+from studies.accuracy_study import mean_sd, test_metrics
 from bert_ad.files import read_key_values
 
 

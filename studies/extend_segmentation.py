@@ -1,6 +1,6 @@
 """What `bert-ad vocab extend` changed in a unigram model's segmentation (issue 32).
 
-  python -m benchmarks.extend_segmentation OLD_DIR NEW_DIR CORPUS[,CORPUS...]
+  python -m studies.extend_segmentation OLD_DIR NEW_DIR CORPUS[,CORPUS...]
 
 OLD_DIR holds the model's pieces.tsv (+ normalization.tsv), NEW_DIR the
 extended folder (its pieces.tsv and sentencepiece.model). CORPUS entries are
