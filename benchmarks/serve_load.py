@@ -1,25 +1,32 @@
 """Load on `bert-ad serve` from an asynchronous HTTP client, beside the export's batch scoring.
 
     python -m benchmarks.serve_load --export_dir EXPORT --data_dir MR_DIR \\
-        [--clients 1,4,16,64] [--seconds 20] [--rounds 2]
+        [--clients 1,4,16,64] [--seconds 10] [--rounds 3]
 
 EXPORT is a classifier export (docs/serving.md has the commands: MiniLM
-fine-tuned on the movie reviews); MR_DIR/test.tsv gives the texts. Measured,
-each in its own process, rounds alternating the order:
+fine-tuned on the movie reviews); MR_DIR/test.tsv gives the texts. Two
+processes hold the model, each idle while the other works:
 
   ceiling     what --do_predict --predict_from_export runs on the same rows:
               bert_ad.serving.load.ExportScorer over length-sorted batches of
-              --batch rows (dynamic padding), rows/sec after warm-up batches;
-              and one forward pass (one row, batch 1), median latency
-  serve       `bert-ad serve --model_dir=EXPORT` (--port=0) under N clients
-              for each N of --clients: N concurrent connections (aiohttp's
-              client), each sending one text a request, the next as soon as
-              the answer arrives, for --seconds; requests/sec and latency
-              percentiles (p50, p95, p99), the server's batch sizes (from its
-              /metrics) and its peak RSS (VmHWM).
+              --batch rows (dynamic padding); one pass over the rows, rows/sec;
+              and one forward pass (one row of median length, batch 1), median
+              latency of 30
+  serve       `bert-ad serve --model_dir=EXPORT --port=0` under N clients: N
+              concurrent connections (aiohttp's client), each sending one text
+              a request, the next as soon as the answer arrives, for --seconds;
+              requests/sec, latency percentiles (p50, p95, p99), the server's
+              rows a batch (its /metrics) and peak RSS (VmHWM)
 
-The client runs on the same machine, and takes CPU from the server: on a
-2-core machine the serve rates are a lower bound.
+A shared virtual machine's speed drifts by 2x between minutes, so every serve
+level is measured between two ceiling passes (and the one-client level between
+two forward-pass measurements) and compared with their mean: the ratios pair
+figures taken within seconds of each other. Rounds alternate the order of the
+levels. Each side's rows per CPU-second (the server process's CPU time during
+the level, the ceiling process's during its pass) compares them on a machine
+shared with other jobs, where wall-clock rates follow the neighbours. The
+client runs on the same machine and takes CPU from the server: on 2 cores the
+serve rates are a lower bound.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ def texts_of(data_dir: str, rows: int) -> list:
 
 # --- the ceiling: the export's own batch scoring, in a worker process ------------------
 
-def ceiling_worker(args) -> dict:
+def ceiling_worker(args) -> None:
+    """Load the export, then answer each line of stdin ("pass" or "forward") with
+    one BENCH_RESULT line."""
     import numpy as np
 
     from bert_ad.compat import TF_VERSION
@@ -63,28 +72,66 @@ def ceiling_worker(args) -> dict:
     predictions = model.predictions
     texts = texts_of(args.data_dir, args.rows)
     features = predictions.featurize([predictions.parse(t) for t in texts]).examples
-    batches = list(inference_batches(features, args.batch, 1))
-    for tower_indices, rows in batches[:WARMUP_BATCHES]:
-        model.scorer.run([make_batch(features, i, "dynamic", batch_size=rows)
-                          for i in tower_indices])
-    start, cpu = time.perf_counter(), time.process_time()
-    for tower_indices, rows in batches:
-        model.scorer.run([make_batch(features, i, "dynamic", batch_size=rows)
-                          for i in tower_indices])
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-    # One forward pass: one row of median length, alone.
+    batches = [[make_batch(features, i, "dynamic", batch_size=rows) for i in indices]
+               for indices, rows in inference_batches(features, args.batch, 1)]
+    for batch in batches[:WARMUP_BATCHES]:
+        model.scorer.run(batch)
     middle = int(np.argsort(features.lengths)[len(features) // 2])
-    single = make_batch(features, [middle], "dynamic")
-    passes = []
-    for _ in range(FORWARD_PASSES):
-        started = time.perf_counter()
-        model.scorer.run([single])
-        passes.append(time.perf_counter() - started)
+    single = [make_batch(features, [middle], "dynamic")]
+    bench.emit_result({"rows": len(features), "tensorflow": TF_VERSION,
+                       "onednn": bench.onednn_state()})
+    for command in sys.stdin:
+        if command.strip() == "pass":
+            start, cpu = time.perf_counter(), time.process_time()
+            for batch in batches:
+                model.scorer.run(batch)
+            result = {"rows_per_sec": len(features) / (time.perf_counter() - start),
+                      "rows_per_cpu_sec": len(features) / (time.process_time() - cpu)}
+        else:
+            passes = []
+            for _ in range(FORWARD_PASSES):
+                started = time.perf_counter()
+                model.scorer.run(single)
+                passes.append(time.perf_counter() - started)
+            result = {"forward_ms": 1000 * float(np.median(passes))}
+        result["peak_rss_mb"] = peak_rss_mb(os.getpid())
+        bench.emit_result(result)
     model.close()
-    return {"rows": len(features), "rows_per_sec": len(features) / seconds,
-            "rows_per_cpu_sec": len(features) / cpu_seconds,
-            "forward_ms": 1000 * float(np.median(passes)), "tensorflow": TF_VERSION,
-            "onednn": bench.onednn_state(), "peak_rss_mb": peak_rss_mb(os.getpid())}
+
+
+class Ceiling:
+    """The ceiling worker process, asked for one measurement at a time."""
+
+    def __init__(self, args):
+        command = [sys.executable, "-m", WORKER_MODULE, "--worker", "--export_dir",
+                   args.export_dir, "--data_dir", args.data_dir, "--rows", str(args.rows),
+                   "--batch", str(args.batch)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True,
+                                        env=dict(os.environ, PYTHONPATH=REPO))
+        self.info = self._result()
+
+    def _result(self) -> dict:
+        for line in self.process.stdout:
+            if line.startswith(bench.RESULT_PREFIX):
+                return json.loads(line[len(bench.RESULT_PREFIX):])
+        raise RuntimeError(f"the ceiling worker exited {self.process.wait()}")
+
+    def measure(self, what: str) -> dict:
+        self.process.stdin.write(what + "\n")
+        self.process.stdin.flush()
+        return self._result()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -143,47 +190,72 @@ def batch_figures(url: str) -> tuple:
     return float(count.group(1)), float(total.group(1))
 
 
-def serve_round(args, texts: list, levels: list, log_path: str) -> dict:
+def start_server(args, log_path: str) -> tuple:
+    """(process, base URL) of `bert-ad serve` on the export, warmed up."""
     command = [sys.executable, "-m", "bert_ad", "serve", f"--model_dir=bench={args.export_dir}",
                "--port=0", f"--max_batch_size={args.max_batch_size}",
                f"--batch_timeout_ms={args.batch_timeout_ms}"]
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                   env=dict(os.environ, PYTHONPATH=REPO))
-    try:
-        url = wait_for_address(server, log_path)
-        predict = url + "/v1/models/bench:predict"
-        asyncio.run(load(predict, texts, 4, 2.0))   # warm-up
-        results = []
-        for clients in levels:
-            before = batch_figures(url)
-            result = asyncio.run(load(predict, texts, clients, args.seconds))
-            after = batch_figures(url)
-            result["mean_batch_rows"] = (after[1] - before[1]) / max(1.0, after[0] - before[0])
-            results.append(result)
-            print(f"  serve, {clients:3d} clients: {result['rows_per_sec']:7.1f} rows/sec, "
-                  f"p50 {result['p50_ms']:.1f} ms, batches of {result['mean_batch_rows']:.1f}"
-                  f" (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-        rss = peak_rss_mb(server.pid)
-    finally:
-        server.terminate()
-        code = server.wait(120)
-    if code != 0:
-        raise RuntimeError(f"bert-ad serve exited {code} after SIGTERM; see {log_path}")
-    return {"levels": results, "peak_rss_mb": rss}
-
-
-def wait_for_address(server: subprocess.Popen, log_path: str) -> str:
     deadline = time.time() + STARTUP_SECONDS
     while time.time() < deadline:
         with open(log_path) as f:
             found = re.search(r"listening on (http://[0-9.]+:\d+)", f.read())
         if found:
-            return found.group(1)
+            return server, found.group(1)
         if server.poll() is not None:
             break
         time.sleep(0.2)
     raise RuntimeError(f"bert-ad serve did not start; see {log_path}")
+
+
+def serve_level(server: subprocess.Popen, url: str, texts: list, clients: int,
+                seconds: float) -> dict:
+    before, cpu = batch_figures(url), cpu_seconds(server.pid)
+    result = asyncio.run(load(url + "/v1/models/bench:predict", texts, clients, seconds))
+    after, cpu = batch_figures(url), cpu_seconds(server.pid) - cpu
+    result["rows_a_batch"] = (after[1] - before[1]) / max(1.0, after[0] - before[0])
+    result["rows_per_cpu_sec"] = result["requests"] / max(cpu, 1e-9)
+    return result
+
+
+def measure(args, texts: list, levels: list, scratch: str) -> dict:
+    """Every round: each level between two ceiling passes (1 client: and between two
+    forward-pass measurements too)."""
+    ceiling = Ceiling(args)
+    server, url = start_server(args, os.path.join(scratch, "serve.log"))
+    runs = {clients: [] for clients in levels}
+    try:
+        asyncio.run(load(url + "/v1/models/bench:predict", texts, 4, 2.0))   # warm-up
+        for round_index in range(args.rounds):
+            for clients in levels if round_index % 2 == 0 else levels[::-1]:
+                single = clients == 1
+                before = ceiling.measure("pass")
+                forward_before = ceiling.measure("forward") if single else None
+                result = serve_level(server, url, texts, clients, args.seconds)
+                forward_after = ceiling.measure("forward") if single else None
+                after = ceiling.measure("pass")
+                result["ceiling"] = (before["rows_per_sec"] + after["rows_per_sec"]) / 2
+                result["ceiling_per_cpu_sec"] = (before["rows_per_cpu_sec"]
+                                                 + after["rows_per_cpu_sec"]) / 2
+                if single:
+                    result["forward_ms"] = (forward_before["forward_ms"]
+                                            + forward_after["forward_ms"]) / 2
+                runs[clients].append(result)
+                print(f"  {clients:3d} clients: {result['rows_per_sec']:7.1f} rows/sec "
+                      f"(ceiling {result['ceiling']:.1f}), p50 {result['p50_ms']:.1f} ms"
+                      + (f" (forward pass {result['forward_ms']:.1f} ms)" if single else "")
+                      + f", {result['rows_a_batch']:.1f} rows a batch "
+                      f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+        rss = {"serve": peak_rss_mb(server.pid), "ceiling": after["peak_rss_mb"]}
+    finally:
+        server.terminate()
+        code = server.wait(120)
+        ceiling.close()
+    if code != 0:
+        raise RuntimeError(f"bert-ad serve exited {code} after SIGTERM")
+    return {"info": ceiling.info, "runs": runs, "peak_rss_mb": rss}
 
 
 def main(argv=None) -> int:
@@ -191,68 +263,63 @@ def main(argv=None) -> int:
     parser.add_argument("--export_dir", required=True, help="a classifier export")
     parser.add_argument("--data_dir", required=True, help="folder with test.tsv")
     parser.add_argument("--clients", default="1,4,16,64")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=0, help="first N texts only")
     parser.add_argument("--batch", type=int, default=32, help="the ceiling's batch")
     parser.add_argument("--max_batch_size", type=int, default=32)
-    parser.add_argument("--batch_timeout_ms", type=float, default=1.0)
+    parser.add_argument("--batch_timeout_ms", type=float, default=5.0)
     parser.add_argument("--json", default=None, help="write every result here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        bench.emit_result(ceiling_worker(args))
+        ceiling_worker(args)
         return 0
     levels = [int(n) for n in args.clients.split(",")]
     texts = texts_of(args.data_dir, args.rows)
     info = bench.machine_description()
-    ceilings, serves = [], []
-    worker = [sys.executable, "-m", WORKER_MODULE, "--worker", "--export_dir",
-              args.export_dir, "--data_dir", args.data_dir, "--rows", str(args.rows),
-              "--batch", str(args.batch)]
     with tempfile.TemporaryDirectory(prefix="serve_load_") as scratch:
-        for round_index in range(args.rounds):
-            steps = ("ceiling", "serve") if round_index % 2 == 0 else ("serve", "ceiling")
-            for step in steps:
-                if step == "ceiling":
-                    result = bench.run_worker(worker, env={"PYTHONPATH": REPO})
-                    ceilings.append(result)
-                    print(f"  ceiling: {result['rows_per_sec']:7.1f} rows/sec, one forward "
-                          f"pass {result['forward_ms']:.1f} ms (load {os.getloadavg()[0]:.1f})",
-                          file=sys.stderr, flush=True)
-                else:
-                    serves.append(serve_round(args, texts, levels, os.path.join(
-                        scratch, f"serve_{round_index}.log")))
-    ceiling = bench.median([c["rows_per_sec"] for c in ceilings])
-    forward = bench.median([c["forward_ms"] for c in ceilings])
-    info.update(tensorflow=ceilings[0]["tensorflow"], onednn=ceilings[0]["onednn"])
+        measured = measure(args, texts, levels, scratch)
+    runs, worker = measured["runs"], measured["info"]
+    info.update(tensorflow=worker["tensorflow"], onednn=worker["onednn"],
+                loadavg_after=" ".join(f"{x:.2f}" for x in os.getloadavg()))
     print("### Machine\n")
     print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
-    print("\n" + bench.cpu_line(ceilings[0]["onednn"]))
+    print("\n" + bench.cpu_line(worker["onednn"]))
     print(f"\n### {len(texts)} texts of {args.data_dir}/test.tsv, one a request; "
           f"--max_batch_size={args.max_batch_size} --batch_timeout_ms={args.batch_timeout_ms}"
-          f"; median of {args.rounds} rounds of {args.seconds:g} s\n")
-    rows = [["--predict_from_export (batch " + str(args.batch) + ")", bench.fmt(ceiling),
-             "1.00", "-", f"{forward:.1f} (one forward pass)", "-", "-", "-",
-             bench.fmt(bench.median([c["peak_rss_mb"] for c in ceilings]), 0)]]
-    one_client = None
-    for i, clients in enumerate(levels):
-        runs = [s["levels"][i] for s in serves]
-        rate = bench.median([r["rows_per_sec"] for r in runs])
-        one_client = rate if clients == 1 else one_client
-        rows.append([f"serve, {clients} client{'s' if clients > 1 else ''}", bench.fmt(rate),
-                     f"{rate / ceiling:.2f}",
-                     f"{rate / one_client:.2f}" if one_client else "-",
-                     bench.fmt(bench.median([r["p50_ms"] for r in runs])),
-                     bench.fmt(bench.median([r["p95_ms"] for r in runs])),
-                     bench.fmt(bench.median([r["p99_ms"] for r in runs])),
-                     bench.fmt(bench.median([r["mean_batch_rows"] for r in runs])),
-                     bench.fmt(bench.median([s["peak_rss_mb"] for s in serves]), 0)])
-    print(bench.markdown_table(["", "rows/sec", "x ceiling", "x 1 client", "p50 ms", "p95 ms",
-                                "p99 ms", "rows a batch", "peak RSS MB"], rows, "lrrrrrrrr"))
+          f"; medians of {args.rounds} rounds of {args.seconds:g} s a level\n")
+    ones = runs.get(1, [])
+    rows = []
+    for clients in levels:
+        level = runs[clients]
+        ratio = bench.median([r["rows_per_sec"] / r["ceiling"] for r in level])
+        versus_one = bench.median([r["rows_per_sec"] / one["rows_per_sec"]
+                                   for r, one in zip(level, ones)]) if ones else float("nan")
+        p50 = bench.fmt(bench.median([r["p50_ms"] for r in level]))
+        if clients == 1:
+            p50 += " ({:.2f}x one forward pass of {:.1f} ms)".format(
+                bench.median([r["p50_ms"] / r["forward_ms"] for r in level]),
+                bench.median([r["forward_ms"] for r in level]))
+        per_cpu = bench.median([r["rows_per_cpu_sec"] / r["ceiling_per_cpu_sec"]
+                                for r in level])
+        rows.append([str(clients), bench.fmt(bench.median([r["rows_per_sec"] for r in level])),
+                     bench.fmt(bench.median([r["ceiling"] for r in level])), f"{ratio:.2f}",
+                     f"{per_cpu:.2f}", f"{versus_one:.2f}", p50,
+                     bench.fmt(bench.median([r["p95_ms"] for r in level])),
+                     bench.fmt(bench.median([r["p99_ms"] for r in level])),
+                     bench.fmt(bench.median([r["rows_a_batch"] for r in level]))])
+    print(bench.markdown_table(
+        ["clients", "serve rows/sec", "ceiling rows/sec (beside)", "x ceiling",
+         "x ceiling per CPU-sec", "x 1 client", "p50 ms", "p95 ms", "p99 ms", "rows a batch"],
+        rows, "rrrrrrlrrr"))
+    rss = measured["peak_rss_mb"]
+    print(f"\nPeak RSS: bert-ad serve {rss['serve']:.0f} MB, the ceiling's process "
+          f"{rss['ceiling']:.0f} MB. Ceiling: --predict_from_export's scoring, batches of "
+          f"{args.batch} rows sorted by length.")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": info, "ceilings": ceilings, "serves": serves}, f)
+            json.dump({"machine": info, "measured": measured}, f)
     return 0
 
 

@@ -15,7 +15,8 @@ models as NAME=DIR,NAME=DIR (a single one is named --model_name, else after
 its folder). Classifier (single-label, multi-label, regression, long-text
 windows), token classification, squad and features exports are served, as
 SavedModels or frozen graphs. Requests are scored in batches of up to
---max_batch_size rows, waiting at most --batch_timeout_ms for others.
+--max_batch_size rows; a row waits at most --batch_timeout_ms for the rows of
+requests being tokenised, and a lone request not at all.
 SIGTERM or Ctrl-C answer what was received, then exit 0.
 
 Needs the `serve` extra: pip install "bert_ad[serve]" (aiohttp, prometheus_client).
@@ -51,10 +52,10 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("port", 8501, "Port to listen on (0: any free one, logged).", **d)
     flags.DEFINE_integer("max_batch_size", 32, "Most rows (texts, windows) scored at once.",
                          **d)
-    flags.DEFINE_float("batch_timeout_ms", 1.0,
-                       "How long the first waiting row waits for others while the model "
-                       "is idle (0: score at once; under load batches fill by themselves).",
-                       **d)
+    flags.DEFINE_float("batch_timeout_ms", 5.0,
+                       "How long a waiting row waits for the rows of requests being "
+                       "tokenised while the model is idle (a lone request never waits; 0: "
+                       "score what is queued at once).", **d)
     flags.DEFINE_integer("max_request_bytes", 1 << 20,
                          "Larger request bodies are refused (413).", **d)
     flags.DEFINE_integer("max_instances", 256,

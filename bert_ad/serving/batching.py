@@ -2,9 +2,11 @@
 
 A request's feature rows (a text is one row, a long one several windows) join
 one queue. The scoring thread takes the rows waiting, up to `max_batch_size`,
-once the oldest has waited `batch_timeout_ms` or the batch is full (rows that
-arrived while the previous batch was being scored go at once: under load the
-batches fill themselves), sorts them by length, pads them to the longest
+once the batch is full, or the oldest has waited `batch_timeout_ms`, or no
+other request is on its way (announced, still being tokenised): a lone
+request is scored at once, and under load the rows that arrived while the
+previous batch was scored, with those about to arrive, go together. It sorts
+them by length, pads them to the longest
 (bert_ad.data.batching.make_batch, as --do_predict pads) and scores them in
 one call. Each row's outputs go back to its own request, which is answered
 when all of its rows are scored; a request larger than a batch spans
@@ -59,8 +61,8 @@ class DynamicBatcher:
     Args:
       score: padded batch dict -> {output name: [rows, ...] array}.
       max_batch_size: most rows scored in one call.
-      batch_timeout_ms: how long the oldest waiting row waits for others
-        while the scorer is idle (0: score what is there at once).
+      batch_timeout_ms: how long the oldest waiting row waits for the rows of
+        announced requests while the scorer is idle (0: score what is there).
       complete_batch: adds inputs a batch of several requests needs
         (Predictions.complete_batch), or None.
       on_batch: called with (rows, seconds) after each batch (metrics), or None.
@@ -76,25 +78,39 @@ class DynamicBatcher:
         self._complete_batch = complete_batch
         self._on_batch = on_batch
         self._waiting: collections.deque = collections.deque()
+        self._coming = 0    # requests announced and not yet submitted
         self._changed = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name=f"bert_ad-batcher-{name}",
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, rows: List[Row]) -> concurrent.futures.Future:
-        """A future of the rows' outputs ([{output name: value}] in `rows`' order)."""
+    def announce(self) -> None:
+        """A request is on its way (being tokenised): a batch may wait for it."""
+        with self._changed:
+            self._coming += 1
+
+    def withdraw(self) -> None:
+        """An announced request will not come (it failed before its rows were made)."""
+        with self._changed:
+            self._coming -= 1
+            self._changed.notify()
+
+    def submit(self, rows: List[Row], announced: bool = False) -> concurrent.futures.Future:
+        """A future of the rows' outputs ([{output name: value}] in `rows`' order);
+        `announced`: the request was announced (it no longer is on its way)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        if not rows:
-            future.set_result([])
-            return future
         request = _Request(rows, future, [None] * len(rows), len(rows))
         now = time.monotonic()
         with self._changed:
+            if announced:
+                self._coming -= 1
             if self._closing:
                 raise RuntimeError("the batcher is closed")
             self._waiting.extend(_Waiting(request, i, now) for i in range(len(rows)))
             self._changed.notify()
+        if not rows:
+            future.set_result([])
         return future
 
     @property
@@ -113,7 +129,8 @@ class DynamicBatcher:
         with self._changed:
             while not self._waiting and not self._closing:
                 self._changed.wait()
-            while len(self._waiting) < self.max_batch_size and not self._closing:
+            while (len(self._waiting) < self.max_batch_size and self._coming > 0
+                   and not self._closing):
                 left = self._waiting[0].arrived + self.timeout - time.monotonic()
                 if left <= 0:
                     break

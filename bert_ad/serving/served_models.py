@@ -169,11 +169,17 @@ class ServedModel:
         def featurize() -> None:
             try:
                 featurized = self.predictions.featurize(parsed)
-                self.batcher.submit(featurized.rows()).add_done_callback(
+            except BaseException as e:
+                self.batcher.withdraw()
+                failed(e)
+                return
+            try:
+                self.batcher.submit(featurized.rows(), announced=True).add_done_callback(
                     lambda scored: pool.submit(make_answers, featurized, scored))
             except BaseException as e:
                 failed(e)
 
+        self.batcher.announce()   # a batch being formed may wait for these rows
         pool.submit(featurize)
         return answered
 

@@ -57,7 +57,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8501
     max_batch_size: int = 32
-    batch_timeout_ms: float = 1.0
+    batch_timeout_ms: float = 5.0
     max_request_bytes: int = 1 << 20
     max_instances: int = 256
     tokenizer_threads: int = 2
