@@ -338,6 +338,20 @@ def peak_rss_mb(children: bool = False) -> float:
     return max(resource.getrusage(who).ru_maxrss for who in whos) / 1024
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (VmHWM), in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        found = re.search(r"VmHWM:\s+(\d+) kB", f.read())
+    return int(found.group(1)) / 1024 if found else float("nan")
+
+
 def current_rss_mb() -> float:
     """This process's resident memory now, in MB (Linux's /proc/self/status)."""
     with open("/proc/self/status") as f:

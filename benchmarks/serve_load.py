@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+import measuring as bench  # (no TensorFlow import)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_MODULE = "benchmarks.serve_load"
@@ -94,7 +94,7 @@ def ceiling_worker(args) -> None:
                 model.scorer.run(single)
                 passes.append(time.perf_counter() - started)
             result = {"forward_ms": 1000 * float(np.median(passes))}
-        result["peak_rss_mb"] = peak_rss_mb(os.getpid())
+        result["peak_rss_mb"] = bench.process_peak_rss_mb(os.getpid())
         bench.emit_result(result)
     model.close()
 
@@ -103,9 +103,9 @@ class Ceiling:
     """The ceiling worker process, asked for one measurement at a time."""
 
     def __init__(self, args):
-        command = [sys.executable, "-m", WORKER_MODULE, "--worker", "--export_dir",
-                   args.export_dir, "--data_dir", args.data_dir, "--rows", str(args.rows),
-                   "--batch", str(args.batch)]
+        command = bench.worker_command(WORKER_MODULE, "ceiling", export_dir=args.export_dir,
+                                       data_dir=args.data_dir, rows=args.rows,
+                                       batch=args.batch)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True,
                                         env=dict(os.environ, PYTHONPATH=REPO))
@@ -125,20 +125,6 @@ class Ceiling:
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(60)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's peak resident set (VmHWM), in MB."""
-    with open(f"/proc/{pid}/status") as f:
-        found = re.search(r"VmHWM:\s+(\d+) kB", f.read())
-    return int(found.group(1)) / 1024 if found else float("nan")
 
 
 # --- the server under load ---------------------------------------------------------------
@@ -212,9 +198,9 @@ def start_server(args, log_path: str) -> tuple:
 
 def serve_level(server: subprocess.Popen, url: str, texts: list, clients: int,
                 seconds: float) -> dict:
-    before, cpu = batch_figures(url), cpu_seconds(server.pid)
+    before, cpu = batch_figures(url), bench.process_cpu_seconds(server.pid)
     result = asyncio.run(load(url + "/v1/models/bench:predict", texts, clients, seconds))
-    after, cpu = batch_figures(url), cpu_seconds(server.pid) - cpu
+    after, cpu = batch_figures(url), bench.process_cpu_seconds(server.pid) - cpu
     result["rows_a_batch"] = (after[1] - before[1]) / max(1.0, after[0] - before[0])
     result["rows_per_cpu_sec"] = result["requests"] / max(cpu, 1e-9)
     return result
@@ -248,7 +234,7 @@ def measure(args, texts: list, levels: list, scratch: str) -> dict:
                       + (f" (forward pass {result['forward_ms']:.1f} ms)" if single else "")
                       + f", {result['rows_a_batch']:.1f} rows a batch "
                       f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-        rss = {"serve": peak_rss_mb(server.pid), "ceiling": after["peak_rss_mb"]}
+        rss = {"serve": bench.process_peak_rss_mb(server.pid), "ceiling": after["peak_rss_mb"]}
     finally:
         server.terminate()
         code = server.wait(120)
@@ -270,7 +256,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max_batch_size", type=int, default=32)
     parser.add_argument("--batch_timeout_ms", type=float, default=5.0)
     parser.add_argument("--json", default=None, help="write every result here")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    bench.add_worker_flag(parser, ["ceiling"])
     args = parser.parse_args(argv)
     if args.worker:
         ceiling_worker(args)

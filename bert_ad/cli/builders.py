@@ -19,12 +19,10 @@ from bert_ad.cli.flag_checks import ModelText, cache_dir_from_flags
 from bert_ad.compat import session_config
 from bert_ad.distributed.cluster import ClusterRuntime
 from bert_ad.distributed.cluster_config import resolve_cluster
-from bert_ad.errors import fail
 from bert_ad.model.config import BertConfig
 from bert_ad.model.precision import compute_dtype
 from bert_ad.parallel.checkpoints import (check_fits_config, checkpoint_problem,
                                           resolve_checkpoint, step_checkpoints)
-from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
 from bert_ad.parallel.towers import plan_from_environment
 from bert_ad.placement import Placement
 from bert_ad.run_settings import RunSettings
@@ -58,14 +56,7 @@ def placement_from_flags(f: flags.FlagValues,
     spec = resolve_cluster(f.worker_hosts, f.task_index)
     if spec is None:
         return placement
-    if plan.replicated:
-        # Replicas on each worker plus a cross-worker exchange would need a
-        # hierarchical all-reduce; out of scope (docs/gpu_scaling.md).
-        fail("--variable_update=replicated works on one machine; a cluster (--worker_hosts "
-             "or TF_CONFIG) averages on each worker's CPU: leave --variable_update out")
-    if f.sparse_embedding_updates:
-        check_sparse_embedding_updates(f.optimizer, f.gradient_accumulation_steps,
-                                       spec.num_workers)
+    # (flag_checks refused a cluster these flags cannot run in.)
     agreed = " ".join(f"{name}={f[name].value!r}" for name in agreed_flags if name in f)
     runtime = ClusterRuntime(spec, session_config(plan.num_cpu_devices, use_xla=f.use_xla),
                              plan.uses_gpu, f.collective_implementation,

@@ -19,6 +19,7 @@ from absl import flags
 from bert_ad.data.tokenization import (PieceListTokenizer, decide_do_lower_case,
                                        make_tokenizer, unused_rows_note, vocab_fits_rows)
 from bert_ad.data.truncation import check_max_seq_length
+from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.errors import fail
 from bert_ad.model.config import BertConfig
 from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
@@ -58,11 +59,27 @@ def check_training_flags(f: flags.FlagValues, *positive: str) -> None:
         if f.variable_update == "replicated":
             fail("--sparse_embedding_updates does not work with --variable_update="
                  "replicated (the all-reduced gradient is dense); leave one of them out")
+    _check_cluster(f)
     if f.lr_reference_batch < 0:
         fail(f"--lr_reference_batch={f.lr_reference_batch} must be positive, or 0 for "
              "--train_batch_size")
     if os.path.exists(f.output_dir) and not os.path.isdir(f.output_dir):
         fail(f"--output_dir={f.output_dir} exists and is not a directory")
+
+
+def _check_cluster(f: flags.FlagValues) -> None:
+    """A cluster (--worker_hosts or TF_CONFIG) the flags can run in."""
+    spec = resolve_cluster(f.worker_hosts, f.task_index)
+    if spec is None:
+        return
+    if f.variable_update == "replicated":
+        # Replicas on each worker plus a cross-worker exchange would need a
+        # hierarchical all-reduce; out of scope (docs/gpu_scaling.md).
+        fail("--variable_update=replicated works on one machine; a cluster (--worker_hosts "
+             "or TF_CONFIG) averages on each worker's CPU: leave --variable_update out")
+    if f.sparse_embedding_updates:
+        check_sparse_embedding_updates(f.optimizer, f.gradient_accumulation_steps,
+                                       spec.num_workers)
 
 
 def check_inference_flags(f: flags.FlagValues) -> None:

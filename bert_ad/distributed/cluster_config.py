@@ -17,7 +17,10 @@ import re
 from typing import Sequence
 
 from bert_ad.errors import fail
-from bert_ad.parallel.towers import DevicePlan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # read before TensorFlow is imported (the flags' checks)
+    from bert_ad.parallel.towers import DevicePlan
 
 log = logging.getLogger("bert_ad")
 
@@ -193,6 +196,7 @@ def _on_task(device: str, spec: ClusterSpec) -> str:
 
 def worker_plan(plan: DevicePlan, spec: ClusterSpec) -> DevicePlan:
     """`plan` with every device on this worker's task (same towers, same cards)."""
+    from bert_ad.parallel.towers import DevicePlan  # TensorFlow: a run is starting
     on_task = DevicePlan([_on_task(d, spec) for d in plan.tower_devices],
                          plan.physical_names, plan.uses_gpu)
     on_task.variable_device = _on_task(plan.variable_device, spec)
