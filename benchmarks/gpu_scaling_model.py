@@ -197,7 +197,7 @@ def averaging_words(n: int) -> int:
 # core streams 31-35 GB/s of these words through them (benchmarks/cpu_apply_time.py),
 # so 16 cores alone would take about 10 ms for BERT-base's; the host's memory is the
 # limit (docs/gpu_scaling.md, "The CPU's apply, from our kernels").
-CPU_GBPS = host_gbps(BERT_BASE, 1)
+CPU_GBPS = round(host_gbps(BERT_BASE, 1), 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,7 +503,7 @@ def print_sensitivity() -> None:
           "parameter_server, by the CPU's effective memory bandwidth\n")
     box = machine("A100 NVSwitch, amp")
     rows = []
-    for gbps in sorted((20.0, 40.0, round(CPU_GBPS, 1), 80.0, 160.0)):
+    for gbps in sorted((20.0, 40.0, CPU_GBPS, 80.0, 160.0)):
         step = parameter_server_step(BERT_BASE, box, 8, 32, 128, gbps, True)
         rows.append([f"{gbps:g}", ms(step.total), f"{100 * step.compute / step.total:.0f}%"])
     rep = replicated_step(BERT_BASE, box, 8, 32, 128, True)
@@ -514,7 +514,7 @@ def print_sensitivity() -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cpu_gbps", type=float, default=round(CPU_GBPS, 1),
+    parser.add_argument("--cpu_gbps", type=float, default=CPU_GBPS,
                         help="effective memory bandwidth of the CPU's apply (GB/s; default: "
                              "the H200's 16-core host)")
     parser.add_argument("--no_overlap", action="store_true",

@@ -114,8 +114,7 @@ def test_the_cpu_bandwidth_is_torchs_on_the_h200_host_by_the_words_its_code_move
     # Eight: stack (8 reads, 8 writes) and mean (8 reads, 1 write) instead of the clone.
     assert paper.torch_apply_words(8) == 16 + 9 + 1 + 2 + 20
     one = apply[("bert-base", 1, 16)]
-    assert paper.CPU_GBPS == pytest.approx(25 * 4 * 109.5e6 / (one["ms"] / 1000) / 1e9)
-    assert 51 < paper.CPU_GBPS < 52
+    assert paper.CPU_GBPS == round(25 * 4 * 109.5e6 / (one["ms"] / 1000) / 1e9, 1) == 51.7
     # Our apply of BERT-base on that host, one tower: 13 words a weight at that bandwidth.
     assert 1000 * paper.cpu_apply_seconds(paper.BERT_BASE, paper.CPU_GBPS) == pytest.approx(
         13 * 4 * paper.BERT_BASE.parameters() / (paper.CPU_GBPS * 1e6))
