@@ -42,6 +42,7 @@ import time
 from typing import Dict, List, Sequence, Tuple
 
 from benchmarks import gpu_scaling_model as paper
+from benchmarks.cpu_apply_time import peak_rss_mb
 
 LAYOUTS = ("parameter_server", "replicated")
 PARTS = ("compute", "all-reduce", "apply", "transfers", "other")   # in priority order
@@ -365,7 +366,8 @@ def main(argv=None) -> int:
             for r in results]
     print(markdown(rows))
     notes = [f"ms per step; the parts split the median of {args.traced} traced step(s) "
-             "(tracing adds time), each moment counted once in the order of the columns."]
+             "(tracing adds time), each moment counted once in the order of the columns; "
+             f"peak RSS {peak_rss_mb():,.0f} MB."]
     if uses_gpu and not all(r["split"]["device traced"] for r in results):
         notes.append("No kernel trace (CUPTI not loaded): GPU times are the executor's "
                      "launches, so compute reads low and idle high.")

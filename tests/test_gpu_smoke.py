@@ -154,4 +154,5 @@ def test_gpu_smoke_without_a_gpu_runs_the_logical_device_path_and_prints_the_tab
         parts = [compute, apply.split()[0], rest] + ([all_reduce] if all_reduce != "-" else [])
         # Each moment of the traced step counted once (one decimal each).
         assert sum(float(p) for p in parts) == pytest.approx(float(traced), abs=0.2)
+    assert "peak RSS" in lines[start + 7]   # every table names the machine and its memory
     assert not (tmp_path / "cache").exists()   # nothing fetched
