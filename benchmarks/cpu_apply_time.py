@@ -33,6 +33,7 @@ cores.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -156,11 +157,8 @@ def measure_torch(weights: int, towers: int, threads_list, repeats: int) -> dict
     """The same, for the PyTorch apply gpu_probe.py timed on the H200's host
     (its cpu_apply: stack + mean, norm, scale, torch.optim.AdamW(foreach=True));
     the bandwidth probe stays TensorFlow's, so both sides are held to one roof."""
-    try:
-        import torch
-    except ImportError:
-        print("error: --torch_reference needs PyTorch (pip install torch)", file=sys.stderr)
-        raise SystemExit(2) from None
+    import torch
+
     from bert_ad.compat import tf
     w = torch.zeros(weights)
     grads = [torch.randn(weights) * 1e-3 for _ in range(towers)]
@@ -260,6 +258,10 @@ def main(argv=None) -> int:
     model = MODELS[args.model]
     towers_list = [int(t) for t in args.towers.split(",")]
     threads_list = [int(t) for t in args.threads.split(",")]
+    if (args.torch_reference or args.torch_worker is not None) and (
+            importlib.util.find_spec("torch") is None):
+        print("error: --torch_reference needs PyTorch (pip install torch)", file=sys.stderr)
+        return 2
     if args.torch_worker is not None:
         result = measure_torch(args.torch_worker, towers_list[0], threads_list,
                                args.repeats)
