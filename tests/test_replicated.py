@@ -216,8 +216,8 @@ def replicated_on_cards():
 def test_each_copy_its_slots_and_accumulators_live_on_its_card(replicated_on_cards):
     plan, graph = replicated_on_cards
     assert plan.describe().splitlines()[0] == (
-        "device plan: 2 towers on 2 devices, a copy of the variables and optimizer on every "
-        "tower's device, gradients all-reduced (nccl)")
+        "device plan: 2 towers on 2 devices, --variable_update=replicated: a copy of the "
+        "variables and optimizer on every tower's device, gradients all-reduced (nccl)")
     variables = {op.name: _device(op) for op in graph.get_operations()
                  if op.type in VARIABLE_OPS}
     for name in ("bert/embeddings/word_embeddings", "bert/embeddings/word_embeddings/adam_m",

@@ -1,4 +1,5 @@
-"""Device placement of the multi-tower graph, checked op by op (no GPU needed)."""
+"""Device placement of the multi-tower graph, checked op by op (no GPU needed), and the
+device plan the launchers log (built for fake card lists)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.model.modeling import BertConfig
-from bert_ad.parallel.towers import parse_cuda_visible_devices, plan_devices
+from bert_ad.parallel.towers import (PARAMETER_SERVER_ON_GPUS, parse_cuda_visible_devices,
+                                     plan_devices)
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 
 CONFIG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
@@ -33,11 +35,35 @@ def test_round_robin_over_visible_cards():
     assert plan.physical_names == ["card 3", "card 5", "card 3", "card 5"]
     assert plan.num_cpu_devices == 1
     lines = plan.describe().splitlines()
-    # One line per device, naming its towers as the graph's ops are named.
-    assert lines[0] == "device plan: 4 towers on 2 devices, variables and optimizer on /cpu:0"
+    # The layout, then one line per device, naming its towers as the graph's ops are
+    # named; on cards in this layout, where the model puts the step's time.
+    assert lines[0] == ("device plan: 4 towers on 2 devices, "
+                        "--variable_update=parameter_server: variables and optimizer on /cpu:0")
     assert lines[1:3] == ["  /gpu:0 (card 3): tower_0, tower_2 (2 towers)",
                           "  /gpu:1 (card 5): tower_1, tower_3 (2 towers)"]
-    assert lines[3].startswith("  CPU kernels: oneDNN ") and len(lines) == 4
+    assert lines[3] == PARAMETER_SERVER_ON_GPUS
+    assert lines[4].startswith("  CPU kernels: oneDNN ") and len(lines) == 5
+
+
+def test_the_plan_says_where_the_model_puts_a_parameter_server_step_on_cards_only():
+    on_cards = plan_devices(2, "0,1", gpus_found=2).describe().splitlines()
+    assert on_cards[3] == (
+        "  on GPUs the scaling model puts most of this layout's step on the host: BERT-base, "
+        "seq 128 x 32, one H200: 175 ms a step, 110 ms of it the CPU's apply and 42 ms the "
+        "weights' copy down, against 23 ms with --variable_update=replicated "
+        "(docs/gpu_scaling.md)")
+    replicated = plan_devices(2, "0,1", gpus_found=2, variable_update="replicated")
+    lines = replicated.describe().splitlines()
+    assert lines[0] == ("device plan: 2 towers on 2 devices, --variable_update=replicated: "
+                        "a copy of the variables and optimizer on every tower's device, "
+                        "gradients all-reduced (nccl)")
+    assert PARAMETER_SERVER_ON_GPUS not in lines and len(lines) == 4
+    # No card: logical CPU devices, the same layout named, no model line.
+    for cards, found in (("", None), ("0,1", 0)):
+        lines = plan_devices(2, cards, gpus_found=found, cpus=2).describe().splitlines()
+        assert lines[0].startswith("device plan: 2 towers on 2 devices, "
+                                   "--variable_update=parameter_server: ")
+        assert PARAMETER_SERVER_ON_GPUS not in lines and len(lines) == 4
 
 
 def test_cpu_towers_without_gpus():
@@ -79,11 +105,21 @@ def test_eight_towers_per_device_are_planned_one_line_per_device():
     assert plan_devices(16, "", cpus=2).num_towers == 16
     plan = plan_devices(16, "3,5", cpus=2)
     lines = plan.describe().splitlines()
-    assert len(lines) == 1 + 2 + 1
+    assert len(lines) == 1 + 2 + 1 + 1
     assert lines[1] == ("  /gpu:0 (card 3): tower_0, tower_2, tower_4, tower_6, tower_8, "
                         "tower_10, tower_12, tower_14 (8 towers)")
     assert plan_devices(1, "", cpus=2).describe().splitlines()[1] == \
         "  /cpu:0 (logical CPU 0): tower_0"
+
+
+def test_the_plans_figures_are_the_models_one_card_h200_step():
+    from benchmarks import gpu_scaling_model as paper
+    box = paper.machine("H200 PCIe5 (measured), tf32")
+    ps = paper.parameter_server_step(paper.BERT_BASE, box, 1, 32, 128, paper.CPU_GBPS, True)
+    replicated = paper.replicated_step(paper.BERT_BASE, box, 1, 32, 128, True)
+    assert re.findall(r"(\d+) ms", PARAMETER_SERVER_ON_GPUS) == [
+        f"{1000 * t:.0f}" for t in (ps.total, ps.cpu_apply, ps.exposed_down, replicated.total)]
+    assert ps.cpu_apply > ps.exposed_down > ps.compute   # "most of the step on the host"
 
 
 def _device(op) -> str:

@@ -35,6 +35,15 @@ from bert_ad.limits import check_tower_count, logical_cpus
 log = logging.getLogger("bert_ad")
 
 CPU = "/cpu:0"
+# Where the scaling model (docs/gpu_scaling.md, benchmarks/gpu_scaling_model.py) puts
+# a parameter_server step on GPUs; tests/test_gpu_scaling_model.py holds these
+# figures to the model's. The layout stays the default until cards measure otherwise
+# (scripts/gpu_smoke.sh).
+PARAMETER_SERVER_ON_GPUS = (
+    "  on GPUs the scaling model puts most of this layout's step on the host: BERT-base, "
+    "seq 128 x 32, one H200: 175 ms a step, 110 ms of it the CPU's apply and 42 ms the "
+    "weights' copy down, against 23 ms with --variable_update=replicated "
+    "(docs/gpu_scaling.md)")
 
 
 def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
@@ -77,7 +86,9 @@ class DevicePlan:
         return 1 if self.uses_gpu else self.num_towers
 
     def describe(self) -> str:
-        """The plan in one line per device: its towers, named as their ops are."""
+        """The plan: its layout, one line per device with its towers (named as their
+        ops are), on GPUs with the parameter_server layout where the scaling model
+        puts the step's time, and the CPU kernels."""
         by_device = {}
         for i, (device, name) in enumerate(zip(self.tower_devices, self.physical_names)):
             by_device.setdefault((device, name), []).append(f"tower_{i}")
@@ -85,10 +96,13 @@ class DevicePlan:
                  f"gradients all-reduced ({self.collective_implementation})"
                  if self.replicated else f"variables and optimizer on {self.variable_device}")
         lines = [f"device plan: {_count(self.num_towers, 'tower')} on "
-                 f"{_count(len(by_device), 'device')}, {where}"]
+                 f"{_count(len(by_device), 'device')}, --variable_update="
+                 f"{self.variable_update}: {where}"]
         for (device, name), towers in by_device.items():
             count = f" ({len(towers)} towers)" if len(towers) > 1 else ""
             lines.append(f"  {device} ({name}): {', '.join(towers)}{count}")
+        if self.uses_gpu and not self.replicated:
+            lines.append(PARAMETER_SERVER_ON_GPUS)
         # CPU ops (all of them without GPUs; the optimizer's apply with them).
         lines.append(f"  CPU kernels: oneDNN {onednn_state()}")
         return "\n".join(lines)
