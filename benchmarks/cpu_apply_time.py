@@ -37,10 +37,11 @@ import importlib.util
 import json
 import os
 import subprocess
-import resource
 import statistics
 import sys
 import time
+
+import measuring
 
 from benchmarks.gpu_scaling_model import (BERT_BASE, CHINESE, CLIP_AND_APPLY_WORDS,
                                           CPU_GBPS, averaging_words)
@@ -219,26 +220,6 @@ def host_estimate(model, towers: int, cpu_seconds: float, cores: int = 16) -> st
             f"(the cores alone {cores_ms:.0f} ms, its memory {memory_ms:.0f} ms)")
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory since it started (VmHWM: getrusage's
-    maximum would count the parent's memory at the fork of a child)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def loadavg() -> str:
-    try:
-        return " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
 def machine_line() -> str:
     from bert_ad.compat import onednn_state
     from measuring import cpu_line
@@ -265,17 +246,17 @@ def main(argv=None) -> int:
     if args.torch_worker is not None:
         result = measure_torch(args.torch_worker, towers_list[0], threads_list,
                                args.repeats)
-        print(json.dumps(dict(result, peak_rss_mb=peak_rss_mb())))
+        print(json.dumps(dict(result, peak_rss_mb=measuring.process_peak_rss_mb(os.getpid()))))
         return 0
     print(machine_line())
-    print(f"load average (1 / 5 / 15 min) at start: {loadavg()}\n")
+    print(f"load average (1 min) at start: {measuring.loadavg()}\n")
     header = ["model", "towers", "threads", "ours: wall s", "CPU s", "GB/s per CPU-second",
               "probe GB/s (same moments)"]
     if args.torch_reference:
         header += ["torch: wall s", "CPU s", "ours / torch (CPU time)"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    peaks, one_core = [peak_rss_mb()], {}
+    peaks, one_core = [measuring.process_peak_rss_mb(os.getpid())], {}
     for towers in towers_list:
         ours = measure_ours(model, towers, threads_list, args.repeats)
         torch = (torch_in_own_process(ours["weights"], towers, args.threads, args.repeats)
@@ -296,8 +277,8 @@ def main(argv=None) -> int:
     print()
     for towers, cpu_seconds in one_core.items():
         print(host_estimate(model, towers, cpu_seconds))
-    peaks[0] = peak_rss_mb()
-    print(f"\nmedians of {args.repeats} repeats; load average at the end: {loadavg()}; "
+    peaks[0] = measuring.process_peak_rss_mb(os.getpid())
+    print(f"\nmedians of {args.repeats} repeats; load average at the end: {measuring.loadavg()}; "
           f"peak RSS {peaks[0]:,.0f} MB"
           + (f" (torch's process {max(peaks[1:]):,.0f} MB)" if len(peaks) > 1 else ""))
     return 0
