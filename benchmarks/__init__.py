@@ -3,6 +3,6 @@
 Speed, memory and bytes: each configuration timed in a fresh worker process,
 markdown tables of medians that name the machine. Not part of the wheel
 (setup.py packages bert_ad only). What they share with the studies is
-measuring.py at the checkout's root; benchmarks/README.md says what each one
+benchmarks/measuring.py; benchmarks/README.md says what each one
 measures.
 """

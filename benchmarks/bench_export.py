@@ -29,8 +29,8 @@ import sys
 import tempfile
 import time
 
-import measuring
-from measuring import CLASSIFIER, checkout_env, loadavg
+from benchmarks import measuring
+from benchmarks.measuring import CLASSIFIER, checkout_env, loadavg
 
 # Each configuration is `python -m WORKER_MODULE --worker CONFIGURATION ...`.
 WORKER_MODULE = "benchmarks.bench_export"

@@ -39,8 +39,8 @@ import sys
 import tempfile
 import time
 
-import measuring
-from measuring import loadavg, peak_rss_mb
+from benchmarks import measuring
+from benchmarks.measuring import loadavg, peak_rss_mb
 
 WORKER_MODULE = "benchmarks.bench_features"
 

@@ -65,9 +65,9 @@ import subprocess
 import sys
 import time
 
-import measuring
+from benchmarks import measuring
 from benchmarks import flops
-from measuring import REPO, checkout_env, current_rss_mb, hf_dir_for, peak_rss_mb
+from benchmarks.measuring import REPO, checkout_env, current_rss_mb, hf_dir_for, peak_rss_mb
 
 WORKER_MODULE = "benchmarks.bench_memory"
 SEED = 12345
@@ -359,7 +359,7 @@ def _timing(args, stamps: list) -> dict:
 # --- the long-text windows run ------------------------------------------------------------
 
 def windows_run(args) -> str:
-    from measuring import CLASSIFIER, run_launcher
+    from benchmarks.measuring import CLASSIFIER, run_launcher
     directory = model_dir("minilm", args.work_dir)
     data_dir = os.path.join(args.work_dir, "movie_reviews_full")
     if not os.path.exists(os.path.join(data_dir, "train.tsv")):

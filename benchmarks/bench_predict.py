@@ -34,8 +34,8 @@ import sys
 import tempfile
 import time
 
-import measuring
-from measuring import loadavg
+from benchmarks import measuring
+from benchmarks.measuring import loadavg
 
 # Each configuration is `python -m WORKER_MODULE --worker ...` (measuring.worker_command).
 WORKER_MODULE = "benchmarks.bench_predict"

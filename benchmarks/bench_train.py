@@ -54,9 +54,9 @@ import sys
 import tempfile
 import time
 
-import measuring
+from benchmarks import measuring
 from benchmarks import flops
-from measuring import CLASSIFIER, loadavg
+from benchmarks.measuring import CLASSIFIER, loadavg
 
 # Each measurement is `python -m WORKER_MODULE --worker ...` (measuring.worker_command).
 WORKER_MODULE = "benchmarks.bench_train"

@@ -41,7 +41,7 @@ import statistics
 import sys
 import time
 
-import measuring
+from benchmarks import measuring
 
 from benchmarks.gpu_scaling_model import (BERT_BASE, CHINESE, CLIP_AND_APPLY_WORDS,
                                           CPU_GBPS, averaging_words)
@@ -222,7 +222,7 @@ def host_estimate(model, towers: int, cpu_seconds: float, cores: int = 16) -> st
 
 def machine_line() -> str:
     from bert_ad.compat import onednn_state
-    from measuring import cpu_line
+    from benchmarks.measuring import cpu_line
     return cpu_line(onednn_state())
 
 

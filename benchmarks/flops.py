@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, Optional
 
-from measuring import fmt, markdown_table
+from benchmarks.measuring import fmt, markdown_table
 
 
 def encoder_matmul_params(config) -> int:

@@ -35,11 +35,11 @@ import subprocess
 import sys
 import time
 
-import measuring
+from benchmarks import measuring
 from bert_ad.files import read_key_values
 from bert_ad.resources.assets import cache_dir
-from measuring import CLASSIFIER as LAUNCHER
-from measuring import REPO, loadavg, run_measured
+from benchmarks.measuring import CLASSIFIER as LAUNCHER
+from benchmarks.measuring import REPO, loadavg, run_measured
 
 # name: (folder under the cache, vocab file, fetch command's MODEL, description)
 MODELS = {

@@ -315,7 +315,7 @@ def markdown(rows: Sequence[Sequence]) -> str:
 
 def machine_lines(args, uses_gpu: bool) -> List[str]:
     from bert_ad.compat import TF_VERSION, onednn_state, tensorflow_build
-    from measuring import cpu_line
+    from benchmarks.measuring import cpu_line
     lines = [cpu_line(onednn_state()),
              f"TensorFlow {TF_VERSION} ({tensorflow_build()}); load average "
              + " / ".join(f"{x:.1f}" for x in os.getloadavg())]

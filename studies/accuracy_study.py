@@ -42,7 +42,7 @@ import subprocess
 import sys
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
 
-from measuring import CLASSIFIER, REPO, append_run, checkout_env, load_runs, run_launcher
+from benchmarks.measuring import CLASSIFIER, REPO, append_run, checkout_env, load_runs, run_launcher
 from studies.study_runner import read_test_predictions, recorded
 from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
 from bert_ad.files import atomic_open, atomic_path  # (no TensorFlow import)

@@ -37,9 +37,9 @@ import tempfile
 import numpy as np
 
 from bert_ad.metrics.regression import pearson, spearman
-import measuring
+from benchmarks import measuring
 from bert_ad.resources.assets import cache_dir
-from measuring import REPO, checkout_env
+from benchmarks.measuring import REPO, checkout_env
 
 LAUNCHER = os.path.join(REPO, "extract_features.py")
 

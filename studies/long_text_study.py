@@ -44,7 +44,7 @@ import statistics
 import sys
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
-from measuring import CLASSIFIER, REPO, append_run, load_runs, run_launcher
+from benchmarks.measuring import CLASSIFIER, REPO, append_run, load_runs, run_launcher
 from studies.study_runner import read_test_predictions, recorded
 from bert_ad.files import atomic_open  # (no TensorFlow import)
 from bert_ad.resources.assets import cache_dir

@@ -43,9 +43,9 @@ import sys
 import time
 from typing import Dict, List, Sequence
 
-import measuring
+from benchmarks import measuring
 from bert_ad.resources.assets import cache_dir  # (no TensorFlow import)
-from measuring import REPO, append_run, hf_dir_for, load_runs
+from benchmarks.measuring import REPO, append_run, hf_dir_for, load_runs
 from studies import accuracy_study as study
 
 WORKER_MODULE = "studies.precision_study"

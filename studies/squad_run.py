@@ -48,8 +48,8 @@ import subprocess
 import sys
 import time
 
-import measuring
-from measuring import REPO, append_run, load_runs, run_launcher
+from benchmarks import measuring
+from benchmarks.measuring import REPO, append_run, load_runs, run_launcher
 
 LAUNCHER = os.path.join(REPO, "run_squad_mgpu.py")
 WORKER_MODULE = "studies.squad_run"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from studies import accuracy_study as study
-import measuring
+from benchmarks import measuring
 from helpers import SAMPLE_SENTIMENT as SAMPLE, save_initial_checkpoint, tiny_model
 
 

@@ -9,7 +9,7 @@ import platform
 import pytest
 
 from bert_ad.compat import IS_TF1
-import measuring
+from benchmarks import measuring
 from bert_ad.model import precision
 from helpers import (SAMPLE_SENTIMENT, fresh_python_lines, run_launcher,
                      tiny_model)

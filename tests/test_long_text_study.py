@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from studies import long_text_study as study
-import measuring
+from benchmarks import measuring
 from bert_ad.files import read_key_values
 from helpers import sample_sentiment_texts, save_initial_checkpoint, tiny_model
 

@@ -36,7 +36,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads to build the wheel.
 # benchmarks/, studies/ and measuring.py too: they sit beside bert_ad/ and must stay out
 # of the wheel.
-SOURCES = ("setup.py", "bert_ad", "configs", "data", "benchmarks", "studies", "measuring.py")
+SOURCES = ("setup.py", "bert_ad", "configs", "data", "benchmarks", "studies")
 # The root launchers, from the command registry (each command declares its own).
 ROOT_LAUNCHERS = tuple(d.launcher for d in registry.declarations(plugins=False) if d.launcher)
 # `python -m bert_ad.X` commands that need TensorFlow (assets does not).

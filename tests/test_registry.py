@@ -50,7 +50,7 @@ def test_console_scripts_and_launchers_come_from_the_registry():
     # two: the build script, and what benchmarks/ and studies/ share.
     launchers = {d.launcher for d in registry.declarations(plugins=False) if d.launcher}
     on_disk = {name for name in os.listdir(REPO)
-               if name.endswith(".py") and name not in ("setup.py", "measuring.py")}
+               if name.endswith(".py") and name != "setup.py"}
     assert launchers == on_disk
     missing = "no_such_command"
     with pytest.raises(AttributeError):

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-import measuring
+from benchmarks import measuring
 from studies import study_runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
