@@ -41,7 +41,7 @@ from bert_ad.resources.assets import cache_dir
 # --- the checkout ----------------------------------------------------------------------------
 
 # The checkout whose launchers the benchmarks and studies run.
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
 
 

@@ -46,8 +46,12 @@ EXTRA_COMMANDS = {
     "tf1": 'pip install "bert_ad[tf1]"',
     "tf1-gpu": 'pip install "bert_ad[tf1-gpu]"',
 }
-# Commands whose --help works without TensorFlow (they import it only to run).
-HELP_WITHOUT_TENSORFLOW = ("bert-ad-create-pretraining-data", "bert-ad")
+# Commands whose --help works without TensorFlow (they import it only to run): every
+# task's (bert_ad/cli/flag_groups.py), serve's and making pretraining data.
+TASK_SCRIPTS = tuple(d.console_script for d in registry.declarations(plugins=False)
+                     if d.kind == "task" and d.console_script)
+HELP_WITHOUT_TENSORFLOW = ("bert-ad-create-pretraining-data", "bert-ad",
+                           "bert-ad-serve") + TASK_SCRIPTS
 TIMEOUT = 900
 IS_TF1_LANE = sys.version_info < (3, 8)
 
@@ -187,7 +191,7 @@ def test_wheel_declares_tensorflow_only_as_extras(wheel):
     assert requires["test"] == {"pytest", "pytest-xdist"}
     assert 'seqeval==1.2.2; python_version >= "3.8"' in requires["reference"]
     assert set(re.findall(r"^Provides-Extra: (.+)$", metadata, re.M)) == {
-        "tf", "tf1", "tf1-gpu", "test", "reference", "plot"}
+        "tf", "tf1", "tf1-gpu", "test", "reference", "plot", "serve"}
 
 
 def test_wheel_carries_configs_and_data_as_package_data(wheel):
@@ -257,13 +261,13 @@ def test_every_command_says_how_to_install_tensorflow(venv_without_tensorflow, w
     for script in console_scripts(wheel):
         path = os.path.join(venv.bin, script)
         commands.append([path, "--version"])
-        # Making pretraining data imports TensorFlow only to write records:
-        # its --help needs none, a run does; so does `bert-ad`'s list of commands.
+        # A task's --help and flag errors need no TensorFlow, nor does making
+        # pretraining data's (a run does, to write records); --version does.
         if script == "bert-ad":
-            commands.append([path, "classifier", "--help"])
-        elif script in HELP_WITHOUT_TENSORFLOW:
+            commands.append([path, "convert", "--help"])
+        elif script == "bert-ad-create-pretraining-data":
             commands.append([path] + data_run)
-        else:
+        elif script not in HELP_WITHOUT_TENSORFLOW:
             commands.append([path, "--help"])
     for module in MODULE_COMMANDS:
         commands.append(["python", "-m", module, "--help"])
@@ -336,7 +340,7 @@ def fake_tensorflow_runs(tmp_path_factory) -> dict:
         (package / "__init__.py").write_text(source)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / case), REPO]))
         commands[(case, "classifier")] = ([sys.executable, "run_classifier_mgpu.py",
-                                           "--help"], env)
+                                           "--version"], env)
         commands[(case, "data")] = ([sys.executable, "create_pretraining_data.py",
                                      "--version"], env)
         commands[(case, "convert")] = ([sys.executable, "-m", "bert_ad.convert", "--version"],

@@ -99,7 +99,7 @@ def test_a_runs_peak_memory_is_its_own_process(tmp_path):
              "open(os.path.join(d, 'eval_results.txt'), 'w').write('eval_accuracy = 1\\n')\n")
     small = large.replace("300 * 2 ** 20", "1")
     study = ("import json, sys\n"
-             "import measuring as s\n"
+             "from benchmarks import measuring as s\n"
              "big, small, out = sys.argv[1], sys.argv[2], sys.argv[3]\n"
              "a = s.run_launcher([sys.executable, '-c', big, out + '/a'], out + '/a')\n"
              "b = s.run_launcher([sys.executable, '-c', small, out + '/b'], out + '/b',\n"
