@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 
-import measuring as bench  # (no TensorFlow import)
+from benchmarks import measuring as bench  # (no TensorFlow import)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_MODULE = "benchmarks.serve_load"

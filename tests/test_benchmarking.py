@@ -124,7 +124,7 @@ def test_run_worker_returns_the_emitted_result_and_reports_failures(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(
         "import sys\n"
-        "import measuring as b\n"
+        "from benchmarks import measuring as b\n"
         "print('noise before')\n"
         "b.emit_result({'rate': 1.5, 'name': sys.argv[1]})\n"
         "print('noise after')\n")
