@@ -25,9 +25,10 @@ Runs, each in a fresh process, one JSON record each in --records
                 on the same windows (bert_ad's features: the same tokenizer,
                 doc_stride, targets) with the same hyper-parameters (AdamW, weight
                 decay 0.01 but biases and LayerNorm, clip 1.0, linear warmup 10%
-                and decay, batch B padded to its longest window, one seeded
-                shuffle per epoch); its logits go through our answer search and
-                metric, so only the model and its training differ
+                and decay, batch B padded to its longest window with the vocab's
+                padding piece, one seeded shuffle per epoch); its logits go
+                through our answer search and metric, so only the model and its
+                training differ
   hf-adam       the same with exactly the update of ours*-adam: torch's AdamW with
                 weight decay 0 (= bias-corrected Adam, eps 1e-6) and Google's
                 learning-rate schedule (warmup to the peak, then
@@ -36,7 +37,16 @@ Runs, each in a fresh process, one JSON record each in --records
                 1/0.9 of Google's rate after warmup)
 
 The report: EM/F1 (CMRC2018's definitions, overall / with an answer / without)
-and training examples/sec of each, with ours / HF.
+at the default null threshold (0) and at the best one, and training
+examples/sec of each, with ours / HF; and the F1 at 0 and at the best threshold
+on a split with few unanswerable questions (`few_unanswerable`: every test
+question with an answer, and unanswerable ones, evenly spaced, for 10%).
+
+The Hugging Face model is padded with the vocab's padding piece (<pad>, id 1,
+in the Chinese default's piece list) and told that id (pad_token_id, whose
+embedding row it never updates). Records before issue 43 padded with id 0,
+which in that piece list is <s> = [CLS] (docs/squad.md, "Why Hugging Face
+answered more").
 """
 
 from __future__ import annotations
@@ -60,6 +70,7 @@ CACHE = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad"
 RUNS = ("ours1", "ours2", "hf")
 HF_RUNS = ("hf", "hf-adam")
 WEIGHT_DECAY, CLIP_NORM, WARMUP = 0.01, 1.0, 0.1
+FEW_UNANSWERABLE_SHARE = 0.1
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -138,7 +149,9 @@ def vocab_of(model_dir: str) -> tuple:
 
 def settings_of(args, model_dir: str, train: str, test: str) -> dict:
     vocab, lower = vocab_of(model_dir)
-    return {"model_dir": model_dir, "vocab_file": vocab, "do_lower_case": lower,
+    from bert_ad.data.tokenization import make_tokenizer  # (no TensorFlow import)
+    return {"hf_pad_id": make_tokenizer(vocab, lower).pad_id,
+            "model_dir": model_dir, "vocab_file": vocab, "do_lower_case": lower,
             "train_file": train, "test_file": test, "epochs": args.epochs,
             "batch": args.batch, "learning_rate": args.learning_rate,
             "max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride,
@@ -170,12 +183,69 @@ def run_ours(s: dict, run: str, work_dir: str) -> dict:
     if not run.ok:
         return {"status": "failed", "error": run.error, "command": command}
     figures = {k: float(v) for k, v in run.evaluated.items() if _is_number(v)}
+    figures.update(outputs_figures(output_dir, s["test_file"]))
     with open(os.path.join(output_dir, "log.txt"), encoding="utf-8") as f:
         onednn = measuring.logged_onednn_state(f.read())
     return {"status": "ok", "command": command, "eval": figures,
             "examples_per_sec": float(run.trained["train_examples_per_sec"]),
             "wall_seconds": run.wall_seconds, "peak_rss_mb": run.peak_rss_mb,
             "onednn": onednn}
+
+
+def few_unanswerable(golds: dict, share: float = FEW_UNANSWERABLE_SHARE) -> list:
+    """The ids of a split with few unanswerable questions: every question with an
+    answer, and unanswerable ones evenly spaced through the file for `share` of it."""
+    answerable = [q for q, answers in golds.items() if answers]
+    unanswerable = [q for q, answers in golds.items() if not answers]
+    wanted = min(len(unanswerable), round(share / (1 - share) * len(answerable)))
+    step = len(unanswerable) / wanted if wanted else 0
+    kept = {unanswerable[int(i * step)] for i in range(wanted)}
+    return [q for q in golds if golds[q] or q in kept]
+
+
+def few_unanswerable_figures(golds: dict, predictions: dict, null_odds: dict,
+                             best_spans: dict) -> dict:
+    """F1 at the run's threshold and at the best one on `few_unanswerable`'s split."""
+    from bert_ad.metrics.squad import score_answers
+    ids = few_unanswerable(golds)
+    figures = score_answers({q: golds[q] for q in ids}, predictions, "cmrc2018",
+                            {q: null_odds[q] for q in ids}, best_spans)
+    return {"eval_few_unanswerable_f1": figures["f1"],
+            "eval_few_unanswerable_best_f1": figures["best_f1"],
+            "eval_few_unanswerable_best_f1_thresh": figures["best_f1_thresh"],
+            "eval_few_unanswerable_questions": len(ids),
+            "eval_few_unanswerable_no_answer_questions": figures.get("no_answer_questions", 0)}
+
+
+def outputs_figures(output_dir: str, test_file: str) -> dict:
+    """few_unanswerable_figures of a run_squad_mgpu.py run's predictions.json,
+    null_odds.json and nbest_predictions.json (its best span: the first non-empty)."""
+    def load(name):
+        with open(os.path.join(output_dir, name), encoding="utf-8") as f:
+            return json.load(f)
+    with open(test_file, encoding="utf-8") as f:
+        squad = json.load(f)
+    golds = {q["id"]: [a["text"] for a in q["answers"]] for a in squad["data"]
+             for p in a["paragraphs"] for q in p["qas"]}
+    best_spans = {q: next((e["text"] for e in entries if e["text"]), "")
+                  for q, entries in load("nbest_predictions.json").items()}
+    return few_unanswerable_figures(golds, load("predictions.json"), load("null_odds.json"),
+                                    best_spans)
+
+
+def padded_ids(examples, indices, pad_id: int) -> dict:
+    """input_ids, token_type_ids, attention_mask [rows, longest] int64 of `indices`,
+    padded with `pad_id` (the vocab's padding piece, as Hugging Face pads)."""
+    import numpy as np
+    length = int(max(examples.lengths[indices]))
+    ids = np.full((len(indices), length), pad_id, np.int64)
+    segments, mask = np.zeros_like(ids), np.zeros_like(ids)
+    for row, i in enumerate(indices):
+        n = examples.lengths[i]
+        ids[row, :n] = examples.columns["input_ids"][i]
+        segments[row, :n] = examples.columns["segment_ids"][i]
+        mask[row, :n] = 1
+    return {"input_ids": ids, "token_type_ids": segments, "attention_mask": mask}
 
 
 def _is_number(text: str) -> bool:
@@ -228,7 +298,11 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     features = convert_questions(train.questions, train.contexts, tokenizer, windows, True)
     scoring = convert_questions(test.questions, test.contexts, tokenizer, windows, False)
     examples = features.examples
-    model = BertForQuestionAnswering.from_pretrained(hf_dir)
+    # Padding positions hold the vocab's padding piece, whose embedding row Hugging
+    # Face keeps frozen (padding_idx = pad_token_id), whatever the converted config says.
+    pad_id = s["hf_pad_id"]
+    model = BertForQuestionAnswering.from_pretrained(hf_dir, pad_token_id=pad_id)
+    assert model.bert.embeddings.word_embeddings.padding_idx == pad_id
     same_update_as_ours_adam = run == "hf-adam"  # our `adam` decays no weight
     optimizer = measuring.hf_adamw(model, s["learning_rate"],
                                    0.0 if same_update_as_ours_adam else WEIGHT_DECAY)
@@ -243,16 +317,7 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
                             for _ in range(int(np.ceil(s["epochs"])) + 1)])
 
     def batch_of(ex, indices):
-        length = int(max(ex.lengths[indices]))
-        ids = np.zeros((len(indices), length), np.int64)
-        segments, mask = np.zeros_like(ids), np.zeros_like(ids)
-        for row, i in enumerate(indices):
-            n = ex.lengths[i]
-            ids[row, :n] = ex.columns["input_ids"][i]
-            segments[row, :n] = ex.columns["segment_ids"][i]
-            mask[row, :n] = 1
-        return {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(segments),
-                "attention_mask": torch.from_numpy(mask)}
+        return {k: torch.from_numpy(v) for k, v in padded_ids(ex, indices, pad_id).items()}
 
     model.train()
     started = time.perf_counter()
@@ -282,7 +347,10 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     golds = {q.id: [a.text for a in q.answers] for q in test.questions}
     figures = score_answers(golds, answers.predictions, "cmrc2018", answers.null_odds,
                             answers.best_spans)
-    return {"status": "ok", "eval": {"eval_" + k: v for k, v in figures.items()},
+    figures = {"eval_" + k: v for k, v in figures.items()}
+    figures.update(few_unanswerable_figures(golds, answers.predictions, answers.null_odds,
+                                            answers.best_spans))
+    return {"status": "ok", "eval": figures,
             "examples_per_sec": steps * s["batch"] / seconds, "train_seconds": seconds,
             "final_loss": float(loss), "torch": torch.__version__,
             "transformers": transformers.__version__,
@@ -311,16 +379,20 @@ def report(records) -> str:
         e = r["eval"]
         rates[r["run"]] = r["examples_per_sec"]
         rss = r.get("peak_rss_mb")
-        rows.append([r["run"], measuring.fmt(e["eval_exact_match"], 2),
-                     measuring.fmt(e["eval_f1"], 2),
+        rows.append([r["run"], measuring.fmt(e["eval_exact_match"], 2), measuring.fmt(e["eval_f1"], 2),
                      measuring.fmt(e.get("eval_has_answer_f1", 0.0), 2),
                      measuring.fmt(e.get("eval_no_answer_f1", 0.0), 2),
                      measuring.fmt(e.get("eval_best_f1", 0.0), 2),
+                     measuring.fmt(e.get("eval_best_f1_thresh",
+                                     e.get("eval_best_f1_threshold", 0.0)), 2),
+                     measuring.fmt(e.get("eval_few_unanswerable_f1", 0.0), 2),
+                     measuring.fmt(e.get("eval_few_unanswerable_best_f1", 0.0), 2),
                      measuring.fmt(r["examples_per_sec"], 1),
                      f"{rss:.0f}" if rss else "", r.get("onednn", "-")])
     table = measuring.markdown_table(["run", "EM", "F1", "F1 with answer", "F1 without",
-                                      "best F1", "train windows/sec", "peak RSS MB", "oneDNN"],
-                                 rows)
+                                  "best F1", "best threshold", "few-unanswerable F1",
+                                  "its best F1", "train windows/sec", "peak RSS MB",
+                                  "oneDNN"], rows)
     for hf in (r for r in HF_RUNS if r in rates):
         for run in sorted(r for r in rates if r.startswith("ours")):
             table += f"\n{run} / {hf} training speed: {rates[run] / rates[hf]:.2f}x"

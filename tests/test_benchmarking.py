@@ -362,3 +362,35 @@ def test_squad_run_hf_adam_follows_our_learning_rate_schedule_step_for_step():
             ours = [sess.run(lr, {step: s}) for s in steps]
     np.testing.assert_allclose([base * factor(s) for s in steps], ours, rtol=1e-5, atol=1e-12)
     assert factor(0) == 0.0 and factor(warmup) == pytest.approx(1 - warmup / total)
+
+
+def test_squad_run_pads_hugging_face_batches_with_the_padding_piece():
+    # Padding with id 0 put <s> ([CLS] of the Chinese default's piece list) on every
+    # padding position of the reference's batches (issue 43).
+    from benchmarks.squad_run import padded_ids
+    from bert_ad.data.batching import TokenizedExamples
+    examples = TokenizedExamples({"input_ids": [np.array([0, 7, 2]), np.array([0, 8, 9, 5, 2])],
+                                  "segment_ids": [np.array([0, 0, 1]), np.array([0, 0, 1, 1, 1])]})
+    batch = padded_ids(examples, np.array([0, 1]), pad_id=1)
+    np.testing.assert_array_equal(batch["input_ids"], [[0, 7, 2, 1, 1], [0, 8, 9, 5, 2]])
+    np.testing.assert_array_equal(batch["token_type_ids"], [[0, 0, 1, 0, 0], [0, 0, 1, 1, 1]])
+    np.testing.assert_array_equal(batch["attention_mask"], [[1, 1, 1, 0, 0], [1] * 5])
+
+
+def test_squad_run_few_unanswerable_split_keeps_every_answer_and_a_tenth_without():
+    from benchmarks.squad_run import few_unanswerable, few_unanswerable_figures
+    # 18 with an answer, 30 without: 18 / 0.9 = 20 questions, 2 without (the 1st
+    # and the 16th unanswerable, evenly spaced), in file order.
+    golds = {f"q{i:02d}": (["甲"] if i % 8 < 3 else []) for i in range(48)}
+    ids = few_unanswerable(golds)
+    unanswerable = [q for q in golds if not golds[q]]
+    assert ids == [q for q in golds if golds[q] or q in (unanswerable[0], unanswerable[15])]
+    # Everything answered right but the two unanswerable ones (answered "乙"; their
+    # null odds 1, the answerable ones' -1): F1 18/20 at 0, 20/20 at threshold -1.
+    spans = {q: "甲" if golds[q] else "乙" for q in golds}
+    odds = {q: -1.0 if golds[q] else 1.0 for q in golds}
+    figures = few_unanswerable_figures(golds, spans, odds, spans)
+    assert figures["eval_few_unanswerable_f1"] == pytest.approx(90.0)
+    assert (figures["eval_few_unanswerable_best_f1"],
+            figures["eval_few_unanswerable_best_f1_thresh"]) == pytest.approx((100.0, -1.0))
+    assert figures["eval_few_unanswerable_no_answer_questions"] == 2

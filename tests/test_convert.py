@@ -456,6 +456,30 @@ def test_google2hf_skips_optimizer_slots_and_picks_the_newest_step(tmp_path):
     assert not os.path.exists(str(tmp_path / "hf" / "vocab.txt"))  # none to copy
 
 
+@pytest.mark.parametrize("vocab", ["pieces.tsv", "vocab.txt", None])
+def test_google2hf_config_names_the_vocabs_padding_piece(tmp_path, vocab):
+    """Hugging Face never updates the embedding row of config.json's pad_token_id
+    (nn.Embedding's padding_idx). With a piece list <s> ([CLS]) is id 0 and <pad>
+    id 1: a config saying 0 froze [CLS] in every Hugging Face fine-tune (issue 43)."""
+    config = BertConfig.from_dict(dict(TINY))
+    weights = {n: np.ones(s, np.float32)
+               for n, s in weight_names.google_variable_shapes(config).items()}
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    _save_google_checkpoint(str(train_dir / "bert_model.ckpt"), weights)
+    (train_dir / "bert_config.json").write_text(config.to_json_string())
+    filler = [f"w{i}" for i in range(config.vocab_size - 5)]
+    if vocab == "pieces.tsv":     # XLM-R's order: <s> <pad> </s> <unk>
+        pieces = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + filler
+        (train_dir / vocab).write_text("".join(f"{p}\t0.0\n" for p in pieces))
+    elif vocab == "vocab.txt":
+        tokens = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"] + filler
+        (train_dir / vocab).write_text("".join(t + "\n" for t in tokens))
+    convert.convert_google_to_hf(str(train_dir), str(tmp_path / "hf"))
+    with open(tmp_path / "hf" / "config.json", encoding="utf-8") as f:
+        assert json.load(f)["pad_token_id"] == {"pieces.tsv": 1, "vocab.txt": 3, None: 0}[vocab]
+
+
 def test_google2hf_of_a_fine_tuned_checkpoint_names_the_head_it_leaves_out(tmp_path):
     """A classifier's head was left out, hidden among 86 "non-weights" (optimizer
     slots). Hugging Face's BertModel has no place for it, and which head class

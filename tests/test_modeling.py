@@ -284,6 +284,47 @@ def test_dropout_keeps_each_entry_with_its_probability_and_an_exact_expectation(
         keep_probability ** 2 * (1 - keep_probability ** 2) / len(pairs))
 
 
+def _independence_p_value(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's chi-square test (1 degree of freedom) of two boolean samples'
+    independence, from their 2 x 2 table: the probability of a table at least
+    this far from independence if they were independent."""
+    table = np.array([[np.sum(a & b), np.sum(a & ~b)], [np.sum(~a & b), np.sum(~a & ~b)]],
+                     np.float64)
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    return math.erfc(math.sqrt(chi2 / 2.0))
+
+
+def test_neighbouring_dropout_masks_are_independent():
+    """Issue 43 asked whether two entries drawn from one random int32 are independent:
+    masks of the attention probabilities' shape ([batch, heads, seq, seq]) tested
+    pair by pair (the two halves of one int32), across pairs (the next int32's
+    first half), across rows, across two dropout calls of one graph (two layers)
+    and across two runs of one call (two training steps), each with a 2 x 2
+    chi-square test."""
+    shape = [8, 12, 64, 64]
+    with tf.Graph().as_default() as graph:
+        tf.set_random_seed(3)
+        ones = tf.ones(shape)
+        first_layer, second_layer = modeling.dropout(ones, 0.1), modeling.dropout(ones, 0.1)
+        with tf.Session() as session:
+            step_1 = session.run([first_layer, second_layer])
+            step_2 = session.run(first_layer)
+    assert "Bitcast" in {op.type for op in graph.get_operations()}
+    kept = (step_1[0] != 0).reshape(-1)
+    halves = kept.reshape(-1, 2)
+    rows = kept.reshape(-1, 64)
+    for name, a, b in (("one int32's halves", halves[:, 0], halves[:, 1]),
+                       ("neighbouring int32s", halves[:-1, 1], halves[1:, 0]),
+                       ("neighbouring rows", rows[:-1].reshape(-1), rows[1:].reshape(-1)),
+                       ("two layers", kept, (step_1[1] != 0).reshape(-1)),
+                       ("two steps", kept, (step_2 != 0).reshape(-1))):
+        # 393,216 entries: a dependence of 0.01 in P(both kept) would give p < 1e-30.
+        assert _independence_p_value(a, b) > 1e-6, name
+    # The test tells dependent masks apart: a mask against itself.
+    assert _independence_p_value(kept, kept) < 1e-30
+
+
 def test_dropout_of_an_odd_count_draws_a_float_an_entry():
     out, ops = _dropped(np.ones([999, 3], np.float32), 0.1)
     assert "Bitcast" not in ops

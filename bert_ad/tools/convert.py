@@ -40,7 +40,8 @@ from bert_ad.resources import safetensors
 from bert_ad.parallel.checkpoints import (is_optimizer_state, non_finite_summary,
                                           resolve_checkpoint)
 from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
-from bert_ad.errors import fail, require_file
+from bert_ad.data.tokenization import make_tokenizer
+from bert_ad.errors import UserError, fail, require_file
 from bert_ad.files import cannot_write
 from bert_ad.folders import staging_directory
 from bert_ad.model.modeling import BertConfig
@@ -53,6 +54,7 @@ GOOGLE_CONFIG = "bert_config.json"
 HF_WEIGHTS = "model.safetensors"
 HF_CONFIG = "config.json"
 VOCAB = "vocab.txt"
+PIECES = "pieces.tsv"   # a unigram piece list (multilingual-e5's), read as --vocab_file
 
 # The keys of Google's bert_config.json; everything else in a Hugging Face
 # config.json (architectures, use_cache, ...) means nothing to Google's code.
@@ -347,7 +349,7 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
     hf_config = config.to_dict()
     hf_config.update(model_type="bert", architectures=[
         "BertForPreTraining" if has_heads else "BertModel"])
-    hf_config.setdefault("pad_token_id", 0)
+    hf_config.setdefault("pad_token_id", pad_token_id(checkpoint_dir))
     hf_config.setdefault("position_embedding_type", "absolute")
 
     with staged_output(output_dir, HF_WEIGHTS) as staging:
@@ -360,6 +362,26 @@ def convert_google_to_hf(checkpoint: str, output_dir: str, overwrite: bool = Fal
     return Converted(os.path.join(output_dir, HF_WEIGHTS), len(tensors),
                      sum(int(v.size) for v in tensors.values()), skipped, head,
                      HF_HAS_NO_PLACE)
+
+
+def pad_token_id(checkpoint_dir: str) -> int:
+    """The padding piece's id in the vocab beside the checkpoint: vocab.txt's
+    [PAD], a piece list's (pieces.tsv) <pad>; 0 (Google's vocabs' [PAD]) without one.
+
+    Hugging Face's word embedding never updates this row (nn.Embedding's
+    padding_idx), so it must be the padding piece: with pieces.tsv, where <s>
+    ([CLS]) is id 0 and <pad> id 1, a config saying 0 froze [CLS]'s embedding
+    in every Hugging Face fine-tune (issue 43: the question-answering reference
+    answered far more than ours at the default null threshold).
+    """
+    for name in (VOCAB, PIECES):
+        path = os.path.join(checkpoint_dir, name)
+        if os.path.isfile(path):
+            try:
+                return int(make_tokenizer(path, do_lower_case=False).pad_id)
+            except UserError:  # a vocab without a padding piece
+                break
+    return 0
 
 
 def _hf_tensors_from_google(prefix: str, config: BertConfig, config_path: str
