@@ -379,7 +379,8 @@ def report(records) -> str:
         e = r["eval"]
         rates[r["run"]] = r["examples_per_sec"]
         rss = r.get("peak_rss_mb")
-        rows.append([r["run"], measuring.fmt(e["eval_exact_match"], 2), measuring.fmt(e["eval_f1"], 2),
+        rows.append([r["run"], measuring.fmt(e["eval_exact_match"], 2),
+                     measuring.fmt(e["eval_f1"], 2),
                      measuring.fmt(e.get("eval_has_answer_f1", 0.0), 2),
                      measuring.fmt(e.get("eval_no_answer_f1", 0.0), 2),
                      measuring.fmt(e.get("eval_best_f1", 0.0), 2),
