@@ -20,7 +20,7 @@ import pytest
 from bert_ad.cli import features as features_cli
 from bert_ad.cli import vocab as vocab_cli
 from bert_ad.files import StagedFiles
-from helpers import (assert_one_error_line, launcher_env, run_cli_in_process,
+from helpers import (REPO, assert_one_error_line, launcher_env, run_cli_in_process,
                      save_initial_checkpoint, tiny_model, tree_digest)
 
 
@@ -261,3 +261,65 @@ def test_vocab_trim_reads_a_corpus_file_as_features_reads_it(tmp_path):
     assert read_by_trim == ["one text\rstill the first line", "the second"]
     assert [a for a, _ in InputLines(str(path))] == ["one text\rstill the first line",
                                                      "the second"]
+
+
+# --- #6: a casing the vocabulary contradicts is said -------------------------------------
+
+UNCASED = "but the vocab {} is uncased (no token holds an upper-case letter: every " \
+          "capitalised word becomes [UNK]); using --do_lower_case=false as given"
+
+
+def warnings_of(run) -> list:
+    return [line for line in run.stderr.splitlines() if "warning:" in line]
+
+
+def test_do_lower_case_false_with_an_uncased_wordpiece_vocab_is_said(ws, tmp_path):
+    """#6: features and squad turned every capitalised word into [UNK] silently."""
+    run = run_cli_in_process(features_cli.cli, features_argv(
+        ws, str(tmp_path / "vectors.npy"), do_lower_case="false"))
+    assert run.returncode == 0, run.describe()
+    assert [UNCASED.format(ws.model.vocab_file) in w for w in warnings_of(run)] == [True]
+    from bert_ad.cli import squad as squad_cli
+    run = run_cli_in_process(squad_cli.cli, [
+        "run_squad_mgpu.py", f"--vocab_file={ws.model.vocab_file}",
+        f"--bert_config_file={ws.model.config_file}", f"--init_checkpoint={ws.checkpoint}",
+        f"--output_dir={tmp_path / 'squad'}", "--do_predict", "--do_lower_case=false",
+        f"--predict_file={os.path.join(REPO, 'data', 'sample_squad', 'en-v1.1.json')}",
+        "--max_seq_length=32", "--doc_stride=8", "--max_query_length=8"])
+    assert any(UNCASED.format(ws.model.vocab_file) in w for w in warnings_of(run)), \
+        run.describe()
+    # The other way round: the default (true) with a cased vocab.
+    cased = tmp_path / "cased_vocab.txt"
+    cased.write_text("".join(t + "\n" for t in [
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "The", "the", "film"]))
+    from bert_ad.data.tokenization import decide_do_lower_case
+    import logging
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("bert_ad").addHandler(handler)
+    try:
+        assert decide_do_lower_case(str(cased), "", True, False) is True
+        assert decide_do_lower_case(ws.model.vocab_file, "", True, False) is True
+    finally:
+        logging.getLogger("bert_ad").removeHandler(handler)
+    assert [r.getMessage() for r in records] == [
+        f"warning: --do_lower_case=true, but the vocab {cased} is cased (it has upper-case "
+        "tokens, which lower-cased text never matches); using --do_lower_case=true as given"]
+
+
+def test_vocab_extend_of_a_wordpiece_vocab_says_a_contradicting_casing(ws, tmp_path, caplog):
+    """#6's sibling: `vocab extend` on a WordPiece vocab never asked the vocab, so
+    --do_lower_case=false added `Blockbuster`, a token the uncased model's
+    tokenizer never produces (piece lists already warned)."""
+    words = tmp_path / "words.txt"
+    words.write_text("Blockbuster\n")
+    run = run_cli_in_process(vocab_cli.cli, ["bert-ad vocab", "extend",
+                                             f"--checkpoint={ws.checkpoint}",
+                                             f"--words={words}", "--do_lower_case=false",
+                                             f"--output_dir={tmp_path / 'out'}"])
+    assert run.returncode == 0, run.describe()
+    # A tool leaves logging as it is: the line reaches stderr through Python's last
+    # resort handler, and caplog here.
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [UNCASED.format(ws.model.vocab_file) in line for line in said] == [True]

@@ -228,10 +228,12 @@ def extend(checkpoint: str, words_file: str, output_dir: str,
             fail(f"no {VOCAB} or {vocab.PIECES} next to checkpoint {prefix}: extend needs "
                  "the model's vocabulary; pass --vocab_file")
     require_file(vocab_file, "--vocab_file")
+    # Either kind: a casing the vocabulary contradicts is said (its words would
+    # be added in a form the model's tokenizer never produces).
+    lower = decide_do_lower_case(vocab_file, "", do_lower_case, lower_case_given)
     if not is_piece_list(vocab_file):
         return vocab.extend(checkpoint, words_file, output_dir, vocab_file, bert_config_file,
-                            do_lower_case, seed, overwrite)
-    lower = decide_do_lower_case(vocab_file, "", do_lower_case, lower_case_given)
+                            lower, seed, overwrite)
     return extend_pieces(checkpoint, words_file, output_dir, vocab_file, bert_config_file,
                          lower, seed, overwrite)
 
