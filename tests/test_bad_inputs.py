@@ -585,19 +585,78 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
                                             f"--output_dir={here}/{command}{name}"], here,
                 [f"--checkpoint={w.init} does not fit --bert_config_file={config}: "]
                 + words_in + ["give the bert_config.json the checkpoint was trained with"])
+    # A model with a (fresh) question-answering head: squad predicts with it, so a
+    # file it should refuse would be answered.
+    def with_span_head(config):
+        from bert_ad.compat import tf
+        from bert_ad.model.modeling import BertModel
+        BertModel(config, False, tf.placeholder(tf.int32, [None, None]))
+        tf.get_variable("cls/squad/output_weights", [2, config.hidden_size])
+        tf.get_variable("cls/squad/output_bias", [2])
+
+    squad_init = save_initial_checkpoint(os.path.join(w.root, "r4", "squad_init", "model.ckpt"),
+                                         w.model.bert_config(), build=with_span_head, seed=3)
+
+    def squad(name, here, predict_file, expected, **changes):
+        cases[name] = ([SQUAD] + flag_args(dict(
+            dict(vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
+                 init_checkpoint=squad_init, output_dir=here, max_seq_length=32,
+                 max_query_length=8, doc_stride=8, do_predict=True,
+                 predict_file=predict_file), **changes)), here, expected)
+
+    def squad_file(name, context="a good film", question="what film?", qid="q1"):
+        return _write(os.path.join(w.root, "r4", "squad_files", name), json.dumps(
+            {"version": "v1.1", "data": [{"title": "t", "paragraphs": [
+                {"context": context, "qas": [{"id": qid, "question": question,
+                                              "answers": []}]},
+                {"context": "the worst movie", "qas": [{"id": "q2", "question": "which?",
+                                                        "answers": []}]}]}]}))
+
     # #8: squad's --predict_file is a file it writes.
     here = folder("squad_predict_file_is_output")
     sample = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
     for name in ("predictions.json", "nbest_predictions.json"):
         shutil.copy(sample, os.path.join(here, name))
-        cases[f"squad_predict_file_is_its_{name.split('.')[0]}"] = (
-            [SQUAD] + flag_args(dict(
-                vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
-                init_checkpoint=w.init, output_dir=here, max_seq_length=32,
-                max_query_length=8, doc_stride=8, do_predict=True,
-                predict_file=os.path.join(here, name))), here,
-            [f"the result file {os.path.join(here, name)} is --predict_file=",
-             "give another --output_dir or move the input"])
+        squad(f"squad_predict_file_is_its_{name.split('.')[0]}", here,
+              os.path.join(here, name),
+              [f"the result file {os.path.join(here, name)} is --predict_file=",
+               "give another --output_dir or move the input"])
+    # #7: a context (its sibling: a question) of characters the tokenizer drops.
+    here = folder("squad_dropped_characters")
+    for name, text in (("zero_width_space", "\u200b\u200b"), ("nul", "\x00"),
+                       ("replacement_character", "\ufffd\ufffd"),
+                       ("combining_mark", "\u0301"), ("bell", "\x07 \x07")):
+        squad(f"squad_context_of_dropped_characters_{name}", here,
+              squad_file(f"context_{name}.json", context=text),
+              ["the context of question 'q1' holds only characters the tokenizer drops",
+               "no text to answer from"])
+    squad("squad_question_of_dropped_characters", here,
+          squad_file("question.json", question="\u200b\ufeff"),
+          ["question 'q1': its question text holds only characters the tokenizer drops "
+           "(U+200B, U+FEFF)"])
+    # #11: lone surrogate escapes, found when the file is read.
+    for name, changes, where in (
+            ("context", dict(context="a good \ud800 film"), "paragraphs[0]"),
+            ("question", dict(question="what \udfff film?"), "'question' holds"),
+            ("id", dict(qid="q\ud83d"), "'id' holds")):
+        squad(f"squad_lone_surrogate_in_{name}", here,
+              squad_file(f"surrogate_{name}.json", **changes),
+              [where, "holds a lone surrogate \\u", "half of a character pair"])
+    # #12: nested far past any SQuAD file; its sibling: a bert_config.json so nested.
+    deep = os.path.join(w.root, "r4", "squad_files", "deep.json")
+    with open(deep, "w") as f:
+        f.write("[" * 100000 + "]" * 100000)
+    squad("squad_nested_too_deep", here, deep,
+          [f"{deep} nests JSON lists or objects deeper than Python's JSON reader goes"])
+    deep_config = _write(os.path.join(w.root, "r4", "deep_config.json"),
+                         '{"a": ' + "[" * 100000 + "]" * 100000 + "}")
+    for name, argv in (
+            ("classifier", [CLASSIFIER] + flag_args(classifier_flags(
+                w, here, bert_config_file=deep_config))),
+            ("features", [FEATURES] + flag_args(dict(features, bert_config_file=deep_config)))):
+        cases[f"{name}_config_nested_too_deep"] = (
+            argv, here, [f"bert_config_file '{deep_config}' nests JSON deeper than a config "
+                         "can be"])
     # #9: a flagfile that is not UTF-8, in any command.
     here = folder("flagfiles")
     utf16 = os.path.join(here, "utf16.cfg")
@@ -709,6 +768,14 @@ CASE_NAMES = [
     "vocab_transplant_source_vocab_of_another_model",
     "vocab_extend_config_of_another_hidden_size", "vocab_transplant_config_of_another_hidden_size",
     "vocab_extend_config_of_another_layer_count", "vocab_transplant_config_of_another_layer_count",
+    "squad_context_of_dropped_characters_zero_width_space",
+    "squad_context_of_dropped_characters_nul",
+    "squad_context_of_dropped_characters_replacement_character",
+    "squad_context_of_dropped_characters_combining_mark",
+    "squad_context_of_dropped_characters_bell", "squad_question_of_dropped_characters",
+    "squad_lone_surrogate_in_context", "squad_lone_surrogate_in_question",
+    "squad_lone_surrogate_in_id", "squad_nested_too_deep", "classifier_config_nested_too_deep",
+    "features_config_nested_too_deep",
 ]
 
 
