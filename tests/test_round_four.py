@@ -323,3 +323,37 @@ def test_vocab_extend_of_a_wordpiece_vocab_says_a_contradicting_casing(ws, tmp_p
     # resort handler, and caplog here.
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert [UNCASED.format(ws.model.vocab_file) in line for line in said] == [True]
+
+
+# --- #10: an input file that changes during extraction -----------------------------------
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda f: f.write("one line more\n"), "it now has more than the 3 lines counted"),
+    (lambda f: f.truncate(12), "it now has 1 line, not the 3 counted"),
+    (lambda f: (f.seek(0), f.write("A")), "its size or modification time changed")],
+    ids=["grows", "shrinks", "edited"])
+def test_an_input_that_changes_while_features_reads_it_is_one_line(
+        ws, tmp_path, monkeypatch, change, expected):
+    """#10: `AssertionError: 200001 of 200000 rows written` when the file grew."""
+    from bert_ad.tasks import features as features_task
+    import time
+    text = tmp_path / "lines.txt"
+    text.write_text("a good film\nthe worst movie\nfine\n", encoding="utf-8")
+    real_text_lines, calls = features_task.text_lines, []
+
+    def changing_text_lines(stream, source):
+        calls.append(source)
+        if len(calls) == 2:  # the second pass, scoring: someone writes to the file
+            time.sleep(0.01)  # a later modification time, whatever the clock's grain
+            with open(str(text), "r+", encoding="utf-8") as f:
+                f.seek(0, os.SEEK_END)
+                change(f)
+        return real_text_lines(stream, source)
+
+    monkeypatch.setattr(features_task, "text_lines", changing_text_lines)
+    output_file = tmp_path / "out" / "vectors.npy"
+    run = run_cli_in_process(features_cli.cli, features_argv(ws, str(output_file),
+                                                             input_file=str(text)))
+    assert_one_error_line(run, f"--input_file={text} changed while it was read ({expected}",
+                          "nothing was written")
+    assert not output_file.parent.exists() or os.listdir(str(output_file.parent)) == []
