@@ -612,6 +612,19 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
                 {"context": "the worst movie", "qas": [{"id": "q2", "question": "which?",
                                                         "answers": []}]}]}]}))
 
+    # #15: advice names the command's own flags; its sibling: features' checkpoint of
+    # another config was refused only when restored, advising to "train first".
+    here = folder("features_advice")
+    cases["features_towers_beyond_bound"] = (
+        [FEATURES] + flag_args(dict(features, n_gpus=100000)), here,
+        ["--n_gpus=100000", "at most 8 towers per device", "raise --batch_size"])
+    other_config = os.path.join(w.root, "config_of_another_hidden_size.json")
+    cases["features_checkpoint_of_another_config"] = (
+        [FEATURES] + flag_args(dict(features, bert_config_file=other_config, layers=-1)), here,
+        [f"--init_checkpoint={w.init} does not fit --bert_config_file={other_config}: ",
+         "(the checkpoint's hidden_size=32, intermediate_size=64; the config's "
+         "hidden_size=64, intermediate_size=128)", "give the bert_config.json the "
+         "checkpoint was trained with"])
     # #8: squad's --predict_file is a file it writes.
     here = folder("squad_predict_file_is_output")
     sample = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
@@ -775,7 +788,8 @@ CASE_NAMES = [
     "squad_context_of_dropped_characters_bell", "squad_question_of_dropped_characters",
     "squad_lone_surrogate_in_context", "squad_lone_surrogate_in_question",
     "squad_lone_surrogate_in_id", "squad_nested_too_deep", "classifier_config_nested_too_deep",
-    "features_config_nested_too_deep",
+    "features_config_nested_too_deep", "features_towers_beyond_bound",
+    "features_checkpoint_of_another_config",
 ]
 
 

@@ -357,3 +357,90 @@ def test_an_input_that_changes_while_features_reads_it_is_one_line(
     assert_one_error_line(run, f"--input_file={text} changed while it was read ({expected}",
                           "nothing was written")
     assert not output_file.parent.exists() or os.listdir(str(output_file.parent)) == []
+
+
+# --- #13-#16: messages that say what happened and what to do -----------------------------
+
+def test_a_reader_that_goes_away_is_a_normal_end(ws, tmp_path):
+    """#13: `bert-ad tokenize ... | head -1` said "error: Broken pipe; check the path,
+    its permissions and the free disk space", exit 2. (A subprocess: the pipe is
+    real; tokenize imports no TensorFlow, so it starts in a fraction of a second.)"""
+    lines = tmp_path / "many.txt"
+    lines.write_text("a good film\n" * 30000, encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bert_ad", "tokenize", f"--vocab_file={ws.model.vocab_file}",
+         f"--input_file={lines}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=launcher_env(), cwd=REPO)
+    assert process.stdout.readline() == b"a good film\n"
+    process.stdout.close()  # as head does after its line
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0, stderr
+    assert stderr == ""
+
+
+# TensorFlow's text of a failed save on a full disk (ENOSPC is its RESOURCE_EXHAUSTED, to
+# which it adds the out-of-memory hint), in the tf2 and the tf1 lane's layout.
+FULL_DISK_MESSAGES = [
+    "Graph execution error:\n\nDetected at node 'save/SaveV2' defined at (most recent call "
+    "last):\n    File \"run.py\", line 7, in <module>\nNode: 'save/SaveV2'\n/out/model.ckpt-"
+    "10_temp/part-00000-of-00001.data-00000-of-00001.tempstate1606; No space left on device"
+    "\n\t [[{{node save/SaveV2}}]]\nHint: If you want to see a list of allocated tensors when "
+    "OOM happens, add report_tensor_allocations_upon_oom to RunOptions for current "
+    "allocation info. This isn't available when running in Eager mode.\n",
+    "/out/model.ckpt-10_temp/part-00000-of-00001.data-00000-of-00001.tempstate1583; No space "
+    "left on device\n\t [[node save/SaveV2 (defined at /site-packages/tensorflow_core/python/"
+    "framework/ops.py:1748) ]]\nHint: If you want to see a list of allocated tensors when OOM "
+    "happens, add report_tensor_allocations_upon_oom to RunOptions for current allocation "
+    "info.\n"]
+
+
+@pytest.mark.parametrize("message", FULL_DISK_MESSAGES, ids=["tf2", "tf1"])
+def test_a_full_disk_during_a_save_names_the_cause_and_nothing_else(message):
+    """#14: the one line ended with TensorFlow's "Hint: If you want to see a list of
+    allocated tensors when OOM happens ..."."""
+    from bert_ad.compat import tf
+    from bert_ad.files import cannot_write
+    error = tf.errors.ResourceExhaustedError(None, None, message)
+    assert str(cannot_write("/out/model.ckpt-10", error)) == (
+        "cannot write /out/model.ckpt-10: No space left on device")
+
+
+def test_a_file_size_limit_during_a_real_save_names_the_cause_and_nothing_else(tmp_path):
+    """#14 with TensorFlow's own error: a save past RLIMIT_FSIZE (EFBIG), in this process."""
+    import resource
+    import numpy as np
+    from bert_ad.compat import tf
+    from bert_ad.files import cannot_write
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        with tf.Graph().as_default():
+            tf.get_variable("v", initializer=np.zeros([100000], np.float32))
+            saver = tf.train.Saver()
+            with tf.Session() as session:
+                session.run(tf.global_variables_initializer())
+                resource.setrlimit(resource.RLIMIT_FSIZE, (60000, hard))
+                try:
+                    with pytest.raises(tf.errors.OpError) as raised:
+                        saver.save(session, str(tmp_path / "model.ckpt"), global_step=3)
+                finally:
+                    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    finally:
+        signal.signal(signal.SIGXFSZ, previous)
+    assert str(cannot_write("model.ckpt-3", raised.value)) == (
+        "cannot write model.ckpt-3: File too large")
+
+
+def test_every_name_bert_ad_help_lists_is_a_command(capsys):
+    """#16: `bert-ad --help` listed the launchers' names (`run_squad_mgpu.py`,
+    `extract_features.py`, ...) as other names, which `bert-ad` then refused."""
+    from bert_ad.cli import entry_points, registry
+    listed = entry_points.main_help(registry.declarations())
+    names = [name for d in registry.declarations() for name in d.aliases + (d.launcher,)
+             if name]
+    assert "run_squad_mgpu.py" in names and "extract_features.py" in names
+    for name in names:
+        assert name in listed
+        run = run_cli_in_process(entry_points.main, ["bert-ad", name, "--helpfull"])
+        assert run.returncode == 0, run.describe()
+        assert run.stdout.startswith("usage: bert-ad "), name

@@ -42,7 +42,7 @@ from bert_ad.data.embedding_files import NPY, EmbeddingFile, output_format
 from bert_ad.data.streamed_batches import ROW_INFO
 from bert_ad.errors import fail
 from bert_ad.files import refuse_outputs_over_inputs
-from bert_ad.parallel.checkpoints import resolve_checkpoint
+from bert_ad.parallel.checkpoints import check_fits_config, resolve_checkpoint
 from bert_ad.parallel.scoring import Scorer
 from bert_ad.parallel.streaming import rows_in_order
 from bert_ad.run_settings import Placement
@@ -122,6 +122,11 @@ def build(f: flags.FlagValues, encoder) -> FeatureExtractionTask:
 def run(task: FeatureExtractionTask, f: flags.FlagValues, placement: Placement) -> int:
     """Embed --input_file into --output_file, then export (--do_export)."""
     checkpoint = resolve_checkpoint(f.init_checkpoint)
+    # Before the input is read: a checkpoint of another shape was refused only when
+    # restored, advising to "train first", which features cannot.
+    check_fits_config(checkpoint, task.encoder.config, f"--init_checkpoint={f.init_checkpoint}",
+                      f"--bert_config_file={f.bert_config_file}", "give the bert_config.json "
+                      "the checkpoint was trained with, or the checkpoint of this config")
     data = task.read("predict") if f.input_file else None
     if f.do_export:
         refuse_existing(f.export_dir)
