@@ -531,6 +531,7 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
     from bert_ad.model.modeling import BertConfig
     save_initial_checkpoint(os.path.join(piece_model, "bert_model.ckpt"),
                             BertConfig.from_json_file(piece_config), seed=2)
+    trimmed_fit = os.path.join(piece_model, "pieces.tsv")
     trimmed = os.path.join(w.root, "r4", "trimmed_pieces.tsv")
     _write(trimmed, "".join(f"{p}\t{score!r}\n" for p, score in pieces[:32]))
     mismatched = folder("mismatched_piece_model")
@@ -560,6 +561,23 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
             ["bert_ad.vocab"] + argv + [f"--output_dir={here}/{name}"], here,
             ["has 32 pieces but the checkpoint 132 word embeddings", unused,
              "give the piece list of this model"])
+    # #17: a piece is a word part, not a text: bounded where pieces are made and read.
+    huge = _write(os.path.join(w.root, "r4", "huge_word.txt"), "x" * 1000000 + "\n")
+    here_17 = folder("limits")
+    for name, checkpoint, vocab_file in (("piece_list", piece_model, trimmed_fit),
+                                         ("wordpiece", w.init, w.model.vocab_file)):
+        cases[f"vocab_extend_{name}_word_of_a_million_characters"] = (
+            ["bert_ad.vocab", "extend", f"--checkpoint={checkpoint}",
+             f"--vocab_file={vocab_file}", f"--words={huge}",
+             f"--output_dir={here_17}/{name}"], here_17,
+            [f"--words '{huge}' line 1 holds a word of 1,000,000 characters",
+             "a vocab entry is at most 100 characters"])
+    long_piece = _write(os.path.join(w.root, "r4", "long_piece", "pieces.tsv"), "".join(
+        f"{p}\t{score!r}\n" for p, score in pieces + [("\u2581" + "y" * 100, -20.0)]))
+    cases["piece_list_with_a_piece_past_the_bound"] = (
+        ["bert_ad.cli.tokenize", f"--vocab_file={long_piece}", "a text"], here_17,
+        [f"piece list '{long_piece}' line {len(pieces) + 1} holds a piece of 101 characters",
+         "a piece is at most 100 characters"])
     # #3's sibling: transplant from a vocabulary that is not the checkpoint's own.
     cases["vocab_transplant_source_vocab_of_another_model"] = (
         ["bert_ad.vocab", "transplant", f"--checkpoint={w.init}",
@@ -790,6 +808,9 @@ CASE_NAMES = [
     "squad_lone_surrogate_in_id", "squad_nested_too_deep", "classifier_config_nested_too_deep",
     "features_config_nested_too_deep", "features_towers_beyond_bound",
     "features_checkpoint_of_another_config",
+    "vocab_extend_piece_list_word_of_a_million_characters",
+    "vocab_extend_wordpiece_word_of_a_million_characters",
+    "piece_list_with_a_piece_past_the_bound",
 ]
 
 

@@ -71,7 +71,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 
 from bert_ad.data.tokenization import decide_do_lower_case
-from bert_ad.data.unigram import (CONTROL_PIECES, NORMALIZATION_FILE, UNK_PIECE,
+from bert_ad.data.unigram import (CONTROL_PIECES, MAX_PIECE_CHARS, NORMALIZATION_FILE, UNK_PIECE,
                                   WORD_START, UnigramTokenizer, is_piece_list)
 from bert_ad.errors import fail, require_file
 from bert_ad.tools import vocab
@@ -128,6 +128,9 @@ def word_forms(tokenizer: UnigramTokenizer, word: str, do_lower_case: bool,
     if not chars or WORD_START in chars:
         fail(f"--words {words_file!r}: {word!r} reads as {normalized!r} after the model's "
              "normalisation, not as one word; give words that stay one word")
+    if len(chars) + 1 > MAX_PIECE_CHARS:
+        fail(f"--words {words_file!r}: {word[:20]!r}... reads as a piece of {len(chars) + 1} "
+             f"characters; a piece is at most {MAX_PIECE_CHARS}: give words, one per line")
     if not any(in_scripts(c, WITHOUT_SPACES) for c in chars):
         return [WORD_START + chars]
     if WORD_START in tokenizer.piece_ids:
