@@ -5,7 +5,9 @@ Each test reproduces one defect of the issue (or the sibling found for its
 class, docs/reliability.md) on a tiny model, in this process: the command's
 own command line (`cli(argv)` through `helpers.run_cli_in_process`), or the
 function the command calls. One-line refusals of bad input are in the
-table of tests/test_bad_inputs.py; here what needs more than an error line.
+table of tests/test_bad_inputs.py (#1, #3, #4, #7-#9, #11, #12, #15, #17);
+here what needs more than an error line: #18 (and its sibling), #2, #5,
+#6, #10, #13, #14, #16, #17's linear search, and the two noted items.
 """
 
 from __future__ import annotations
