@@ -7,7 +7,10 @@ bad input (a flag, a file, a line of a file). Entry points wrap their main in
 
 from __future__ import annotations
 
+import io
 import os
+import select
+import stat
 import sys
 from typing import Callable, NoReturn
 
@@ -55,7 +58,8 @@ def run_cli(main: Callable[[], int | None]) -> NoReturn:
 
     A UserError becomes `error: ...` on stderr and exit 2 (a Stopped run exits
     with its own code); an OSError (a read-only or full disk, a path under a
-    file) names its path and cause, exit 2. Ctrl-C, SIGTERM or SIGHUP outside
+    file) names its path and cause, exit 2; standard output's reader going away
+    (`| head`) ends the command quietly, exit 0. Ctrl-C, SIGTERM or SIGHUP outside
     the training loop (which saves first) remove what was being written, say
     so in one line and exit 128 + the signal (bert_ad/signals.py).
     """
@@ -65,16 +69,42 @@ def run_cli(main: Callable[[], int | None]) -> NoReturn:
         except UserError as e:
             _error_line(str(e))
             sys.exit(getattr(e, "exit_code", EXIT_USER_ERROR))
+        except BrokenPipeError as e:
+            if not _reader_gone(sys.stdout):
+                _os_error_line(e)
+                sys.exit(EXIT_USER_ERROR)
+            # `bert-ad tokenize ... | head -1`: the reader had what it wanted. A
+            # normal end; the unflushed rest goes nowhere instead of to a last
+            # failed flush at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(0)
         except OSError as e:
-            where = f"{e.filename}: " if e.filename else ""
-            _error_line(f"{where}{e.strerror or e}; check the path, its permissions and the "
-                        "free disk space")
+            _os_error_line(e)
             sys.exit(EXIT_USER_ERROR)
         except KeyboardInterrupt:  # where no handler could be installed (not the main thread)
             _error_line("stopped by Ctrl-C (SIGINT): nothing half-written was kept (files "
                         "being written were removed); run the same command again to finish")
             sys.exit(EXIT_INTERRUPTED)
     sys.exit(code or 0)
+
+
+def _os_error_line(e: OSError) -> None:
+    where = f"{e.filename}: " if e.filename else ""
+    _error_line(f"{where}{e.strerror or e}; check the path, its permissions and the "
+                "free disk space")
+
+
+def _reader_gone(stream) -> bool:
+    """Whether `stream` is a pipe whose reading end was closed (poll says POLLERR)."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
 
 
 def _error_line(message: str) -> None:

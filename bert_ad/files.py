@@ -65,8 +65,20 @@ def cannot_write(path: str, error: BaseException) -> UserError:
     if isinstance(error, OSError):
         cause = error.strerror or str(error)
     else:
-        cause = str(getattr(error, "message", "") or error).rsplit("; ", 1)[-1]
+        cause = _tensorflow_cause(str(getattr(error, "message", "") or error))
     return UserError(f"cannot write {path}: {' '.join(cause.split())}")
+
+
+def _tensorflow_cause(message: str) -> str:
+    """The cause in a TensorFlow error: the "PATH; CAUSE" line, without the op
+    (`[[{{node save/SaveV2}}]]`) or the hint TensorFlow adds to any
+    ResourceExhausted error, a full disk's too ("Hint: If you want to see a
+    list of allocated tensors when OOM happens ...")."""
+    lines = [line.strip() for line in message.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("[[", "Hint:"))]
+    located = [line for line in lines if "; " in line]
+    line = located[-1] if located else (lines[0] if lines else message)
+    return re.sub(r"\s*\[\[.*?\]\]", "", line.rsplit("; ", 1)[-1]).strip()
 
 
 def _create_temporary(path: str) -> str:

@@ -31,21 +31,27 @@ def logical_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def check_tower_count(n_towers: int, devices: int, kind: str) -> None:
+# What raises a training run's global batch instead of more towers; an
+# inference command names its own flag (features: --batch_size).
+TRAINING_BATCH_FLAGS = "--train_batch_size or --gradient_accumulation_steps"
+
+
+def check_tower_count(n_towers: int, devices: int, kind: str,
+                      batch_flags: str = TRAINING_BATCH_FLAGS) -> None:
     """Refuse more than MAX_TOWERS_PER_DEVICE towers per device.
 
     Args:
       n_towers: --n_gpus.
       devices: the cards, or the logical CPUs without GPUs.
       kind: what the devices are, for the message ("GPUs", "logical CPUs (no GPU)").
+      batch_flags: the command's own flags that give a bigger batch instead.
     """
     bound = MAX_TOWERS_PER_DEVICE * devices
     if n_towers > bound:
         fail(f"--n_gpus={n_towers} asks for {n_towers} towers on {devices} {kind}: at most "
              f"{MAX_TOWERS_PER_DEVICE} towers per device ({bound} here), since towers "
              "sharing a device run one after the other and each adds a copy of the "
-             "model's graph and memory; for a bigger global batch raise "
-             "--train_batch_size or --gradient_accumulation_steps")
+             f"model's graph and memory; for a bigger batch raise {batch_flags}")
 
 
 def check_worker_count(num_workers: int, flag: str = "--num_workers",

@@ -97,8 +97,10 @@ def is_live(path: str) -> bool:
     written. False for a path a killed run left, or one that is gone."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        return True  # another user's, say: what cannot be told stays
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

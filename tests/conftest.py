@@ -26,6 +26,7 @@ FILE_SECONDS = {
     "test_serve.py": 90, "test_export.py": 70, "test_long_text_bad_inputs.py": 65,
     "test_registry.py": 60,
     "test_windows.py": 55, "test_best_checkpoint.py": 50, "test_round_three.py": 45,
+    "test_round_four.py": 25,
     "test_squad_cli.py": 45, "test_pooling.py": 40, "test_convert.py": 40,
     "test_squad_task.py": 35, "test_cli_help.py": 30, "test_cpu_kernels.py": 30,
     "test_features.py": 30, "test_vocab.py": 30, "test_targets.py": 30,

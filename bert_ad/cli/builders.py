@@ -75,7 +75,10 @@ def placement_from_flags(f: flags.FlagValues,
 def inference_placement_from_flags(f: flags.FlagValues) -> Placement:
     """This process's towers (an inference run is one process: no cluster)."""
     resolve_checkpoint(f.init_checkpoint)  # a missing or torn checkpoint, now
-    return Placement(plan_from_environment(f.n_gpus), None, f.use_xla)
+    # Too many towers is refused naming the batch flag of the inference command
+    # (features: --batch_size; it has no accumulation).
+    return Placement(plan_from_environment(f.n_gpus, batch_flags="--batch_size"), None,
+                     f.use_xla)
 
 
 def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSettings:

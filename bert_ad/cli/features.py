@@ -120,9 +120,15 @@ def build(f: flags.FlagValues, encoder):
 
 def run(task, f: flags.FlagValues, placement: Placement) -> int:
     """Embed --input_file into --output_file, then export (--do_export)."""
-    from bert_ad.parallel.checkpoints import resolve_checkpoint  # TensorFlow from here on
+    from bert_ad.parallel.checkpoints import (  # TensorFlow from here on
+        check_fits_config, resolve_checkpoint)
     from bert_ad.serving.export import ExportSettings, export_model, refuse_existing
     checkpoint = resolve_checkpoint(f.init_checkpoint)
+    # Before the input is read: a checkpoint of another shape was refused only when
+    # restored, advising to "train first", which features cannot.
+    check_fits_config(checkpoint, task.encoder.config, f"--init_checkpoint={f.init_checkpoint}",
+                      f"--bert_config_file={f.bert_config_file}", "give the bert_config.json "
+                      "the checkpoint was trained with, or the checkpoint of this config")
     data = task.read("predict") if f.input_file else None
     if f.do_export:
         refuse_existing(f.export_dir)

@@ -222,9 +222,10 @@ def declarations(package_dir: str = PACKAGE_DIR, plugins: bool = True
 
 def find(name: str, known: Optional[Sequence[Declaration]] = None
          ) -> Optional[Declaration]:
-    """The declaration answering to `name` (its name or an alias), else None."""
+    """The declaration answering to `name` (its name, an alias, or its launcher's
+    file name, which `bert-ad --help` lists with the aliases), else None."""
     for declaration in known if known is not None else declarations():
-        if name == declaration.name or name in declaration.aliases:
+        if name and name in (declaration.name, declaration.launcher) + declaration.aliases:
             return declaration
     return None
 

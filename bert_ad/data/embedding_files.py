@@ -13,8 +13,8 @@
 
 Rows are written as they arrive, in input order, to a temporary file beside
 the target (bert_ad/files.py); `commit` renames it into place once every row
-is there. A failure, or a run stopped half-way, leaves no output file (and
-an existing one as it was).
+is there, an existing file kept as `NAME.~N~`. A failure, or a run stopped
+half-way, leaves no output file (and an existing one as it was).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class EmbeddingFile:
 
     def __init__(self, path: str, file_format: str, rows: int, hidden: int):
         """Args:
-          path: the output file (an existing one is replaced at commit).
+          path: the output file (an existing one is kept as `path.~N~` at commit).
           file_format: GOOGLE, NPY, JSONL or TSV (`output_format`).
           rows: how many rows will be written (the .npy header says so).
           hidden: the vectors' width.
@@ -96,7 +96,9 @@ class EmbeddingFile:
         self.path, self.format, self.rows, self.hidden = path, file_format, rows, hidden
         if os.path.isdir(path):
             fail(f"--output_file={path} is a directory; give a file name")
-        self._staged = StagedFiles()
+        # An earlier output is kept as NAME.~N~, as every command keeps the result
+        # files it replaces (docs/reliability.md, round four).
+        self._staged = StagedFiles(keep_backup=True)
         temporary = self._staged.stage(path)
         self.written = 0
         try:

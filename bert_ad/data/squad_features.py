@@ -32,6 +32,7 @@ the SQUAD_FEATURES codec.
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -39,10 +40,41 @@ import numpy as np
 from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.feature_cache import Codec, DamagedCache, decode_examples, encode_examples
 from bert_ad.data.piece_offsets import PieceSpans, piece_spans
-from bert_ad.data.squad_json import Question
+from bert_ad.data.squad_json import Question, SquadFile
 from bert_ad.data.token_features import window_spans
 from bert_ad.data.tokenization import CLS, SEP
 from bert_ad.errors import fail
+
+
+def _maybe_dropped(char: str) -> bool:
+    """A character a tokenizer may drop: a control or format character (NUL, BEL,
+    U+200B), a space, a combining mark (accents go with lower-casing), U+FFFD."""
+    return unicodedata.category(char)[0] in "CZM" or char == "\ufffd"
+
+
+def check_texts_have_pieces(squad: SquadFile, tokenizer) -> None:
+    """One error line for a context or question made only of characters the
+    tokenizer drops (U+200B, NUL, U+FFFD, a lone combining mark, `\\x07`): it
+    has no piece, and was answered "" with a 1.0-probability empty n-best
+    entry, silently. Refused as an empty one is (squad_json)."""
+    first_question = {}
+    for question in squad.questions:
+        first_question.setdefault(question.context, question.id)
+    for index, context in enumerate(squad.contexts):
+        if all(map(_maybe_dropped, context)) and not tokenizer.tokenize(context):
+            fail(f"{squad.path}: the context of question {first_question.get(index)!r} "
+                 f"holds only characters the tokenizer drops ({_shown(context)}): no text "
+                 "to answer from; remove the paragraph or give its text")
+    for question in squad.questions:
+        text = question.question
+        if all(map(_maybe_dropped, text)) and not tokenizer.tokenize(text):
+            fail(f"{squad.path}: question {question.id!r}: its question text holds only "
+                 f"characters the tokenizer drops ({_shown(text)}); give the question")
+
+
+def _shown(text: str) -> str:
+    """The distinct characters of `text` as code points: "U+200B, U+0000"."""
+    return ", ".join(f"U+{ord(c):04X}" for c in dict.fromkeys(text))
 
 
 @dataclasses.dataclass(frozen=True)

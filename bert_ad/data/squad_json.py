@@ -17,7 +17,9 @@ as the official evaluation reads them. Extra fields (`title`, DRCD's answer
 Every check names the file and the question id (or, where the id itself is
 missing, the question's place in the file) in one UserError, before any work:
 
-  * an empty file, a file that is not JSON, a field missing or of the wrong type;
+  * an empty file, a file that is not JSON (or nested past what Python's JSON
+    reader can read), a field missing or of the wrong type, text holding a
+    lone surrogate escape (half a character pair);
   * the same id twice;
   * an answer whose text is not the context's characters at `answer_start`,
     or that runs outside its context;
@@ -95,7 +97,21 @@ def _field(mapping, key: str, kind, where: str, path: str, what: str = ""):
         names = " or ".join({str: "text", list: "a list", int: "an integer",
                              dict: "an object", bool: "true or false"}[k] for k in kinds)
         fail(f"{path}: {where}: {key!r} must be {names}, not {json.dumps(value)[:40]}")
+    if isinstance(value, str):
+        _check_characters(value, f"{where}: {key!r}", path)
     return value
+
+
+def _check_characters(text: str, what: str, path: str) -> None:
+    """One error line for a lone surrogate (JSON's "\\ud800" escape of half a
+    character pair): it passed the checks, training ran and saved, and writing
+    predictions.json then died with a UnicodeEncodeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        fail(f"{path}: {what} holds a lone surrogate \\u{ord(text[e.start]):04x} (at "
+             f"character {e.start}), half of a character pair and no character of its "
+             "own; the tool that wrote the file split a pair: fix or drop that text")
 
 
 def load_json(path: str):
@@ -112,6 +128,9 @@ def load_json(path: str):
     except ValueError as e:
         fail(f"{path} is not JSON ({e}); a SQuAD file is one JSON object with a "
              "\"data\" list")
+    except RecursionError:
+        fail(f"{path} nests JSON lists or objects deeper than Python's JSON reader goes "
+             "(a SQuAD file is 6 levels deep); it is not a SQuAD file")
 
 
 def read_squad_file(path: str, version_2_with_negative: bool, require_answers: bool

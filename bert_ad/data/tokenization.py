@@ -423,6 +423,14 @@ def piece_list_is_cased(pieces_file: str) -> bool:
     return any(piece != piece.lower() for piece in pieces)
 
 
+def wordpiece_vocab_is_cased(vocab_file: str) -> bool:
+    """A WordPiece vocab is cased when a token other than the special ones
+    (`[UNK]`, the Chinese vocab's `<S>`) holds an upper-case letter:
+    bert-base-cased has thousands, the uncased and Chinese vocabs none."""
+    return any(token != token.lower() for token in load_vocab(vocab_file)
+               if (token[:1], token[-1:]) not in (("[", "]"), ("<", ">")))
+
+
 def decide_do_lower_case(vocab_file: str, spm_model_file: str, do_lower_case: bool,
                          flag_set: bool) -> bool:
     """--do_lower_case as the model needs it: the one place that decides.
@@ -431,8 +439,10 @@ def decide_do_lower_case(vocab_file: str, spm_model_file: str, do_lower_case: bo
     silently lower-case text for a cased piece list, whose upper-case pieces
     then never match. So with a piece list (`pieces.tsv`) the casing comes from
     the list (`piece_list_is_cased`) unless the user set the flag; a flag that
-    contradicts the list wins, with one warning line. WordPiece and
-    SentencePiece models keep the flag as given.
+    contradicts the list wins, with one warning line. WordPiece keeps the flag
+    as given, with the same warning when it contradicts the vocab: false with
+    an uncased vocab makes every capitalised word [UNK], true with a cased one
+    leaves its upper-case tokens unused. SentencePiece keeps the flag as given.
 
     Args:
       vocab_file, spm_model_file: the tokenizer flags.
@@ -443,6 +453,13 @@ def decide_do_lower_case(vocab_file: str, spm_model_file: str, do_lower_case: bo
     if spm_model_file or not vocab_file or not os.path.isfile(vocab_file):
         return do_lower_case
     if not is_piece_list(vocab_file):
+        if do_lower_case == wordpiece_vocab_is_cased(vocab_file):
+            log.warning("warning: --do_lower_case=%s, but the vocab %s is %s; using "
+                        "--do_lower_case=%s as given", str(do_lower_case).lower(),
+                        vocab_file, "cased (it has upper-case tokens, which lower-cased "
+                        "text never matches)" if do_lower_case else "uncased (no token "
+                        "holds an upper-case letter: every capitalised word becomes [UNK])",
+                        str(do_lower_case).lower())
         return do_lower_case
     model_lower_case = not piece_list_is_cased(vocab_file)
     if not flag_set:

@@ -33,6 +33,7 @@ File formats (UTF-8, LF or CRLF):
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import struct
@@ -48,6 +49,12 @@ CONTROL_PIECES = ("<s>", "</s>", "<pad>", "<mask>")
 NORMALIZATION_FILE = "normalization.tsv"
 # e5.c: an unknown character scores (lowest piece score - 10).
 UNK_PENALTY = 10.0
+# The longest piece a list may hold (characters, `▁` included): SentencePiece
+# trains at most 16 by default (XLM-R's), WordPiece leaves words over 100 as
+# [UNK]. A piece of a million characters (`vocab extend` took one) made every
+# start of every line try a million lengths: a 20,000-character line took
+# past 100 s instead of half a second.
+MAX_PIECE_CHARS = 100
 _FLOAT32 = struct.Struct("<f")
 
 
@@ -90,7 +97,9 @@ class UnigramTokenizer:
         skipped = set(CONTROL_PIECES) | {UNK_PIECE}
         # Only these take part in the Viterbi search.
         self._matchable = {p: i for p, i in self.piece_ids.items() if p not in skipped}
-        self._max_piece_chars = max(len(p) for p in self._matchable) if self._matchable else 1
+        # The search tries only the lengths some piece has (shortest first): one
+        # long piece adds one length per start, not every length up to its own.
+        self._lengths = sorted({len(p) for p in self._matchable})
         self._unk_score = _f32(min(self.scores) - UNK_PENALTY)
 
     @classmethod
@@ -110,12 +119,15 @@ class UnigramTokenizer:
         """
         if piece in self.piece_ids:
             raise ValueError(f"{piece!r} is already piece {self.piece_ids[piece]}")
+        if len(piece) > MAX_PIECE_CHARS:
+            raise ValueError(f"a piece of {len(piece)} characters (at most {MAX_PIECE_CHARS})")
         piece_id = len(self.pieces)
         self.pieces.append(piece)
         self.scores.append(_f32(score))
         self.piece_ids[piece] = piece_id
         self._matchable[piece] = piece_id
-        self._max_piece_chars = max(self._max_piece_chars, len(piece))
+        if len(piece) not in self._lengths:
+            bisect.insort(self._lengths, len(piece))
         self._unk_score = _f32(min(self.scores) - UNK_PENALTY)
         return piece_id
 
@@ -164,12 +176,15 @@ class UnigramTokenizer:
         best[0] = 0.0
         back_piece = [0] * (n + 1)  # piece id ending here, -1 for an unknown char
         back_start = [0] * (n + 1)
-        matchable, scores = self._matchable, self.scores
+        matchable, scores, lengths = self._matchable, self.scores, self._lengths
         for start in range(n):
             base = best[start]
             if base == -math.inf:
                 continue
-            for end in range(start + 1, min(n, start + self._max_piece_chars) + 1):
+            for length in lengths:
+                end = start + length
+                if end > n:
+                    break
                 piece_id = matchable.get(normalized[start:end])
                 if piece_id is not None:
                     score = _f32(base + scores[piece_id])
@@ -236,6 +251,10 @@ def read_pieces(path: str) -> tuple:
             value = math.nan
         if not tab or not piece or math.isnan(value):
             fail(f"piece list {path!r} line {number} is not `piece<TAB>score`: {line[:60]!r}")
+        if len(piece) > MAX_PIECE_CHARS:
+            fail(f"piece list {path!r} line {number} holds a piece of {len(piece):,} "
+                 f"characters ({piece[:20]!r}...); a piece is at most {MAX_PIECE_CHARS} "
+                 "characters (a word part, not a text)")
         if piece in seen:
             fail(f"piece list {path!r} lists piece {piece!r} twice, on lines "
                  f"{seen[piece]} and {number}; each piece must appear once "

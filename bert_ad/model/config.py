@@ -104,6 +104,9 @@ class BertConfig:
             fail(f"{source} cannot be read: {e}")
         except json.JSONDecodeError as e:
             fail(f"{source} is not valid JSON (line {e.lineno}): {e.msg}")
+        except RecursionError:  # lists or objects nested past Python's JSON reader
+            fail(f"{source} nests JSON deeper than a config can be; give the model's "
+                 "bert_config.json (one object of numbers and names)")
         if not isinstance(values, dict):
             fail(f"{source} must hold a JSON object")
         return cls.from_dict(values, source)

