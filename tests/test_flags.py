@@ -157,3 +157,44 @@ def test_help_and_flag_errors_answer_without_tensorflow(tmp_path):
             assert last_error and last_error[0].startswith("error: "), (argv, last_error)
             assert expected in last_error[0], (argv, last_error)
         assert not tensorflow, ("TensorFlow imported", argv)
+
+
+def _toy_graph_ops(tmp_path, *argv):
+    """The toy task (tests/toy_task.py, which names no precision or padding) built
+    from `bert-ad toy` flags through the real orchestration's builders: its graph's
+    op types and the dtypes its ops compute in."""
+    import importlib
+    from bert_ad.cli import builders, task_runner
+    from bert_ad.cli.runner import parse_flags
+    from bert_ad.compat import tf
+    from bert_ad.parallel.train_graph import feature_placeholders
+    toy = importlib.import_module("toy_task")
+    command = registry.command(registry.Declaration("task", "toy", "", "toy_task"))
+    config = tmp_path / "toy_config.json"
+    config.write_text(toy.CONFIG.to_json_string())
+    f = parse_flags(lambda fv: task_runner.define_flags(command, fv),
+                    ["toy", "--do_train", f"--bert_config_file={config}",
+                     f"--output_dir={tmp_path / 'out'}"] + list(argv), "", "")
+    task = command.build(f, builders.encoder_from_flags(f))
+    with tf.Graph().as_default() as graph:
+        task.build_model(feature_placeholders(task.feature_spec, 0), is_training=True)
+    ops = graph.get_operations()
+    return ({op.type for op in ops},
+            {output.dtype.base_dtype.name for op in ops for output in op.outputs})
+
+
+def test_the_encoder_brings_precision_and_padding_removal_to_a_task_that_names_neither(
+        tmp_path):
+    """tests/toy_task.py asks its encoder for BERT in one call; --precision and
+    --remove_padding reach its graph without the task naming them."""
+    from bert_ad.compat import IS_TF1
+    plain_ops, plain_dtypes = _toy_graph_ops(tmp_path, "--noremove_padding")
+    removed_ops, _ = _toy_graph_ops(tmp_path)  # --remove_padding is the default
+    # Padding removal gathers the real tokens and scatters them back for attention.
+    assert "ScatterNd" in removed_ops and "ScatterNd" not in plain_ops
+    assert "bfloat16" not in plain_dtypes and "float16" not in plain_dtypes
+    _, half_dtypes = _toy_graph_ops(tmp_path, "--precision=fp16")
+    assert "float16" in half_dtypes
+    if not IS_TF1:  # TF 1.15 has no bfloat16 attention kernel (--precision=bf16 refused)
+        _, bf16_dtypes = _toy_graph_ops(tmp_path, "--precision=bf16")
+        assert "bfloat16" in bf16_dtypes

@@ -12,6 +12,8 @@ The rows are synthetic: token ids, and as target the share of ids above
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 from absl import flags
 
@@ -19,8 +21,8 @@ from bert_ad.cli.registry import register_task
 from bert_ad.compat import tf
 from bert_ad.data.batching import ExampleBatches, TokenizedExamples
 from bert_ad.errors import fail
-from bert_ad.model.modeling import BertConfig, BertModel
-from bert_ad.tasks.base import SplitData, Task
+from bert_ad.model.modeling import BertConfig
+from bert_ad.tasks.base import Encoder, SplitData, Task
 
 CONFIG = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
@@ -48,9 +50,10 @@ class ToyRegressionTask(Task):
                     "targets": (tf.float32, [None]),
                     "example_weights": (tf.float32, [None])}
 
-    def __init__(self, splits: dict, config: BertConfig = CONFIG):
+    def __init__(self, splits: dict, encoder: Optional[Encoder] = None):
         self.splits = splits
-        self.config = config
+        # The run's encoder: its config, precision and padding removal.
+        self.encoder = encoder or Encoder(CONFIG)
 
     def read(self, split):
         return SplitData(split, self.splits[split], f"<{split}>")
@@ -63,10 +66,10 @@ class ToyRegressionTask(Task):
         return ExampleBatches(examples, "dynamic", bucket_by_length=False)
 
     def build_model(self, features, is_training):
-        pooled = BertModel(self.config, is_training, features["input_ids"],
-                           features["input_mask"], features["segment_ids"]
-                           ).get_pooled_output()
-        kernel = tf.get_variable("regression/kernel", [self.config.hidden_size, 1])
+        # The task names no precision, padding or recomputation: the encoder does.
+        pooled = tf.cast(self.encoder.model(features, is_training).get_pooled_output(),
+                         tf.float32)
+        kernel = tf.get_variable("regression/kernel", [self.encoder.config.hidden_size, 1])
         value = tf.squeeze(tf.matmul(pooled, kernel), -1)
         weights = features["example_weights"]
         loss = tf.reduce_sum(weights * tf.square(value - features["targets"])) / tf.maximum(
@@ -89,12 +92,12 @@ def define_flags(fv: flags.FlagValues) -> None:
 
 
 def build(f: flags.FlagValues, encoder) -> ToyRegressionTask:
-    del encoder  # the toy makes its own ids
+    """The toy on the run's encoder (the shared flags'; the toy makes its own ids)."""
     if not 5 <= f.toy_threshold < 30:
         fail(f"--toy_threshold={f.toy_threshold} must be between 5 and 29 (the toy's ids)")
     splits = {"train": toy_rows(f.toy_rows, SPLIT_SEEDS["train"], f.toy_threshold),
               "dev": toy_rows(13, SPLIT_SEEDS["dev"], f.toy_threshold)}
-    return ToyRegressionTask(splits, BertConfig.from_json_file(f.bert_config_file))
+    return ToyRegressionTask(splits, encoder)
 
 
 register_task("toy", "a regression toy (tests/toy_task.py)", define_flags=define_flags,
