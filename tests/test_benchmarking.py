@@ -367,7 +367,7 @@ def test_squad_run_hf_adam_follows_our_learning_rate_schedule_step_for_step():
 def test_squad_run_pads_hugging_face_batches_with_the_padding_piece():
     # Padding with id 0 put <s> ([CLS] of the Chinese default's piece list) on every
     # padding position of the reference's batches (issue 43).
-    from benchmarks.squad_run import padded_ids
+    from studies.squad_run import padded_ids
     from bert_ad.data.batching import TokenizedExamples
     examples = TokenizedExamples({"input_ids": [np.array([0, 7, 2]), np.array([0, 8, 9, 5, 2])],
                                   "segment_ids": [np.array([0, 0, 1]), np.array([0, 0, 1, 1, 1])]})
@@ -378,7 +378,7 @@ def test_squad_run_pads_hugging_face_batches_with_the_padding_piece():
 
 
 def test_squad_run_few_unanswerable_split_keeps_every_answer_and_a_tenth_without():
-    from benchmarks.squad_run import few_unanswerable, few_unanswerable_figures
+    from studies.squad_run import few_unanswerable, few_unanswerable_figures
     # 18 with an answer, 30 without: 18 / 0.9 = 20 questions, 2 without (the 1st
     # and the 16th unanswerable, evenly spaced), in file order.
     golds = {f"q{i:02d}": (["甲"] if i % 8 < 3 else []) for i in range(48)}
