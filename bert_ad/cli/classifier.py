@@ -30,7 +30,7 @@ from bert_ad.data import processors, task_specs
 from bert_ad.data.features import WindowSettings, check_window_settings
 from bert_ad.errors import fail
 from bert_ad.model.modeling import POOLINGS
-from bert_ad.model.windows import WINDOW_POOLINGS
+from bert_ad.model.scored_windows import WINDOW_POOLINGS
 from bert_ad.tasks.classification import ClassificationTask
 
 log = logging.getLogger("bert_ad")
