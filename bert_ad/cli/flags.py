@@ -227,14 +227,18 @@ def define_export_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("export_dir", None, "Where the export goes (default: "
                         "output_dir/export/<global step>); never written over.", **d)
     flags.DEFINE_enum("export_format", "saved_model", list(FORMATS),
-                      "saved_model (TensorFlow Serving) or frozen_graph (one .pb, "
-                      "weights as constants).", **d)
+                      "saved_model (TensorFlow Serving), frozen_graph (one .pb, "
+                      "weights as constants) or onnx (model.onnx for ONNX Runtime; "
+                      "bert_ad[onnx]).", **d)
     flags.DEFINE_enum("export_precision", "fp32", list(EXPORT_PRECISIONS),
-                      "fp16: float16 encoder weights and compute (outputs float32).", **d)
+                      "fp16: float16 encoder weights and compute (saved_model, "
+                      "frozen_graph); int8: int8 encoder matrices (onnx), measured "
+                      "against fp32 on the dev split. Outputs stay float32.", **d)
     flags.DEFINE_string("predict_from_export", None,
                         "With --do_predict: score with this export (a folder written "
-                        "by --do_export) instead of a checkpoint; its vocab, config, "
-                        "casing and max_seq_length are used unless given.", **d)
+                        "by --do_export; ONNX ones in ONNX Runtime) instead of a "
+                        "checkpoint; its vocab, config, casing and max_seq_length are "
+                        "used unless given.", **d)
 
 
 def define_truncation_flags(fv: flags.FlagValues) -> None:

@@ -56,16 +56,22 @@ def define_inference_flags(fv: flags.FlagValues,
     flags.DEFINE_string("export_dir", None, "Where the export goes; never written over.",
                         **d)
     flags.DEFINE_enum("export_format", "saved_model", list(FORMATS),
-                      "saved_model (TensorFlow Serving) or frozen_graph (one .pb, "
-                      "weights as constants).", **d)
+                      "saved_model (TensorFlow Serving), frozen_graph (one .pb, "
+                      "weights as constants) or onnx (ONNX Runtime; bert_ad[onnx]).", **d)
     flags.DEFINE_enum("export_precision", "fp32", list(EXPORT_PRECISIONS),
-                      "fp16: float16 encoder weights and compute (outputs float32).", **d)
+                      "fp16: float16 encoder weights and compute (TensorFlow formats); "
+                      "int8: int8 encoder matrices (onnx). Outputs stay float32.", **d)
+    flags.DEFINE_string("predict_from_export", None,
+                        "Score with this export (a folder written by --do_export; ONNX "
+                        "ones in ONNX Runtime) instead of --init_checkpoint; its vocab, "
+                        "config, casing and max_seq_length are used unless given.", **d)
 
 
 def check_inference_flags(f: flags.FlagValues) -> None:
     """Refuse a bad shared flag (one line naming it) before any work."""
+    scoring_export = f.predict_from_export and not f.do_export
     for name in ("bert_config_file", "init_checkpoint"):
-        if not f[name].value:
+        if not f[name].value and not scoring_export:
             fail(f"--{name} is required")
     if f.n_gpus < 1:
         fail(f"--n_gpus={f.n_gpus}: need at least 1 tower")
@@ -76,7 +82,11 @@ def check_inference_flags(f: flags.FlagValues) -> None:
         for name in ("export_dir", "export_format", "export_precision"):
             if f[name].present:
                 fail(f"--{name} is for --do_export: set --do_export too")
-    resolve_checkpoint(f.init_checkpoint)  # a missing or torn checkpoint, now
+    if f.predict_from_export and f.do_export:
+        fail("--predict_from_export scores with an export and --do_export writes one "
+             "from --init_checkpoint: run them one at a time")
+    if not scoring_export:
+        resolve_checkpoint(f.init_checkpoint)  # a missing or torn checkpoint, now
 
 
 def inference_placement_from_flags(f: flags.FlagValues) -> Placement:

@@ -90,6 +90,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
 def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     """An inference-only command: its check, the shared ones, the towers, the
     encoder and the task, then the command's own run (exit code)."""
+    use_export_model_files(f)  # --predict_from_export: the model flags from the export
     if command.check_flags is not None:
         command.check_flags(f)
     check_inference_flags(f)

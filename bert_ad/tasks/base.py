@@ -16,6 +16,11 @@ result files):
 
 A new task is a subclass in bert_ad/tasks/ plus a launcher in bert_ad/cli/;
 it never touches the driver, the loop or the tower code.
+
+Only the graph methods (build_model, serving_outputs) need TensorFlow, and
+they import it (and the heads) themselves: reading, batching, metrics and
+result files import none, which is what scoring with an ONNX export runs
+(bert_ad/serving/onnx_scoring.py; tests/test_onnx.py checks sys.modules).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from bert_ad.compat import tf
 from bert_ad.data.batching import Batches, ExampleBatches, TokenizedExamples
 from bert_ad.data.feature_cache import EXAMPLES, Codec, cache_key, cached
 from bert_ad.data.features import FeatureSettings
@@ -105,10 +109,13 @@ class Task(abc.ABC):
 
     def with_compute_dtype(self, dtype) -> "Task":
         """This task with its encoder computing in `dtype` (an fp16 export)."""
+        return self.with_encoder(compute_dtype=dtype)
+
+    def with_encoder(self, **changes) -> "Task":
+        """This task with TextEncoder fields changed (an export's dtype or padding)."""
         if self.encoder is None:
             return self
-        return self._replaced(encoder=dataclasses.replace(self.encoder,
-                                                          compute_dtype=dtype))
+        return self._replaced(encoder=dataclasses.replace(self.encoder, **changes))
 
     def _replaced(self, **fields) -> "Task":
         """A copy with `fields` set; a dataclass task is rebuilt through its fields."""
@@ -263,6 +270,7 @@ def serving_features(features: Dict[str, object], feature_spec: Mapping[str, tup
     Returns:
       {name: tensor} for every name in feature_spec.
     """
+    from bert_ad.compat import tf
     complete = dict(features)
     batch_and_seq = tf.shape(features["input_ids"])
     for name, (dtype, shape) in feature_spec.items():

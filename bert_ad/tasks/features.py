@@ -35,12 +35,11 @@ import dataclasses
 import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from bert_ad.compat import tf
 from bert_ad.data.features import row_ids
 from bert_ad.data.streamed_batches import EncodedRow, StreamedBatches
 from bert_ad.data.truncation import truncate_pair, truncate_tokens
 from bert_ad.errors import fail, require_file
-from bert_ad.model.modeling import BertModel, masked_mean
+from bert_ad.model.feature_specs import TEXT_FEATURE_SPEC
 from bert_ad.tasks.base import SplitData, Task, TextEncoder
 
 POOLINGS = ("none", "mean", "cls")
@@ -179,9 +178,7 @@ class FeatureExtractionTask(Task):
     """Token vectors or pooled sentence vectors of every line of an input file."""
 
     name = "features"
-    feature_spec = {"input_ids": (tf.int32, [None, None]),
-                    "input_mask": (tf.int32, [None, None]),
-                    "segment_ids": (tf.int32, [None, None])}
+    feature_spec = TEXT_FEATURE_SPEC
 
     def __init__(self, encoder: TextEncoder, input_file: str, settings: EmbeddingSettings):
         check_layers(settings.layers, encoder.config.num_hidden_layers)
@@ -213,6 +210,8 @@ class FeatureExtractionTask(Task):
         """Per-row outputs: `embedding` [batch, hidden] when pooled, else
         layer_output_J [batch, seq, hidden] per named layer; float32, no dropout."""
         del is_training  # features are always read with dropout off
+        from bert_ad.compat import tf  # graph code: tasks/base.py
+        from bert_ad.model.modeling import BertModel
         encoder = self.encoder
         model = BertModel(encoder.config, False, features["input_ids"],
                           features["input_mask"], features["segment_ids"],
@@ -243,6 +242,8 @@ def pool(layer, input_mask, pooling: str, normalize: bool):
     mean: over the positions where input_mask is 1; cls: position 0.
     normalize: divided by max(L2 norm, 1e-12), as torch's F.normalize.
     """
+    from bert_ad.compat import tf
+    from bert_ad.model.modeling import masked_mean
     layer = tf.cast(layer, tf.float32)
     vector = layer[:, 0, :] if pooling == "cls" else masked_mean(layer, input_mask)
     if normalize:
