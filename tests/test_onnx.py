@@ -90,10 +90,6 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Setup:
-    from bert_ad.compat import tf
-    from bert_ad.data.tokenization import make_tokenizer
-    from bert_ad.tasks.base import TextEncoder
-
     s = Setup()
     s.root = str(tmp_path_factory.mktemp("onnx"))
     texts = sample_sentiment_texts()
@@ -110,17 +106,24 @@ def setup(tmp_path_factory) -> Setup:
         f.write("\n".join(texts[:24]) + "\n")
     s.data = {"classifier": SAMPLE_SENTIMENT, "windows": SAMPLE_SENTIMENT, "ner": ner_dir,
               "squad": SQUAD, "features": s.lines}
-    tokenizer = make_tokenizer(s.model.vocab_file, True)
     s.checkpoints, s.exports = {}, {}
-    for key in onnx_tasks.TASKS:
+    return s
+
+
+def checkpoint(s: Setup, key: str) -> str:
+    """The task's checkpoint (made on first use): its graph's fresh weights, perturbed."""
+    from bert_ad.compat import tf
+    from bert_ad.data.tokenization import make_tokenizer
+    from bert_ad.tasks.base import TextEncoder
+    if key not in s.checkpoints:
         length = onnx_tasks.FLAGS[key].get("max_seq_length", onnx_tasks.MAX_SEQ)
-        encoder = TextEncoder(s.model.bert_config(), tokenizer, s.model.vocab_file, True, length,
-                              compute_dtype=tf.float32)
-        task = onnx_tasks.build(key, encoder, s.data)
+        encoder = TextEncoder(s.model.bert_config(), make_tokenizer(s.model.vocab_file, True),
+                              s.model.vocab_file, True, length, compute_dtype=tf.float32)
         os.makedirs(os.path.join(s.root, "checkpoints", key))
         s.checkpoints[key] = perturbed_checkpoint(
-            os.path.join(s.root, "checkpoints", key, "model.ckpt"), task, seed=len(key))
-    return s
+            os.path.join(s.root, "checkpoints", key, "model.ckpt"),
+            onnx_tasks.build(key, encoder, s.data), seed=len(key))
+    return s.checkpoints[key]
 
 
 def perturbed_checkpoint(prefix: str, task, seed: int) -> str:
@@ -145,7 +148,7 @@ def perturbed_checkpoint(prefix: str, task, seed: int) -> str:
 
 def task_flags(s: Setup, key: str, **more) -> dict:
     flags = {"vocab_file": s.model.vocab_file, "bert_config_file": s.model.config_file,
-             "max_seq_length": onnx_tasks.MAX_SEQ, "init_checkpoint": s.checkpoints[key]}
+             "max_seq_length": onnx_tasks.MAX_SEQ, "init_checkpoint": checkpoint(s, key)}
     flags.update(onnx_tasks.FLAGS[key])
     if key == "squad":
         flags["predict_file"] = s.data[key]
