@@ -14,6 +14,7 @@ from bert_ad.data.features import WindowSettings
 from bert_ad.data.squad_features import SquadWindowSettings
 from bert_ad.tasks.classification import ClassificationTask
 from bert_ad.tasks.features import EmbeddingSettings, FeatureExtractionTask
+from bert_ad.tasks.rewrite import RewriteTask
 from bert_ad.tasks.squad import SquadFiles, SquadTask
 from bert_ad.tasks.squad_answers import AnswerSettings
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
@@ -33,12 +34,15 @@ FLAGS = {
               "doc_stride": SQUAD_WINDOWS.doc_stride,
               "max_query_length": SQUAD_WINDOWS.max_query_length},
     "features": {"pooling": "mean", "normalize": True},
+    "rewrite": {},
 }
 TASKS = tuple(FLAGS)
 
 
 def build(key: str, encoder, data: dict):
     """The task `key` scoring data[key] (a data_dir, a SQuAD file or a text file)."""
+    if key == "rewrite":
+        return RewriteTask(encoder, data_dir=data[key]).with_labels(["0", "1"])
     if key in ("classifier", "windows"):
         windows = WindowSettings(WINDOW_STRIDE, MAX_WINDOWS) if key == "windows" else None
         return ClassificationTask(encoder, processors.get_task("sentiment"), data[key],

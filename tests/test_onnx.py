@@ -2,14 +2,14 @@
 in ONNX Runtime with no TensorFlow (bert_ad/serving/onnx_*.py, quantization.py).
 
 A tiny BERT (hidden 32, 2 layers, wide initialisation so rows differ) with the
-heads of five tasks: a sentence classifier, a windows classifier (attention
-pooling), NER with a CRF, SQuAD and pooled features. Each task's freshly
+heads of six tasks: a sentence classifier, a windows classifier (attention
+pooling), NER with a CRF, SQuAD, pooled features and rewrite. Each task's freshly
 initialised checkpoint is exported as a SavedModel and as ONNX by its
 launcher (in this process), then:
 
 * the ONNX model's raw outputs equal the SavedModel's (1e-4): probabilities,
   window logits and scores, NER emissions and Viterbi tags, span logits,
-  embeddings;
+  embeddings, rewrite scores;
 * `--do_predict --predict_from_export=ONNX` writes the checkpoint's result
   files (and `bert-ad features` its vectors);
 * a fresh Python process scores every task's ONNX export with the same
@@ -39,6 +39,7 @@ import pytest
 from bert_ad.cli import classifier as classifier_cli
 from bert_ad.cli import features as features_cli
 from bert_ad.cli import ner as ner_cli
+from bert_ad.cli import rewrite as rewrite_cli
 from bert_ad.cli import squad as squad_cli
 from bert_ad.data.feature_cache import file_digest
 from bert_ad.errors import UserError
@@ -54,7 +55,7 @@ needs_onnx = pytest.mark.skipif(
     '(pip install "bert_ad[onnx]": Python 3.8+ with TensorFlow 2.x)')
 SQUAD = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
 CLIS = {"classifier": classifier_cli, "windows": classifier_cli, "ner": ner_cli,
-        "squad": squad_cli, "features": features_cli}
+        "squad": squad_cli, "features": features_cli, "rewrite": rewrite_cli}
 ATOL = 1e-4
 BATCH = 4
 
@@ -90,6 +91,8 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Setup:
+    from bert_ad.data import rewrite_rows
+    from bert_ad.data.tokenization import make_tokenizer
     s = Setup()
     s.root = str(tmp_path_factory.mktemp("onnx"))
     texts = sample_sentiment_texts()
@@ -104,8 +107,12 @@ def setup(tmp_path_factory) -> Setup:
     s.lines = os.path.join(s.root, "lines.txt")
     with open(s.lines, "w", encoding="utf-8") as f:
         f.write("\n".join(texts[:24]) + "\n")
+    rewrite_dir = os.path.join(s.root, "rewrite")
+    rewrite_rows.prepare([s.lines], rewrite_dir, make_tokenizer(s.model.vocab_file, True),
+                         rewrite_rows.PrepareSettings(negatives=1, dev_fraction=0.25,
+                                                      slots_per_text=1, seed=3))
     s.data = {"classifier": SAMPLE_SENTIMENT, "windows": SAMPLE_SENTIMENT, "ner": ner_dir,
-              "squad": SQUAD, "features": s.lines}
+              "squad": SQUAD, "features": s.lines, "rewrite": rewrite_dir}
     s.checkpoints, s.exports = {}, {}
     return s
 
@@ -280,6 +287,7 @@ EXPECTED_OUTPUTS = {
     "ner": ["logits", "predicted"],
     "squad": ["end_logits", "start_logits"],
     "features": ["embedding"],
+    "rewrite": ["score"],
 }
 
 
@@ -306,15 +314,26 @@ def test_predict_from_an_onnx_export_writes_the_checkpoints_files(setup, checkpo
     expected = checkpoint_files[key]
     assert sorted(onnx) == sorted(expected)
     for name, lines in expected.items():
-        assert len(onnx[name]) == len(lines), name
-        if name in ("test_results.tsv", "embedding"):
-            got = np.array([[float(x) for x in line.split()] for line in onnx[name]])
-            want = np.array([[float(x) for x in line.split()] for line in lines])
-            np.testing.assert_allclose(got, want, atol=2e-6)
-        elif name.endswith(".json"):
-            assert _answers(onnx[name]) == _answers(lines), name
-        else:
-            assert onnx[name] == lines, name
+        assert_same_lines(key, name, onnx[name], lines)
+
+
+def assert_same_lines(key: str, name: str, got: list, want: list) -> None:
+    """A result file's lines equal, numbers to 2e-6 (files keep 6 or 7 decimals),
+    answer files by their answers."""
+    assert len(got) == len(want), (key, name)
+    if name in ("test_results.tsv", "embedding") or (key, name) == ("rewrite", "predict.txt"):
+        numbers = [[float(x) for x in line.split()[:None if name != "predict.txt" else 1]]
+                   for line in got]
+        expected = [[float(x) for x in line.split()[:None if name != "predict.txt" else 1]]
+                    for line in want]
+        np.testing.assert_allclose(numbers, expected, atol=2e-6)
+        if name == "predict.txt":   # rewrite: the score, then the row's own columns
+            assert [line.split("\t")[1:] for line in got] == [
+                line.split("\t")[1:] for line in want]
+    elif name.endswith(".json"):
+        assert _answers(got) == _answers(want), (key, name)
+    else:
+        assert got == want, (key, name)
 
 
 def _answers(lines: list):
@@ -364,16 +383,9 @@ def test_scoring_with_onnx_runtime_imports_no_tensorflow(setup, checkpoint_files
         results = json.load(f)
     assert results.pop("modules") == []
     for key in onnx_tasks.TASKS:
-        expected = checkpoint_files[key]
+        assert sorted(results[key]) == sorted(checkpoint_files[key]), key
         for name, lines in results[key].items():
-            if name in ("test_results.tsv", "embedding"):
-                got = np.array([[float(x) for x in line.split()] for line in lines])
-                want = np.array([[float(x) for x in line.split()] for line in expected[name]])
-                np.testing.assert_allclose(got, want, atol=2e-6)
-            elif name.endswith(".json"):
-                assert _answers(lines) == _answers(expected[name]), (key, name)
-            else:
-                assert lines == expected[name], (key, name)
+            assert_same_lines(key, name, lines, checkpoint_files[key][name])
 
 
 # ---------------------------------------------------------------------------

@@ -116,6 +116,9 @@ def check_flags(f: flags.FlagValues) -> None:
         fail("--do_export serves one vector per text: set --pooling=mean or cls")
     if f.predict_from_export and not f.input_file:
         fail("--predict_from_export embeds --input_file: give one")
+    if f.do_export and f.export_precision == "int8" and not f.input_file:
+        fail("--export_precision=int8 compares the int8 model's vectors with fp32's on "
+             "--input_file: give one")
 
 
 def build(f: flags.FlagValues, encoder) -> FeatureExtractionTask:
