@@ -158,7 +158,7 @@ def worker_ours(args) -> dict:
             f"--predict_batch_size={BATCH}", f"--output_dir={args.output_dir}"]
     if args.variant == "tf":
         argv += [f"--max_seq_length={args.seq}", f"--init_checkpoint={args.checkpoint}",
-                 "--n_gpus=1"] + args.model_flags.split()
+                 "--n_gpus=1", "--labels=0,1"] + args.model_flags.split()
     else:
         argv += [f"--predict_from_export={args.export}"]
     try:
@@ -259,7 +259,7 @@ def worker_command(args, impl: str, paths: dict, seq: int, round_dir: str) -> li
     if impl == "tf":
         from bert_ad.parallel.checkpoints import step_checkpoints
         return command + ["--checkpoint", step_checkpoints(paths["output"])[-1],
-                          "--model_flags", " ".join(paths["model_flags"])]
+                          "--model_flags=" + " ".join(paths["model_flags"])]
     return command + ["--export", paths["exports"][impl.split("_")[1]]]  # onnx_PRECISION...
 
 
