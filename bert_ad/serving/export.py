@@ -42,38 +42,13 @@ from bert_ad.files import cannot_write, staging_directory
 from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
 from bert_ad.data.feature_cache import file_digest
 from bert_ad.serving import layout, onnx_export, quantization
+# What --do_export asks for; in layout.py, which imports no TensorFlow (the flags read it).
+from bert_ad.serving.layout import ExportSettings  # noqa: F401
 from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")
 
 ENCODER_SCOPE = "bert/"
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportSettings:
-    """What --do_export asks for.
-
-    Attributes:
-      export_dir: where the export goes; "" = OUTPUT_DIR/export/<global step>.
-      format: "saved_model", "frozen_graph" or "onnx".
-      precision: "fp32", "fp16" (TensorFlow formats) or "int8" (onnx).
-    """
-    export_dir: str = ""
-    format: str = "saved_model"
-    precision: str = "fp32"
-
-    def __post_init__(self):
-        if self.format not in layout.FORMATS:
-            fail(f"--export_format={self.format} is not one of {', '.join(layout.FORMATS)}")
-        if self.precision not in layout.PRECISIONS:
-            fail(f"--export_precision={self.precision} is not one of "
-                 f"{', '.join(layout.PRECISIONS)}")
-        has = layout.FORMAT_PRECISIONS[self.format]
-        if self.precision not in has:
-            others = [f for f, p in layout.FORMAT_PRECISIONS.items() if self.precision in p]
-            fail(f"--export_precision={self.precision} is not a precision of "
-                 f"--export_format={self.format} (it has {', '.join(has)}); "
-                 f"{self.precision} is for --export_format={' or '.join(others)}")
 
 
 @dataclasses.dataclass

@@ -20,6 +20,9 @@ the tokenizer, the labels and the model's settings in the same places:
 
 TensorFlow Serving copies `assets/` with a SavedModel and ignores
 `assets.extra/`, which is the place TensorFlow reserves for files like ours.
+`ExportSettings` is what --do_export asks for (where, format, precision),
+checked here: this module imports no TensorFlow, so flags and a scoring
+process without TensorFlow can read it.
 """
 
 from __future__ import annotations
@@ -116,6 +119,33 @@ class ExportMetadata:
         for key in ("inputs", "outputs"):
             values[key] = {name: TensorInfo(**info) for name, info in values[key].items()}
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings:
+    """What --do_export asks for.
+
+    Attributes:
+      export_dir: where the export goes; "" = OUTPUT_DIR/export/<global step>.
+      format: "saved_model", "frozen_graph" or "onnx".
+      precision: "fp32", "fp16" (TensorFlow formats) or "int8" (onnx).
+    """
+    export_dir: str = ""
+    format: str = "saved_model"
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            fail(f"--export_format={self.format} is not one of {', '.join(FORMATS)}")
+        if self.precision not in PRECISIONS:
+            fail(f"--export_precision={self.precision} is not one of "
+                 f"{', '.join(PRECISIONS)}")
+        has = FORMAT_PRECISIONS[self.format]
+        if self.precision not in has:
+            others = [f for f, p in FORMAT_PRECISIONS.items() if self.precision in p]
+            fail(f"--export_precision={self.precision} is not a precision of "
+                 f"--export_format={self.format} (it has {', '.join(has)}); "
+                 f"{self.precision} is for --export_format={' or '.join(others)}")
 
 
 def metadata_path(export_dir: str) -> str:
