@@ -406,6 +406,7 @@ def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
     assert done["fusions"] == {"LayerNormalization": 2 * config.num_hidden_layers,
                                "BiasGelu": config.num_hidden_layers}
     assert done["quantized_nodes"] == 6 * config.num_hidden_layers  # q k v o in out
+    assert done["per_channel"] and not done["embeddings_quantized"]
     ops = {node.op_type for node in onnx_library.load(
         os.path.join(int8_dir, layout.ONNX_FILE)).graph.node}
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops or "DynamicQuantizeMatMul" in ops
