@@ -10,11 +10,11 @@ run_classifier_mgpu.py, exported as ONNX fp32 (`--do_export
 --export_format=onnx`), then quantized here in several ways with the
 function --export_precision=int8 runs (bert_ad/serving/quantization.py):
 
-  int8 per-tensor      the encoder's matrices, one scale per matrix
-  int8                 the encoder's matrices, one scale per output column (what
-                       --export_precision=int8 does)
-  int8 + embeddings    that, and the embedding tables' lookups
-  int8 + head          that, and the pooler's and the classifier's matrices
+  int8                          the encoder's matrices, one scale per output
+                                column (what --export_precision=int8 does)
+  int8 per-tensor               the encoder's matrices, one scale per matrix
+  int8 per-tensor + embeddings  that, and the embedding tables' lookups
+  int8 per-tensor + head        that, and the pooler's and the classifier's matrices
 
 Each model scores the whole dev and test sets (400 sentences each) in ONNX
 Runtime (bert_ad/serving/onnx_scoring.py, the task's own batches); accuracy
@@ -42,10 +42,10 @@ DEFAULT_RUNS = os.path.join(REPO, "docs", "int8_runs.jsonl")
 DATASET = "movie_reviews"
 # name: quantization.quantize's options
 VARIANTS = {
-    "int8 per-tensor": {"per_channel": False},
     "int8": {"per_channel": True},
-    "int8 + embeddings": {"per_channel": True, "embeddings": True},
-    "int8 + head": {"per_channel": True, "head": True},
+    "int8 per-tensor": {"per_channel": False},
+    "int8 per-tensor + embeddings": {"per_channel": False, "embeddings": True},
+    "int8 per-tensor + head": {"per_channel": False, "head": True},
 }
 
 

@@ -26,8 +26,9 @@ from bert_ad.compat import tf
 from bert_ad.errors import fail
 
 OPSET = 17
-# The names of an ONNX export's dynamic input dimensions.
+# The names of an ONNX export's dynamic input dimensions, and the inputs that have both.
 INPUT_DIMENSIONS = ("batch", "sequence")
+TEXT_INPUTS = ("input_ids", "input_mask", "segment_ids")
 EXTRA = 'pip install "bert_ad[onnx]" (Python 3.8+ with TensorFlow 2.x)'
 
 
@@ -66,21 +67,23 @@ def convert(graph_def, inputs: Dict[str, str], outputs: Dict[str, str]):
       graph_def: a frozen GraphDef (constants, no variables).
       inputs, outputs: {signature name: graph tensor name ("input_ids:0")}.
     Returns:
-      The onnx.ModelProto (opset OPSET); dynamic input dimensions named
-      INPUT_DIMENSIONS, the outputs' first dimension `batch`.
+      The onnx.ModelProto (opset OPSET): the text inputs' dimensions named
+      INPUT_DIMENSIONS, every other input's and output's first one `batch`.
     """
     tf2onnx = require_converter()
     renames = {tensor: name for name, tensor in list(inputs.items()) + list(outputs.items())}
     model, _ = tf2onnx.convert.from_graph_def(
         graph_def, input_names=list(inputs.values()), output_names=list(outputs.values()),
         opset=OPSET, tensors_to_rename=renames)
-    for value in model.graph.input:
-        for dimension, name in zip(value.type.tensor_type.shape.dim, INPUT_DIMENSIONS):
-            dimension.dim_param = name
-    for value in model.graph.output:
+    # Names say which dynamic sizes are equal (ONNX Runtime plans buffers by them):
+    # the pieces' inputs share [batch, sequence]; every input and output its batch;
+    # other sizes (NER's words) keep the converter's own name each.
+    for value in list(model.graph.input) + list(model.graph.output):
         dims = value.type.tensor_type.shape.dim
-        if len(dims) and not dims[0].HasField("dim_value"):
-            dims[0].dim_param = INPUT_DIMENSIONS[0]
+        names = INPUT_DIMENSIONS if value.name in TEXT_INPUTS else INPUT_DIMENSIONS[:1]
+        for dimension, name in zip(dims, names):
+            if not dimension.HasField("dim_value"):
+                dimension.dim_param = name
     return model
 
 

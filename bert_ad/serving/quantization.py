@@ -137,30 +137,35 @@ def accuracy_change(task, data, export_dir: str, metadata: layout.ExportMetadata
         change = _absolute_change(fp32[name], int8[name])
         if change is not None:
             report["outputs"][name] = change
-    figures = [_figures(task.metrics, data, outputs) for outputs in (fp32, int8)]
+    figures = [_numbers(_if_the_task_has(task.metrics, data, outputs))
+               for outputs in (fp32, int8)]
     if figures[0] is not None:
         report["fp32"], report["int8"] = figures
         report["change"] = {name: figures[1][name] - value
                             for name, value in figures[0].items() if name in figures[1]}
-    lines = [_figures(task.prediction_files, data, outputs) for outputs in (fp32, int8)]
-    if lines[0] is not None:
-        first = sorted(lines[0])[0]
-        a, b = list(lines[0][first]), list(lines[1][first])
+    files = [_if_the_task_has(task.prediction_files, data, outputs) for outputs in (fp32, int8)]
+    if files[0] is not None:
+        first = sorted(files[0])[0]
+        a, b = list(files[0][first]), list(files[1][first])
         report["same_prediction_lines"] = {
             "file": first, "share": sum(x == y for x, y in zip(a, b)) / max(len(a), 1)}
     return report
 
 
-def _figures(method, data, outputs) -> Optional[dict]:
-    """`method(data, outputs)`, or None for a task that has no such results."""
+def _if_the_task_has(method, data, outputs):
+    """`method(data, outputs)`, or None for a task without it (Task's default raises
+    NotImplementedError: a features task has no metrics nor prediction files)."""
     try:
-        values = method(data, outputs)
+        return method(data, outputs)
     except NotImplementedError:
         return None
-    if method.__name__ == "metrics":
-        values = {k: float(v) for k, v in values.items()
-                  if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
-    return values
+
+
+def _numbers(figures: Optional[dict]) -> Optional[Dict[str, float]]:
+    if figures is None:
+        return None
+    return {k: float(v) for k, v in figures.items()
+            if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
 
 
 def _absolute_change(a: np.ndarray, b: np.ndarray) -> Optional[Dict[str, float]]:
