@@ -529,3 +529,25 @@ def test_a_precision_the_format_has_not_is_one_line(setup, fmt, precision, expec
                        export_precision=precision,
                        output_dir=os.path.join(setup.root, "bad", f"{fmt}_{precision}"))
     assert one_line(classifier_cli, flags) == expected
+
+
+def test_bert_ad_serve_answers_with_an_onnx_export_as_predict_from_export(setup, tmp_path):
+    """`bert-ad serve` scores an ONNX export in ONNX Runtime (served_models.SCORERS):
+    the classifier's labels and probabilities equal --predict_from_export's with it."""
+    pytest.importorskip("aiohttp")
+    from helpers import Processes
+    from test_serve import start_server
+    export_dir = export(setup, "classifier", "onnx")
+    files = predict(setup, "classifier", "onnx_served", predict_from_export=export_dir)
+    with open(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), encoding="utf-8") as f:
+        texts = [line.rstrip("\n").split("\t")[-1] for line in f if line.strip()]
+    labels = layout.read_metadata(export_dir).labels
+    with Processes() as processes:
+        served = start_server(processes, str(tmp_path / "serve.log"), {"onnx": export_dir})
+        predictions = served.predict("onnx", texts)
+        served.process.terminate()
+    expected = np.array([[float(v) for v in line.split("\t")]
+                         for line in files["test_results.tsv"]])
+    assert [p["label"] for p in predictions] == [labels[int(i)] for i in files["predict.txt"]]
+    got = np.array([[p["probabilities"][label] for label in labels] for p in predictions])
+    np.testing.assert_allclose(got, expected, atol=1e-5)

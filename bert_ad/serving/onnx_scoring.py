@@ -116,7 +116,11 @@ class OnnxScorer:
         return self
 
     def __exit__(self, *exc) -> None:
-        del self.session
+        self.close()
+
+    def close(self) -> None:
+        """Let go of the ONNX Runtime session (bert-ad serve closes its scorers)."""
+        self.session = None
 
 
 def _first_line(error: BaseException) -> str:
