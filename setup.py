@@ -78,6 +78,15 @@ setup(
         # bert-ad serve: aiohttp's server (and benchmarks/serve_load.py's client),
         # the /metrics text. Both have builds for Python 3.7 (aiohttp 3.8.6).
         "serve": ["aiohttp>=3.8", "prometheus_client>=0.17"],
+        # --export_format=onnx (tf2onnx converts; onnx 1.23 and onnxruntime 1.32
+        # are the versions tested) and scoring ONNX exports with ONNX Runtime
+        # (docs/serving.md). Python 3.8+: none of the three has a build for 3.7
+        # that works with the others, so the TF 1.15 lane refuses ONNX in one line.
+        "onnx": [
+            "onnx>=1.15; python_version >= '3.8'",
+            "onnxruntime>=1.32; python_version >= '3.8'",
+            "tf2onnx>=1.17; python_version >= '3.8'",
+        ],
     },
     entry_points={
         # `bert-ad` and one `bert-ad-NAME` per registered command, all through

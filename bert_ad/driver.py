@@ -292,11 +292,11 @@ def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings
 
 
 def export(task: Task, settings: RunSettings, export_settings: ExportSettings,
-           checkpoint: Optional[str] = None) -> str:
+           checkpoint: Optional[str] = None, dev: Optional[SplitData] = None) -> str:
     """Export `checkpoint` (default: output_dir's newest, else --init_checkpoint)
-    for serving; export.json names it."""
+    for serving; export.json names it. An int8 export is measured on `dev`."""
     return export_model(task, checkpoint or scoring_checkpoint(settings, "export"),
-                        export_settings, settings.output_dir)
+                        export_settings, settings.output_dir, dev, settings.eval_batch_size)
 
 
 def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
@@ -330,7 +330,10 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     eval_data = task.read("dev") if do_eval and chief else None
     during_training = None  # the dev set scored while training
     if settings.eval_every_steps and chief:
-        during_training = eval_data or _read_dev_for_training(task)
+        during_training = eval_data or _read_dev_for(task, DURING_TRAINING)
+    int8_dev = None  # what an int8 export's accuracy is measured on
+    if do_export and chief and export_settings.precision == "int8":
+        int8_dev = eval_data or during_training or _read_dev_for(task, INT8_EXPORT)
     serving = None  # the export --do_predict scores with
     if predict_data is not None and settings.predict_from_export:
         serving = read_metadata(settings.predict_from_export)
@@ -346,10 +349,11 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                                                checkpoint))
     # From here on the task is complete: its label list is part of it.
     task = task.with_labels(resolve_labels(task, train_data, settings, serving))
-    for data in (train_data, eval_data, predict_data,
-                 None if during_training is eval_data else during_training):
-        if data is not None:
+    checked = []
+    for data in (train_data, eval_data, predict_data, during_training, int8_dev):
+        if data is not None and not any(data is seen for seen in checked):
             task.check_labels(data)
+            checked.append(data)
     if during_training is not None:
         check_best_metric(task, settings)
     refuse_outputs_over_inputs(task, settings.output_dir,
@@ -391,7 +395,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             task = task.with_answer_settings(*recorded_answer_settings(
                 checkpoint, settings.output_dir))
         if do_export:
-            export(task, settings, export_settings, checkpoint)
+            export(task, settings, export_settings, checkpoint, int8_dev)
         predicted = None
         if predict_data is not None:
             predicted = predict(task, predict_data, settings, placement, serving, checkpoint,
@@ -421,14 +425,17 @@ def refuse_outputs_over_inputs(task: Task, output_dir: str, inputs: List[SplitDa
         advice="give another --output_dir or move the input")
 
 
-def _read_dev_for_training(task: Task) -> SplitData:
-    """The dev rows --eval_every_steps scores; its UserError says which flag needs them."""
+DURING_TRAINING = ("--eval_every_steps and --keep_best_checkpoint score the dev set "
+                   "while training")
+INT8_EXPORT = "--export_precision=int8 measures the int8 model against fp32 on the dev set"
+
+
+def _read_dev_for(task: Task, why: str) -> SplitData:
+    """The dev rows a flag needs; its UserError says which flag (`why`)."""
     try:
         return task.read("dev")
     except UserError as e:
-        raise UserError(f"{e} (--eval_every_steps and --keep_best_checkpoint score the dev "
-                        "set while training)"
-                        ) from None
+        raise UserError(f"{e} ({why})") from None
 
 
 def remove_leftovers(output_dir: str) -> None:

@@ -29,9 +29,11 @@ from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lo
 from bert_ad.parallel.checkpoints import (checkpoint_problem, checkpoint_step,
                                          latest_checkpoint, step_checkpoints)
 from bert_ad.parallel.scoring import Scorer
+from bert_ad.parallel.streaming import rows_in_order, stack_rows
 from bert_ad.placement import Placement
 from bert_ad.run_settings import RunSettings
 from bert_ad.serving.layout import ExportMetadata
+from bert_ad.serving import onnx_scoring
 from bert_ad.serving.load import ExportScorer
 from bert_ad.tasks.base import SplitData, Task
 
@@ -110,13 +112,16 @@ def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
 
     With `export` (settings.predict_from_export's metadata) the rows are
     scored by that export, batch by batch, and the outputs are its
-    signature's; otherwise by `checkpoint` (default: scoring_checkpoint) on
-    every tower. Which model scored is the caller's to know: it chose it.
+    signature's (an ONNX export in ONNX Runtime: serving/onnx_scoring.py);
+    otherwise by `checkpoint` (default: scoring_checkpoint) on every tower.
+    Which model scored is the caller's to know: it chose it.
 
     Rows whose outputs have different shapes from batch to batch (a sequence
     dimension under dynamic padding) come back as an object array of per-row
     arrays, each padded to its batch's length.
     """
+    if export is not None and export.format == "onnx":
+        return onnx_scoring.score(task, data, batch_size, settings.predict_from_export, export)
     batches = task.batches(data)
     rows = batches.num_examples if batches.num_examples is not None else "the"
     if export is not None:
@@ -141,32 +146,9 @@ def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
                         placement.local_session_config(), partial=partial,
                         seed=settings.seed)
 
-    per_row: Dict[int, Dict[str, np.ndarray]] = {}
     with scorer:
-        for tower_indices, tower_batches in batches.scoring(batch_size,
-                                                            placement.plan.num_towers):
-            for indices, values in zip(tower_indices, scorer.run(tower_batches)):
-                for row, index in enumerate(indices):
-                    per_row[int(index)] = {name: value[row] for name, value in values.items()}
-    return _stack_rows(per_row)
-
-
-def _stack_rows(per_row: Dict[int, Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
-    if not per_row:
-        return {}
-    count = max(per_row) + 1
-    if len(per_row) != count:
-        raise AssertionError(f"scoring covered {len(per_row)} of {count} rows")
-    stacked = {}
-    for name in per_row[0]:
-        values = [per_row[i][name] for i in range(count)]
-        if len({np.shape(v) for v in values}) == 1:
-            stacked[name] = np.stack(values)
-        else:
-            column = np.empty(count, dtype=object)
-            column[:] = values
-            stacked[name] = column
-    return stacked
+        return stack_rows(rows_in_order(scorer, batches.scoring(batch_size,
+                                                                placement.plan.num_towers)))
 
 
 class DuringTrainingEvaluation:

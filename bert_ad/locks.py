@@ -54,6 +54,19 @@ def describe_owner(owner: dict) -> str:
             f"{owner.get('started', '?')}: {owner.get('command', '?')})")
 
 
+def missing_folders(directory: str) -> list:
+    """`directory` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    folder = os.path.abspath(directory)
+    while not os.path.exists(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing
+
+
 class OutputDirLock:
     """Hold `directory`'s lock for a `with` block (the directory is created)."""
 
@@ -61,7 +74,9 @@ class OutputDirLock:
         self.directory = directory
         self.path = os.path.join(directory, LOCK_NAME)
         self.held = False
-        self.created = False  # an output_dir this run made and left empty goes again
+        # The folders this run made for output_dir (it and missing parents), deepest
+        # first: those it leaves empty go again, so a refused run leaves no trace.
+        self.created = []
         self._fd = None
 
     def _owner(self) -> dict:
@@ -80,7 +95,7 @@ class OutputDirLock:
              "to finish or use another --output_dir")
 
     def acquire(self) -> None:
-        self.created = not os.path.exists(self.directory)
+        self.created = missing_folders(self.directory)
         os.makedirs(self.directory, exist_ok=True)
         me = {"host": socket.gethostname(), "pid": os.getpid(),
               "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -167,8 +182,10 @@ class OutputDirLock:
         finally:
             os.close(self._fd)  # releases the flock
             self._fd = None
-        if self.created and not os.listdir(self.directory):
-            os.rmdir(self.directory)
+        for folder in self.created:
+            if not os.path.isdir(folder) or os.listdir(folder):
+                break
+            os.rmdir(folder)
 
     def release(self) -> None:
         if self.held:

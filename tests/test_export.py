@@ -433,9 +433,9 @@ def test_an_export_dir_that_exists_is_refused(setup, trained, exports):
 
 def test_unknown_export_format_is_one_line(setup, tmp_path):
     message = one_line_error(classifier_cli, dict(setup.flags, output_dir=str(tmp_path),
-                                                  do_export=True, export_format="onnx"))
-    assert message == ("flag --export_format=onnx: value should be one of "
-                       "<saved_model|frozen_graph>")
+                                                  do_export=True, export_format="tflite"))
+    assert message == ("flag --export_format=tflite: value should be one of "
+                       "<saved_model|frozen_graph|onnx>")
     message = one_line_error(classifier_cli, dict(setup.flags, output_dir=str(tmp_path),
                                                   do_predict=True, export_precision="fp16"))
     assert message == "--export_precision is for --do_export: set --do_export too"

@@ -190,8 +190,11 @@ def test_wheel_declares_tensorflow_only_as_extras(wheel):
     assert requires["tf1-gpu"] == {"tensorflow-gpu==1.15.5", "protobuf<3.21"}
     assert requires["test"] == {"pytest", "pytest-xdist"}
     assert 'seqeval==1.2.2; python_version >= "3.8"' in requires["reference"]
+    assert requires["onnx"] == {'onnx>=1.15; python_version >= "3.8"',
+                                'onnxruntime>=1.32; python_version >= "3.8"',
+                                'tf2onnx>=1.17; python_version >= "3.8"'}
     assert set(re.findall(r"^Provides-Extra: (.+)$", metadata, re.M)) == {
-        "tf", "tf1", "tf1-gpu", "test", "reference", "plot", "serve"}
+        "tf", "tf1", "tf1-gpu", "test", "reference", "plot", "serve", "onnx"}
 
 
 def test_wheel_carries_configs_and_data_as_package_data(wheel):

@@ -13,11 +13,15 @@ inside the Chinese, and sentences longer than a window.
   * a tower's softmax without the offset vectors gives the characters of one
     piece one tag; with them, training learns B- then I- inside a piece;
   * run_ner_mgpu.py end to end on 2 towers: predict.txt has one line per input
-    line and one tag per token, eval_results.txt is entity_metrics of it.
+    line and one tag per token, eval_results.txt is entity_metrics of it;
+  * its CRF model exported (SavedModel, and ONNX where the lane has the tools:
+    word positions, masks and offsets are the export's inputs) predicts the
+    checkpoint's predict.txt from the export alone.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -39,8 +43,9 @@ from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.token_classification import (HEAD_VARIABLES, ConllFormat,
                                                 TokenClassificationTask)
+from bert_ad.cli import ner as ner_cli
 from helpers import (REPO, TINY_CONFIG, assert_same_weights, assert_weights_moved,
-                     flag_args, run_many, save_initial_weights, train_one_step)
+                     flag_args, run_main, run_many, save_initial_weights, train_one_step)
 
 W = "\u2581"
 ENTITIES = {"PER": ["江泽民", "李鹏", "张三"], "LOC": ["北京", "上海", "中国", "香港"],
@@ -281,3 +286,25 @@ def test_one_tag_per_token_and_names_tagged_inside_their_piece(setup, trained, h
     inside = [tag for tags, gold in zip(predicted_tags, gold_tags)
               for tag, g in zip(tags, gold) if g.startswith("I-")]
     assert sum(t.startswith("I-") for t in inside) > 0.8 * len(inside)
+
+
+@pytest.mark.parametrize("fmt", ["saved_model", "onnx"])
+def test_a_crf_export_of_a_piece_list_model_predicts_the_checkpoints_tags(setup, trained,
+                                                                          tmp_path, fmt):
+    if fmt == "onnx" and not all(importlib.util.find_spec(name)
+                                 for name in ("onnx", "onnxruntime", "tf2onnx")):
+        pytest.skip('onnx, onnxruntime and tf2onnx are not installed in this lane (pip '
+                    'install "bert_ad[onnx]": Python 3.8+ with TensorFlow 2.x)')
+    output_dir, _ = trained["crf"]
+    export_dir = str(tmp_path / "export")
+    assert run_main(ner_cli, dict(setup.flags, output_dir=output_dir, use_crf=True, n_gpus=1,
+                                  do_export=True, export_dir=export_dir,
+                                  export_format=fmt)) == 0
+    scored = str(tmp_path / "scored")
+    assert run_main(ner_cli, {"data_dir": setup.data_dir, "predict_file": setup.dev_file,
+                              "predict_from_export": export_dir, "do_predict": True,
+                              "predict_batch_size": BATCH, "output_dir": scored}) == 0
+    for name in ("predict.txt", "predict_entities.jsonl"):
+        assert read_lines(os.path.join(scored, name)) == read_lines(
+            os.path.join(output_dir, name)), name
+

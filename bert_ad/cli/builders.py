@@ -74,7 +74,8 @@ def placement_from_flags(f: flags.FlagValues,
 
 def inference_placement_from_flags(f: flags.FlagValues) -> Placement:
     """This process's towers (an inference run is one process: no cluster)."""
-    resolve_checkpoint(f.init_checkpoint)  # a missing or torn checkpoint, now
+    if not f.predict_from_export:
+        resolve_checkpoint(f.init_checkpoint)  # a missing or torn checkpoint, now
     # Too many towers is refused naming the batch flag of the inference command
     # (features: --batch_size; it has no accumulation).
     return Placement(plan_from_environment(f.n_gpus, batch_flags="--batch_size"), None,

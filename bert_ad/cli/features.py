@@ -13,8 +13,10 @@ vector a line: to a .npy file (float32 [lines, hidden]), a .tsv file or JSON
 lines ({"linex_index": i, "embedding": [...]}). --normalize makes each
 vector unit length; --text_prefix is put before every text (e5: "query: ").
 --do_export --export_dir=DIR writes a SavedModel serving the pooled
-(normalised) `embedding` (docs/serving.md); with no --input_file it only
-exports.
+(normalised) `embedding` (docs/serving.md; --export_format=onnx for ONNX
+Runtime); with no --input_file it only exports. --predict_from_export=DIR
+embeds --input_file with such an export instead of --init_checkpoint (an
+ONNX one in ONNX Runtime, bert_ad/serving/onnx_scoring.py).
 
 The input is read and the output written as a stream: rows are written as
 the towers finish them, under a temporary name renamed into place at the
@@ -110,6 +112,11 @@ def check_flags(f: flags.FlagValues) -> None:
         refuse_outputs_over_inputs([("--output_file", f.output_file)], flag_inputs(f))
     if f.do_export and not settings.pooled:
         fail("--do_export serves one vector per text: set --pooling=mean or cls")
+    if f.predict_from_export and not f.input_file:
+        fail("--predict_from_export embeds --input_file: give one")
+    if f.do_export and f.export_precision == "int8" and not f.input_file:
+        fail("--export_precision=int8 compares the int8 model's vectors with fp32's on "
+             "--input_file: give one")
 
 
 def build(f: flags.FlagValues, encoder):
@@ -119,9 +126,27 @@ def build(f: flags.FlagValues, encoder):
 
 
 def run(task, f: flags.FlagValues, placement: Placement) -> int:
-    """Embed --input_file into --output_file, then export (--do_export)."""
-    from bert_ad.parallel.checkpoints import (  # TensorFlow from here on
-        check_fits_config, resolve_checkpoint)
+    """Embed --input_file into --output_file (with --init_checkpoint or
+    --predict_from_export), then export (--do_export); an int8 export is measured
+    on --input_file."""
+    from bert_ad.serving.layout import read_metadata
+    from bert_ad.serving.load import ExportScorer, check_compatible
+    data = task.read("predict") if f.input_file else None
+    if f.predict_from_export:
+        export_dir = f.predict_from_export
+        metadata = read_metadata(export_dir)
+        check_compatible(export_dir, metadata, task)
+
+        def scorer():
+            if metadata.format == "onnx":  # ONNX Runtime
+                from bert_ad.serving import onnx_scoring
+                return onnx_scoring.OnnxScorer(export_dir, metadata)
+            return ExportScorer(export_dir, metadata, placement.local_session_config())
+
+        extract(task, data, f.output_file, scorer, 1, f.batch_size)
+        return 0
+    from bert_ad.parallel.checkpoints import check_fits_config, resolve_checkpoint
+    from bert_ad.parallel.scoring import Scorer
     from bert_ad.serving.export import ExportSettings, export_model, refuse_existing
     checkpoint = resolve_checkpoint(f.init_checkpoint)
     # Before the input is read: a checkpoint of another shape was refused only when
@@ -129,26 +154,33 @@ def run(task, f: flags.FlagValues, placement: Placement) -> int:
     check_fits_config(checkpoint, task.encoder.config, f"--init_checkpoint={f.init_checkpoint}",
                       f"--bert_config_file={f.bert_config_file}", "give the bert_config.json "
                       "the checkpoint was trained with, or the checkpoint of this config")
-    data = task.read("predict") if f.input_file else None
     if f.do_export:
         refuse_existing(f.export_dir)
     if data is not None:
-        extract(task, data, f.output_file, checkpoint, placement, f.batch_size)
+
+        def tower(features, i):
+            return task.build_model(features, is_training=False)
+
+        extract(task, data, f.output_file,
+                lambda: Scorer(placement.plan, task.feature_spec, tower, checkpoint,
+                               placement.local_session_config()),
+                placement.plan.num_towers, f.batch_size)
     if f.do_export:
         export_model(task, checkpoint, ExportSettings(f.export_dir, f.export_format,
-                                                      f.export_precision), "")
+                                                      f.export_precision), "", dev=data,
+                     dev_batch_size=f.batch_size)
     return 0
 
 
-def extract(task, data, output_file: str, checkpoint: str, placement: Placement,
-            batch_size: int) -> None:
+def extract(task, data, output_file: str, scorer, towers: int, batch_size: int) -> None:
     """Score every line of `data` (a SplitData) with `task` (a FeatureExtractionTask) on
-    every tower and write it, in input order, as it is ready."""
-    from bert_ad.parallel.scoring import Scorer  # TensorFlow: once run
+    every tower and write it, in input order, as it is ready.
+
+    `scorer()` makes the Scorer (a checkpoint on `towers` towers) or an
+    export's scorer (one tower) the lines are scored with."""
     settings = task.settings
     format_ = output_format(output_file, settings.pooled)
     hidden = task.encoder.config.hidden_size
-    towers = placement.plan.num_towers
     log.info("features: %d lines of %s -> %s (%s), %s, %d tower(s) x %d rows", len(data),
              data.source, output_file, "float32 .npy" if format_ == NPY else format_,
              f"{settings.pooling} pooling of layer {settings.layers[0]}"
@@ -159,15 +191,10 @@ def extract(task, data, output_file: str, checkpoint: str, placement: Placement,
     started = last_log = time.time()
     # The output's temporary file is made first: an unwritable output fails now.
     with EmbeddingFile(output_file, format_, len(data), hidden) as out:
-
-        def tower(features, i):
-            return task.build_model(features, is_training=False)
-
-        with Scorer(placement.plan, task.feature_spec, tower, checkpoint,
-                    placement.local_session_config()) as scorer:
+        with scorer() as running:
             # Tokenised in a background thread while the towers compute.
             batches = prefetch(task.batches(data).scoring(batch_size, towers))
-            for index, row in rows_in_order(scorer, batches, carry=(ROW_INFO,)):
+            for index, row in rows_in_order(running, batches, carry=(ROW_INFO,)):
                 line = row[ROW_INFO]
                 if line.truncated:
                     truncated.append(index)

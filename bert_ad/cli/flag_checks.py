@@ -84,9 +84,13 @@ def _check_cluster(f: flags.FlagValues) -> None:
 
 def check_inference_flags(f: flags.FlagValues) -> None:
     """Refuse a bad shared flag of an inference-only command (one line naming it)."""
+    scoring_export = f.predict_from_export and not f.do_export
     for name in ("bert_config_file", "init_checkpoint"):
-        if not f[name].value:
+        if not f[name].value and not scoring_export:
             fail(f"--{name} is required")
+    if f.predict_from_export and f.do_export:
+        fail("--predict_from_export scores with an export and --do_export writes one "
+             "from --init_checkpoint: run them one at a time")
     check_towers(f)
     if f.do_export and not f.export_dir:
         fail("--do_export needs --export_dir: the folder the export is written into")
@@ -104,7 +108,7 @@ def check_export_flags(f: flags.FlagValues) -> None:
         for name in EXPORT_DETAILS:
             if f[name].present:
                 fail(f"--{name} is for --do_export: set --do_export too")
-    if "predict_from_export" in f and f.predict_from_export and not f.do_predict:
+    if "do_predict" in f and f.predict_from_export and not f.do_predict:
         fail("--predict_from_export scores the --do_predict file: set --do_predict too")
 
 

@@ -91,15 +91,18 @@ SHARED: Dict[str, Flag] = {
                       "output_dir's newest checkpoint, else --init_checkpoint).", False),
     "export_dir": Flag("string", "Where the export goes (default: "
                        "output_dir/export/<global step>); never written over.", None),
-    "export_format": Flag("enum", "saved_model (TensorFlow Serving) or frozen_graph (one "
-                          ".pb, weights as constants).", "saved_model",
-                          tuple(layout.FORMATS)),
-    "export_precision": Flag("enum", "fp16: float16 encoder weights and compute (outputs "
-                             "float32).", "fp32", layout.PRECISIONS),
-    "predict_from_export": Flag("string", "With --do_predict: score with this export (a "
-                                "folder written by --do_export) instead of a checkpoint; "
-                                "its vocab, config, casing and max_seq_length are used "
-                                "unless given.", None),
+    "export_format": Flag("enum", "saved_model (TensorFlow Serving), frozen_graph (one "
+                          ".pb, weights as constants) or onnx (model.onnx for ONNX "
+                          "Runtime; bert_ad[onnx]).", "saved_model", tuple(layout.FORMATS)),
+    "export_precision": Flag("enum", "fp16: float16 encoder weights and compute "
+                             "(saved_model, frozen_graph); int8: int8 encoder matrices "
+                             "(onnx), measured against fp32 on the dev split. Outputs "
+                             "stay float32.", "fp32", layout.PRECISIONS),
+    "predict_from_export": Flag("string", "Score with this export (a folder written by "
+                                "--do_export; ONNX ones in ONNX Runtime) instead of a "
+                                "checkpoint: the --do_predict file, or features' "
+                                "--input_file; its vocab, config, casing and "
+                                "max_seq_length are used unless given.", None),
     # --- a run: what to do, where it goes ----------------------------------------------
     "output_dir": Flag("string", "Where checkpoints and results go.", None),
     "do_train": Flag("bool", "Train.", False),
@@ -218,7 +221,7 @@ TOKEN_ID_TASK_GROUPS = ("model_files", "towers", "speed", "run", "training", "ev
 TOKEN_ID_TASK_LEAVES_OUT = ("vocab_file", "spm_model_file", "do_lower_case")
 TEXT_TASK_GROUPS = TOKEN_ID_TASK_GROUPS + ("epochs", "text_data", "export")
 INFERENCE_GROUPS = ("model_files", "towers", "speed", "export")
-INFERENCE_LEAVES_OUT = ("variable_update", "recompute_activations", "predict_from_export")
+INFERENCE_LEAVES_OUT = ("variable_update", "recompute_activations")
 
 _DEFINE = {"string": flags.DEFINE_string, "bool": flags.DEFINE_bool,
            "integer": flags.DEFINE_integer, "float": flags.DEFINE_float}

@@ -18,40 +18,19 @@
 from __future__ import annotations
 
 from bert_ad.compat import tf
+# The inputs these heads read (named here too, as callers know them).
+from bert_ad.model.feature_specs import (FEATURE_SPEC, PIECE_TOKEN_FEATURE_SPEC,  # noqa: F401
+                                         TARGET_FEATURES, TOKEN_FEATURE_SPEC, WINDOW_FEATURES)
 from bert_ad.model.crf import crf_decode, crf_log_likelihood, crf_transitions
 from bert_ad.model.losses import weighted_mean
 from bert_ad.model.modeling import (ACTIVATIONS, BertConfig, BertModel, create_initializer,
                                     dense, dropout, layer_norm)
 from bert_ad.model.windows import pool_windows, window_attention_scores
 
-# Per-tower inputs: [batch, seq] ids and mask, [batch] labels and weights
-# (weight 0 marks a filler row that completes the last batch).
-FEATURE_SPEC = {
-    "input_ids": (tf.int32, [None, None]),
-    "input_mask": (tf.int32, [None, None]),
-    "segment_ids": (tf.int32, [None, None]),
-    "label_ids": (tf.int32, [None]),
-    "example_weights": (tf.float32, [None]),
-}
-
-
 # The classifier's objectives: one label a row (softmax cross-entropy), any
 # number of labels a row (sigmoid, binary cross-entropy averaged over the
 # labels), one real value a row (mean squared error).
 OBJECTIVES = ("softmax", "sigmoid", "mse")
-
-# The inputs each objective adds to FEATURE_SPEC (the targets), and those of
-# windows: a window's segment in this batch (its document's position among
-# the batch's documents) and its document's index in the split.
-TARGET_FEATURES = {
-    "softmax": {},
-    "sigmoid": {"multi_hot_labels": (tf.float32, [None, None])},
-    "mse": {"targets": (tf.float32, [None])},
-}
-WINDOW_FEATURES = {
-    "window_document": (tf.int32, [None]),
-    "document_index": (tf.int32, [None]),
-}
 
 
 class ClassifierOutputs:
@@ -176,22 +155,6 @@ def next_sentence_head(config: BertConfig, pooled_output):
 
 # --- token classification ------------------------------------------------------------
 
-# Per-tower inputs of token classification (bert_ad/data/token_features.py's
-# columns): [batch, seq] pieces; [batch, words] per word: the position of the
-# piece it reads, its tag id, 1 for a real word.
-TOKEN_FEATURE_SPEC = {
-    "input_ids": (tf.int32, [None, None]),
-    "input_mask": (tf.int32, [None, None]),
-    "segment_ids": (tf.int32, [None, None]),
-    "word_positions": (tf.int32, [None, None]),
-    "word_tag_ids": (tf.int32, [None, None]),
-    "word_mask": (tf.int32, [None, None]),
-    "example_weights": (tf.float32, [None]),
-}
-# With `piece_offsets` (a piece list: words may share a piece) also each word's
-# offset among the words reading its piece. A separate spec, so a WordPiece
-# graph has exactly the placeholders (and, in TF 1.x, the op-derived seeds) it had.
-PIECE_TOKEN_FEATURE_SPEC = dict(TOKEN_FEATURE_SPEC, word_offsets=(tf.int32, [None, None]))
 # Rows of `output_offset_embeddings`: word offsets 1..7 inside a piece (a larger
 # offset shares the last row; 8 characters in one piece is rare even in Chinese).
 PIECE_OFFSET_ROWS = 7

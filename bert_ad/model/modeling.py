@@ -1,11 +1,11 @@
 """BERT in tf.compat.v1 graph mode, with the variable names of Google's checkpoints.
 
-Reads top to bottom like Google's `modeling.py`: `BertConfig`, `BertModel`,
-then the small pure functions it is built from. Every variable is created with
-`tf.get_variable`, so a caller that opens a variable scope with `reuse=True`
-(one per extra tower) gets the same weights, and the names
-(`bert/encoder/layer_0/attention/self/query/kernel`, ...) are exactly those of
-the released checkpoints.
+Reads top to bottom like Google's `modeling.py`: `BertModel` on a `BertConfig`
+(bert_ad/model/config.py), then the small pure functions it is built
+from. Every variable is created with `tf.get_variable`, so a caller that opens
+a variable scope with `reuse=True` (one per extra tower) gets the same
+weights, and the names (`bert/encoder/layer_0/attention/self/query/kernel`,
+...) are exactly those of the released checkpoints.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from bert_ad.choices import POOLINGS
 from bert_ad.compat import erf, tf
 # BertConfig is read and checked without TensorFlow (before a command imports
 # it); it is modeling.BertConfig here, as in Google's modeling.py.
-from bert_ad.model.config import MAX_POSITION_EMBEDDINGS, BertConfig  # noqa: F401
+from bert_ad.model.config import (ACTIVATION_NAMES, MAX_POSITION_EMBEDDINGS,  # noqa: F401
+                                  BertConfig)
+
 
 # Whether training encoders built now recompute their layers in the backward
 # pass (recomputed_layers below); a stack, so blocks nest.
@@ -146,8 +148,13 @@ class BertModel:
 
 
 def gelu(x):
-    """GELU with the exact erf, as in Google's BERT and Hugging Face's "gelu"."""
-    return x * 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
+    """GELU with the exact erf, as in Google's BERT and Hugging Face's "gelu".
+
+    Written as Google's modeling.py writes it, x * cdf: the form ONNX
+    Runtime recognises and fuses into one Gelu kernel in an ONNX export.
+    """
+    cdf = 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
+    return x * cdf
 
 
 def gelu_tanh(x):
@@ -156,6 +163,7 @@ def gelu_tanh(x):
                                     (x + 0.044715 * tf.pow(x, 3))))
 
 
+# One function per name BertConfig accepts (bert_config.ACTIVATION_NAMES).
 ACTIVATIONS = {
     "gelu": gelu,
     "gelu_new": gelu_tanh,
@@ -204,7 +212,9 @@ def layer_norm(x, epsilon: float = 1e-12, name: str = "LayerNorm"):
         beta, gamma = tf.cast(beta, tf.float32), tf.cast(gamma, tf.float32)
         x32 = tf.cast(x, tf.float32)
         mean, variance = tf.nn.moments(x32, axes=[-1], keep_dims=True)
-        out = (x32 - mean) * tf.rsqrt(variance + epsilon) * gamma + beta
+        # Google's layer norm (tf.contrib.layers.layer_norm): the form ONNX
+        # Runtime fuses into one LayerNormalization kernel in an ONNX export.
+        out = tf.nn.batch_normalization(x32, mean, variance, beta, gamma, epsilon)
     return tf.cast(out, x.dtype)
 
 

@@ -18,17 +18,9 @@ filler row of the last batch counts 0) instead of a plain mean.
 from __future__ import annotations
 
 from bert_ad.compat import tf
+from bert_ad.model.feature_specs import SPAN_FEATURE_SPEC  # noqa: F401 (its inputs)
 from bert_ad.model.modeling import BertConfig, BertModel, create_initializer
 
-# Per-tower inputs: [batch, seq] pieces, [batch] targets and weights.
-SPAN_FEATURE_SPEC = {
-    "input_ids": (tf.int32, [None, None]),
-    "input_mask": (tf.int32, [None, None]),
-    "segment_ids": (tf.int32, [None, None]),
-    "start_positions": (tf.int32, [None]),
-    "end_positions": (tf.int32, [None]),
-    "example_weights": (tf.float32, [None]),
-}
 # Added to the logits of padding positions.
 PADDING_LOGIT = -10000.0
 

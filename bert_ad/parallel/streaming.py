@@ -6,6 +6,8 @@ runs a Scorer over scoring batches (every tower at each step) and yields
 each row's outputs as soon as every row before it is scored: rows that come
 back early (batches are grouped by length, not by position) wait in a small
 reorder buffer, at most one window of bert_ad/data/streamed_batches.py.
+`stack_rows` gathers such rows into a split's arrays (evaluation.score).
+No TensorFlow here: scoring with an ONNX export runs it too.
 """
 
 from __future__ import annotations
@@ -46,3 +48,27 @@ def rows_in_order(scorer, batches: Iterable[Tuple[list, list]],
     if waiting:
         raise AssertionError(f"rows {min(waiting)}.. were scored but row {next_row} "
                              "never was")
+
+
+def stack_rows(rows: Iterable[Tuple[int, Dict[str, np.ndarray]]]) -> Dict[str, np.ndarray]:
+    """Rows 0, 1, 2, ... (as rows_in_order yields them) -> {output name: [rows, ...]}.
+
+    Rows whose outputs have different shapes from batch to batch (a sequence
+    dimension under dynamic padding) come back as an object array of per-row
+    arrays, each padded to its batch's length.
+    """
+    values: Dict[str, list] = {}
+    for index, row in rows:
+        for name, value in row.items():
+            column = values.setdefault(name, [])
+            if len(column) != index:
+                raise AssertionError(f"row {index} came after {len(column)} rows of {name}")
+            column.append(value)
+    stacked = {}
+    for name, column in values.items():
+        if len({np.shape(v) for v in column}) == 1:
+            stacked[name] = np.stack(column)
+        else:
+            stacked[name] = np.empty(len(column), dtype=object)
+            stacked[name][:] = column
+    return stacked

@@ -9,11 +9,12 @@ Any task with a text encoder exports the same way (bert_ad/tasks/base.py):
   load_weights          the checkpoint's values into its variables (cast to
                         float16 for an fp16 export)
   export_model          -> a SavedModel (tf.compat.v1.saved_model.Builder, the
-                        `serving_default` signature) or a frozen graph (one
+                        `serving_default` signature), a frozen graph (one
                         .pb, variables folded into constants, pruned to the
-                        outputs), plus the shared assets and metadata
-                        (bert_ad/serving/layout.py), written into a hidden
-                        folder and renamed into place whole
+                        outputs) or that frozen graph as ONNX (onnx_export.py;
+                        int8: quantization.py), plus the shared assets and
+                        metadata (bert_ad/serving/layout.py), written into a
+                        hidden folder and renamed into place whole
 
 fp16: the encoder's weights (every float32 variable under `bert/`) are
 float16 variables and the encoder computes in float16, as `--precision=fp16`
@@ -23,13 +24,14 @@ head keeps its float32 weights and outputs are float32. The inputs stay int32.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import shutil
 import tempfile
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -40,33 +42,14 @@ from bert_ad.files import cannot_write
 from bert_ad.folders import staging_directory
 from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
 from bert_ad.data.feature_cache import file_digest
-from bert_ad.serving import layout
-from bert_ad.tasks.base import Task
+from bert_ad.serving import layout, onnx_export, quantization
+# What --do_export asks for; in layout.py, which imports no TensorFlow (the flags read it).
+from bert_ad.serving.layout import ExportSettings  # noqa: F401
+from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")
 
 ENCODER_SCOPE = "bert/"
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportSettings:
-    """What --do_export asks for.
-
-    Attributes:
-      export_dir: where the export goes; "" = OUTPUT_DIR/export/<global step>.
-      format: "saved_model" or "frozen_graph".
-      precision: "fp32" or "fp16".
-    """
-    export_dir: str = ""
-    format: str = "saved_model"
-    precision: str = "fp32"
-
-    def __post_init__(self):
-        if self.format not in layout.FORMATS:
-            fail(f"--export_format={self.format} is not one of {', '.join(layout.FORMATS)}")
-        if self.precision not in layout.PRECISIONS:
-            fail(f"--export_precision={self.precision} is not one of "
-                 f"{', '.join(layout.PRECISIONS)}")
 
 
 @dataclasses.dataclass
@@ -107,12 +90,15 @@ def _half_encoder_weights(getter, name, *args, **kwargs):
     return getter(name, *args, **kwargs)
 
 
-def build_serving_graph(task: Task, precision: str = "fp32") -> ServingGraph:
+def build_serving_graph(task: Task, precision: str = "fp32",
+                        remove_padding: bool = True) -> ServingGraph:
     """The task's `serving_outputs` in a fresh graph, dropout off.
 
     Args:
       task: a task with an encoder (labels resolved).
       precision: "fp32", or "fp16" (float16 encoder weights and compute).
+      remove_padding: False builds the encoder on every position whatever
+        the task's encoder says (an ONNX export: onnx_export.py).
     Returns:
       A ServingGraph: placeholders named as `task.serving_inputs` (their dtype
       and shape from `task.feature_spec`), outputs named after the task's
@@ -131,7 +117,9 @@ def build_serving_graph(task: Task, precision: str = "fp32") -> ServingGraph:
         # Model ops under model/, so the root names stay free for the outputs.
         # The same task computing in the export's dtype (a copy: the
         # caller's task is not touched).
-        serving_task = task.with_compute_dtype(tf.float16 if half else tf.float32)
+        serving_task = task.with_encoder(
+            compute_dtype=tf.float16 if half else tf.float32,
+            remove_padding=task.encoder.remove_padding and remove_padding)
         with tf.name_scope("model"):
             served = serving_task.serving_outputs(dict(inputs))
         outputs = {}
@@ -164,9 +152,12 @@ def load_weights(session, checkpoint: str, variables: list) -> None:
 
 # --- writing -------------------------------------------------------------------------
 
-def _tensor_info(tensor) -> layout.TensorInfo:
+def _tensor_info(tensor, onnx: bool = False) -> layout.TensorInfo:
+    """An input or output as export.json lists it; in an ONNX model the tensor is
+    named as the signature names it (input_ids, not input_ids:0)."""
     shape = [-1 if d is None else int(d) for d in tensor.shape.as_list()]
-    return layout.TensorInfo(tensor.name, tensor.dtype.base_dtype.name, shape)
+    name = tensor.op.name if onnx else tensor.name
+    return layout.TensorInfo(name, tensor.dtype.base_dtype.name, shape)
 
 
 def _write_text(path: str, text: str) -> None:
@@ -194,19 +185,39 @@ def _write_saved_model(target: str, serving: ServingGraph, session, assets: list
     make_saved_model_portable(target)
 
 
-def _write_frozen_graph(target: str, serving: ServingGraph, session, assets: list) -> None:
-    """frozen_graph.pb (constants, pruned to the outputs) and frozen_graph.json."""
+def frozen_graph_def(serving: ServingGraph, session):
+    """The serving graph with its variables folded into constants, pruned to the
+    outputs, without devices: what frozen_graph.pb holds (and ONNX converts)."""
     names = [t.op.name for t in serving.outputs.values()]
     frozen = portable_graph_def(tf.graph_util.convert_variables_to_constants(
         session, serving.graph.as_graph_def(), names))
     for node in frozen.node:
         node.device = ""
     pack_half_constants(frozen)
-    with open(os.path.join(target, layout.FROZEN_GRAPH_FILE), "wb") as f:
-        f.write(frozen.SerializeToString())
+    return frozen
+
+
+def _copy_assets(target: str, assets: list) -> None:
     os.makedirs(os.path.join(target, layout.ASSETS_DIR))
     for path in assets:
         shutil.copyfile(path, layout.asset_path(target, os.path.basename(path)))
+
+
+def _write_frozen_graph(target: str, serving: ServingGraph, session, assets: list) -> None:
+    """frozen_graph.pb (constants, pruned to the outputs) and frozen_graph.json."""
+    with open(os.path.join(target, layout.FROZEN_GRAPH_FILE), "wb") as f:
+        f.write(frozen_graph_def(serving, session).SerializeToString())
+    _copy_assets(target, assets)
+
+
+def _write_onnx(target: str, serving: ServingGraph, session, assets: list) -> None:
+    """model.onnx: the frozen graph converted by tf2onnx (fp32)."""
+    model = onnx_export.convert(frozen_graph_def(serving, session),
+                                {k: v.name for k, v in serving.inputs.items()},
+                                {k: v.name for k, v in serving.outputs.items()})
+    with open(os.path.join(target, layout.ONNX_FILE), "wb") as f:
+        f.write(model.SerializeToString())
+    _copy_assets(target, assets)
 
 
 def pack_half_constants(graph_def) -> None:
@@ -231,7 +242,8 @@ def _signature_json(metadata: layout.ExportMetadata) -> str:
 
 
 def export_model(task: Task, checkpoint: str, settings: ExportSettings,
-                 output_dir: str) -> str:
+                 output_dir: str, dev: Optional[SplitData] = None,
+                 dev_batch_size: int = 32) -> str:
     """Write `task` with `checkpoint`'s weights as an export for serving.
 
     Args:
@@ -239,15 +251,24 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
       checkpoint: a checkpoint prefix holding every variable of the task's graph.
       settings: where, which format, which precision.
       output_dir: the run's output_dir (for the default export_dir).
+      dev: an int8 ONNX export's rows to measure it on against fp32
+        (quantization.accuracy_change), scored dev_batch_size rows a batch.
     Returns:
       The export's folder, complete (it appears only when fully written).
     Raises:
-      UserError: the folder exists, the checkpoint is not of this model, or a
-        write failed (nothing is left behind).
+      UserError: the folder exists, the checkpoint is not of this model, the
+        ONNX tools are missing, or a write failed (nothing is left behind).
     """
     target = export_dir_for(settings, output_dir, checkpoint)
     refuse_existing(target)
-    serving = build_serving_graph(task, settings.precision)
+    onnx = settings.format == "onnx"
+    if onnx:  # before any work: the tools are there
+        onnx_export.require_converter()
+        if settings.precision == "int8":
+            quantization.require_quantizer()
+    with onnx_export.loops_tf2onnx_converts() if onnx else contextlib.nullcontext():
+        serving = build_serving_graph(task, "fp16" if settings.precision == "fp16" else "fp32",
+                                      remove_padding=not onnx)
     encoder = task.encoder
     metadata = layout.ExportMetadata(
         format=settings.format, precision=settings.precision, task=task.name,
@@ -259,30 +280,31 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
                    else "wordpiece"),
         vocab_sha256=file_digest(encoder.vocab_file), tensorflow_version=TF_VERSION,
         checkpoint=os.path.abspath(checkpoint), global_step=checkpoint_step(checkpoint),
-        inputs={k: _tensor_info(v) for k, v in serving.inputs.items()},
-        outputs={k: _tensor_info(v) for k, v in serving.outputs.items()},
-        settings=task.serving_settings(), answer_settings=task.answer_settings())
+        inputs={k: _tensor_info(v, onnx) for k, v in serving.inputs.items()},
+        outputs={k: _tensor_info(v, onnx) for k, v in serving.outputs.items()},
+        settings=task.serving_settings(), answer_settings=task.answer_settings(),
+        onnx=onnx_export.versions() if onnx else {})
     log.info("export: %s %s of %s (%s) -> %s", settings.format, settings.precision,
              checkpoint, ", ".join(f"{k} {v.dtype}{v.shape}"
                                    for k, v in metadata.outputs.items()), target)
     staging = staging_directory(target)
     try:
-        with tempfile.TemporaryDirectory() as scratch, \
-                tf.Session(graph=serving.graph) as session:
-            load_weights(session, checkpoint, serving.variables)
-            assets = list(encoder.tokenizer.files())
-            if task.labels is not None:
-                labels_file = os.path.join(scratch, layout.LABELS_FILE)
-                _write_text(labels_file, "".join(label + "\n" for label in task.labels))
-                assets.append(labels_file)
-            writer = (_write_saved_model if settings.format == "saved_model"
-                      else _write_frozen_graph)
-            writer(staging, serving, session, assets)
-        if settings.format == "frozen_graph":
-            _write_text(os.path.join(staging, layout.TENSOR_NAMES_FILE),
-                        _signature_json(metadata))
-        _write_text(layout.bert_config_path(staging), encoder.config.to_json_string())
-        _write_text(layout.metadata_path(staging), metadata.to_json())
+        with tempfile.TemporaryDirectory() as scratch:
+            with tf.Session(graph=serving.graph) as session:
+                load_weights(session, checkpoint, serving.variables)
+                assets = list(encoder.tokenizer.files())
+                if task.labels is not None:
+                    labels_file = os.path.join(scratch, layout.LABELS_FILE)
+                    _write_text(labels_file, "".join(label + "\n" for label in task.labels))
+                    assets.append(labels_file)
+                WRITERS[settings.format](staging, serving, session, assets)
+            if settings.format == "frozen_graph":
+                _write_text(os.path.join(staging, layout.TENSOR_NAMES_FILE),
+                            _signature_json(metadata))
+            _write_text(layout.bert_config_path(staging), encoder.config.to_json_string())
+            _write_text(layout.metadata_path(staging), metadata.to_json())
+            if settings.precision == "int8":
+                _quantize_staged(task, staging, metadata, scratch, dev, dev_batch_size)
         refuse_existing(target)  # another process may have exported meanwhile
         os.rename(staging, target)
     except BaseException as e:
@@ -293,3 +315,25 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
     log.info("export: wrote %s", target)
     return target
 
+
+WRITERS = {"saved_model": _write_saved_model, "frozen_graph": _write_frozen_graph,
+           "onnx": _write_onnx}
+
+
+def _quantize_staged(task: Task, staging: str, metadata: layout.ExportMetadata,
+                     scratch: str, dev: Optional[SplitData], dev_batch_size: int) -> None:
+    """The staged fp32 model.onnx made int8 (quantization.py), export.json saying
+    how, and measured against the fp32 model on `dev` (int8_accuracy.json)."""
+    model = os.path.join(staging, layout.ONNX_FILE)
+    fp32 = os.path.join(scratch, "fp32_" + layout.ONNX_FILE)
+    os.rename(model, fp32)
+    config = task.encoder.config
+    metadata.onnx["int8"] = quantization.quantize(fp32, model, config.num_attention_heads,
+                                                  config.hidden_size)
+    _write_text(layout.metadata_path(staging), metadata.to_json())
+    if dev is not None:
+        report = quantization.accuracy_change(task, dev, staging, metadata, fp32,
+                                              dev_batch_size)
+        quantization.write_report(staging, report, task.main_metric)
+        log.info("export: the int8 model against fp32 on %s: %s/%s", dev.source,
+                 layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)

@@ -1,11 +1,13 @@
 """An export's folder: where every file lives, and the metadata that describes it.
 
-Both formats share one layout, so a server or `--predict_from_export` finds
+Every format shares one layout, so a server or `--predict_from_export` finds
 the tokenizer, the labels and the model's settings in the same places:
 
   saved_model.pb + variables/     --export_format=saved_model (the default)
   frozen_graph.pb                 --export_format=frozen_graph: variables folded
   frozen_graph.json                 into constants; the input/output tensor names
+  model.onnx                      --export_format=onnx: the same graph for ONNX
+                                  Runtime (fp32, or int8 with int8_accuracy.json)
   assets/<vocab>                  the vocab.txt (or SentencePiece model, or piece
                                   list + normalization.tsv) as trained
   assets/labels.txt               the label list, one a line, in the head's order
@@ -13,9 +15,14 @@ the tokenizer, the labels and the model's settings in the same places:
   assets.extra/export.json        ExportMetadata: task, labels, max_seq_length,
                                   do_lower_case, precision, TensorFlow version,
                                   the signature's tensors, the answer settings
+  assets.extra/int8_accuracy.json an int8 ONNX export: its dev figures against
+                                  the fp32 model's (bert_ad/serving/quantization.py)
 
 TensorFlow Serving copies `assets/` with a SavedModel and ignores
 `assets.extra/`, which is the place TensorFlow reserves for files like ours.
+`ExportSettings` is what --do_export asks for (where, format, precision),
+checked here: this module imports no TensorFlow, so flags and a scoring
+process without TensorFlow can read it.
 """
 
 from __future__ import annotations
@@ -38,8 +45,16 @@ METADATA_FILE = "export.json"
 BERT_CONFIG_FILE = "bert_config.json"
 LABELS_FILE = "labels.txt"
 
-FORMATS = {"saved_model": SAVED_MODEL_FILE, "frozen_graph": FROZEN_GRAPH_FILE}
-PRECISIONS = ("fp32", "fp16")
+ONNX_FILE = "model.onnx"
+INT8_ACCURACY_FILE = "int8_accuracy.json"
+
+FORMATS = {"saved_model": SAVED_MODEL_FILE, "frozen_graph": FROZEN_GRAPH_FILE,
+           "onnx": ONNX_FILE}
+PRECISIONS = ("fp32", "fp16", "int8")
+# The precisions each format has: fp16 runs in TensorFlow's graphs, int8 in ONNX
+# Runtime's quantized kernels.
+FORMAT_PRECISIONS = {"saved_model": ("fp32", "fp16"), "frozen_graph": ("fp32", "fp16"),
+                     "onnx": ("fp32", "int8")}
 LAYOUT_VERSION = 1
 
 
@@ -56,8 +71,9 @@ class ExportMetadata:
     """assets.extra/export.json: everything a server needs besides the graph.
 
     Attributes:
-      format: "saved_model" or "frozen_graph".
-      precision: "fp32" or "fp16" (weights and compute; outputs are float32).
+      format: "saved_model", "frozen_graph" or "onnx".
+      precision: "fp32", "fp16" (weights and compute) or "int8" (ONNX: int8
+        weights, activations quantized as they come); outputs are float32.
       task: the task's name ("classifier", "rewrite", ...).
       labels: the label list (labels.txt), or None for a task without one.
       max_seq_length, do_lower_case: the tokenizer settings it was trained with.
@@ -66,9 +82,10 @@ class ExportMetadata:
         read through --vocab_file like a vocab.txt; its normalization.tsv
         sits beside it in assets/).
       vocab_sha256: the vocab file's digest (a different vocab is refused).
-      tensorflow_version: the TensorFlow that wrote the export.
+      tensorflow_version: the TensorFlow that wrote (or, for ONNX, froze) it.
       checkpoint, global_step: where the weights came from.
-      inputs, outputs: {name: TensorInfo} of the `serving_default` signature.
+      inputs, outputs: {name: TensorInfo} of the `serving_default` signature
+        (ONNX: the model's input and output names, the same as the signature's).
       settings: how the task cut text into rows, {flag name: value}
         (Task.serving_settings: the classifier's truncation or windows);
         empty in exports written before it was recorded.
@@ -77,6 +94,8 @@ class ExportMetadata:
         answers with them, and so does --predict_from_export where the run
         does not set the flag; empty for a task without any, and in exports
         written before they were recorded.
+      onnx: an ONNX export's converter and runtime versions, opset, and for
+        int8 the fusions and quantization applied; empty otherwise.
     """
     format: str
     precision: str
@@ -95,6 +114,7 @@ class ExportMetadata:
     layout_version: int = LAYOUT_VERSION
     settings: Dict[str, object] = dataclasses.field(default_factory=dict)
     answer_settings: Dict[str, object] = dataclasses.field(default_factory=dict)
+    onnx: Dict[str, object] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
@@ -105,6 +125,33 @@ class ExportMetadata:
         for key in ("inputs", "outputs"):
             values[key] = {name: TensorInfo(**info) for name, info in values[key].items()}
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings:
+    """What --do_export asks for.
+
+    Attributes:
+      export_dir: where the export goes; "" = OUTPUT_DIR/export/<global step>.
+      format: "saved_model", "frozen_graph" or "onnx".
+      precision: "fp32", "fp16" (TensorFlow formats) or "int8" (onnx).
+    """
+    export_dir: str = ""
+    format: str = "saved_model"
+    precision: str = "fp32"
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            fail(f"--export_format={self.format} is not one of {', '.join(FORMATS)}")
+        if self.precision not in PRECISIONS:
+            fail(f"--export_precision={self.precision} is not one of "
+                 f"{', '.join(PRECISIONS)}")
+        has = FORMAT_PRECISIONS[self.format]
+        if self.precision not in has:
+            others = [f for f, p in FORMAT_PRECISIONS.items() if self.precision in p]
+            fail(f"--export_precision={self.precision} is not a precision of "
+                 f"--export_format={self.format} (it has {', '.join(has)}); "
+                 f"{self.precision} is for --export_format={' or '.join(others)}")
 
 
 def metadata_path(export_dir: str) -> str:

@@ -8,8 +8,8 @@ numbered subfolders are versions of one model: the newest is served.
 Loading is behind one small seam, `open_scorer`: a scorer is an object with
 `run([batch]) -> [{output name: array}]` (one padded batch dict in, its
 outputs out; bert_ad.serving.load.ExportScorer for SavedModels and frozen
-graphs) and `close()`. `SCORERS` picks it by export.json's `format`; another
-runtime (ONNX Runtime) is one more entry there.
+graphs, bert_ad.serving.onnx_scoring.OnnxScorer for ONNX exports in ONNX
+Runtime) and `close()`. `SCORERS` picks it by export.json's `format`.
 """
 
 from __future__ import annotations
@@ -40,9 +40,14 @@ def _tensorflow_scorer(export_dir: str, metadata: layout.ExportMetadata):
     return ExportScorer(export_dir, metadata, flag=FLAG)
 
 
+def _onnx_scorer(export_dir: str, metadata: layout.ExportMetadata):
+    from bert_ad.serving.onnx_scoring import OnnxScorer  # onnxruntime, for ONNX exports only
+    return OnnxScorer(export_dir, metadata, flag=FLAG)
+
+
 # export.json's `format` -> (export folder, its metadata) -> a scorer.
 SCORERS: Dict[str, Callable] = {"saved_model": _tensorflow_scorer,
-                                "frozen_graph": _tensorflow_scorer}
+                                "frozen_graph": _tensorflow_scorer, "onnx": _onnx_scorer}
 
 
 def open_scorer(export_dir: str, metadata: layout.ExportMetadata):

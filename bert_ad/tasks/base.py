@@ -16,6 +16,11 @@ result files):
 
 A new task is a subclass in bert_ad/tasks/ plus a launcher in bert_ad/cli/;
 it never touches the driver, the loop or the tower code.
+
+Only the graph methods (build_model, serving_outputs) need TensorFlow, and
+they import it (and the heads) themselves: reading, batching, metrics and
+result files import none, which is what scoring with an ONNX export runs
+(bert_ad/serving/onnx_scoring.py; tests/test_onnx.py checks sys.modules).
 """
 
 from __future__ import annotations
@@ -27,12 +32,10 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from bert_ad.compat import tf
 from bert_ad.data.batching import Batches, ExampleBatches, TokenizedExamples
 from bert_ad.data.feature_cache import EXAMPLES, Codec, cache_key, cached
 from bert_ad.data.features import FeatureSettings
 from bert_ad.errors import fail
-from bert_ad.model.modeling import BertModel
 
 # What an export's serving signature takes by default: int32 [batch, seq],
 # both dimensions dynamic (bert_ad/serving/export.py).
@@ -112,10 +115,13 @@ class Task(abc.ABC):
 
     def with_compute_dtype(self, dtype) -> "Task":
         """This task with its encoder computing in `dtype` (an fp16 export)."""
+        return self.with_encoder(compute_dtype=dtype)
+
+    def with_encoder(self, **changes) -> "Task":
+        """This task with TextEncoder fields changed (an export's dtype or padding)."""
         if self.encoder is None:
             return self
-        return self._replaced(encoder=dataclasses.replace(self.encoder,
-                                                          compute_dtype=dtype))
+        return self._replaced(encoder=dataclasses.replace(self.encoder, **changes))
 
     def _replaced(self, **fields) -> "Task":
         """A copy with `fields` set; a dataclass task is rebuilt through its fields."""
@@ -287,6 +293,7 @@ def serving_features(features: Dict[str, object], feature_spec: Mapping[str, tup
     Returns:
       {name: tensor} for every name in feature_spec.
     """
+    from bert_ad.compat import tf
     complete = dict(features)
     batch_and_seq = tf.shape(features["input_ids"])
     for name, (dtype, shape) in feature_spec.items():
@@ -305,13 +312,15 @@ class _BuildsTheEncoder:
     run's precision and padding removal, so no task names them."""
 
     def model(self, features: Mapping[str, object], is_training: bool,
-              pooling: str = "cls") -> BertModel:
+              pooling: str = "cls"):
         """BERT over features' input_ids / input_mask / segment_ids [batch, seq].
 
         Its get_pooled_output() ([batch, hidden], `pooling`: bert_ad.choices.POOLINGS),
         get_sequence_output() ([batch, seq, hidden]) and get_all_encoder_layers()
         are in the encoder's compute dtype (--precision); cast to float32 for a head.
         """
+        from bert_ad.compat import tf  # graph code: imported when a graph is built
+        from bert_ad.model.modeling import BertModel
         return BertModel(self.config, is_training, features["input_ids"],
                          features["input_mask"], features["segment_ids"],
                          compute_dtype=self.compute_dtype or tf.float32, pooling=pooling,

@@ -16,7 +16,8 @@ A long text is truncated (head, tail, head+tail) or, with windows
 (--long_text=windows), cut into overlapping windows whose logits are pooled
 per document (bert_ad/model/windows.py; training: a document's windows in
 one tower and one step; scoring: windows dealt as rows to every tower, pooled
-afterwards by the same graph ops). Results in output_dir, one line per input row, in input order:
+afterwards on the host, bert_ad/model/scored_windows.py). Results in
+output_dir, one line per input row, in input order:
 
   predict.txt       single_label: the predicted label's index in labels.txt;
                     multi_label: the indices of the predicted labels joined by
@@ -41,7 +42,6 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bert_ad.compat import tf
 from bert_ad.data import processors
 from bert_ad.data.batching import WindowBatches
 from bert_ad.data.features import (TARGETS, WindowSettings, convert_examples, encode_target,
@@ -52,10 +52,8 @@ from bert_ad.metrics.classification import (classification_metric_names,
                                             classification_metrics, multi_label_metric_names,
                                             multi_label_metrics)
 from bert_ad.metrics.regression import REGRESSION_METRIC_NAMES, regression_metrics
-from bert_ad.model.heads import (FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES, classifier,
-                                 objective_loss)
-from bert_ad.model.windows import (activate, objective_losses, pool_scored_windows,
-                                   pool_windows)
+from bert_ad.model.feature_specs import FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES
+from bert_ad.model.scored_windows import activate, objective_losses, pool_scored_windows
 from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates,
                                  serving_features)
@@ -138,7 +136,7 @@ class ClassificationTask(Task):
     def feature_spec(self) -> dict:
         spec = dict(FEATURE_SPEC, **TARGET_FEATURES[self.objective])
         if self.objective == "sigmoid":  # static: serving fills it with a stand-in
-            spec["multi_hot_labels"] = (tf.float32, [None, len(self.labels)])
+            spec["multi_hot_labels"] = ("float32", [None, len(self.labels)])
         if self.windows is not None:
             spec.update(WINDOW_FEATURES)
         return spec
@@ -292,6 +290,7 @@ class ClassificationTask(Task):
     # --- model ------------------------------------------------------------------
 
     def build_model(self, features, is_training):
+        from bert_ad.model.heads import classifier  # graph code: tasks/base.py
         out = classifier(self.encoder.config, features, self.num_outputs, is_training,
                          self.encoder.compute_dtype, self.objective, self.window_pooling,
                          self.pooling, self.encoder.remove_padding)
@@ -330,6 +329,7 @@ class ClassificationTask(Task):
         [batch] int32, the index in labels.txt of the most probable label;
         multi_label: `probabilities` [batch, num_labels] (sigmoid); regression:
         `value` [batch]. Windows: see `_window_serving_outputs`."""
+        from bert_ad.model.heads import classifier
         complete = serving_features(features, self.feature_spec)
         if self.windows is not None:
             return self._window_serving_outputs(complete)
@@ -340,6 +340,7 @@ class ClassificationTask(Task):
 
     def _served_predictions(self, logits, probabilities) -> Dict[str, object]:
         """The head's answer from its logits and probabilities [rows, outputs]."""
+        from bert_ad.compat import tf
         if self.target == "regression":
             return {"value": logits[:, 0]}
         if self.target == "multi_label":
@@ -358,15 +359,17 @@ class ClassificationTask(Task):
         (the document_index fed), which --predict_from_export pools across
         batches on the host as checkpoint scoring does.
         """
+        from bert_ad.compat import tf
+        from bert_ad.model.heads import classifier, objective_loss
+        from bert_ad.model.windows import pool_request_windows
         rows = tf.shape(features["input_ids"])[0]
         features["window_document"] = tf.range(rows)    # each window its own segment
         out = classifier(self.encoder.config, features, self.num_outputs, False,
                          self.encoder.compute_dtype, self.objective, self.window_pooling,
                          self.pooling, self.encoder.remove_padding)
         documents = features["document_index"]
-        pooled = pool_windows(out.logits, out.window_scores, documents,
-                              tf.reduce_max(documents) + 1, self.window_pooling)
-        logits = tf.gather(pooled, documents)      # each window: its document's
+        logits = pool_request_windows(out.logits, out.window_scores, documents,
+                                      self.window_pooling)
         _, probabilities = objective_loss(logits, features, self.objective)
         served = self._served_predictions(logits, probabilities)
         served.update(window_logits=out.logits, window_scores=out.window_scores,
@@ -414,11 +417,11 @@ class ClassificationTask(Task):
             metrics = multi_label_metrics(self.truth(data), predictions >= self.threshold,
                                           self.labels)
         else:
-            labels = outputs["label_ids"] if self.windows is None else self.truth(data)
             predicted = np.argmax(predictions, axis=-1)
-            metrics = classification_metrics(labels, predicted, self.labels)
+            metrics = classification_metrics(self.truth(data), predicted, self.labels)
             metrics["eval_predicted_labels"] = len(np.unique(predicted))
-        metrics["eval_loss"] = float(np.mean(rows["losses"]))
+        if rows["losses"] is not None:  # (an export serves no loss)
+            metrics["eval_loss"] = float(np.mean(rows["losses"]))
         metrics["eval_examples"] = len(data)
         return metrics
 

@@ -36,17 +36,16 @@ import os
 import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from bert_ad.compat import tf
 from bert_ad.data.features import row_ids
 from bert_ad.data.streamed_batches import EncodedRow, StreamedBatches
 from bert_ad.data.text_lines import text_lines
 from bert_ad.data.truncation import truncate_pair, truncate_tokens
 from bert_ad.errors import fail, require_file
-from bert_ad.model.modeling import BertModel, masked_mean
 # What a row becomes is read from the flags before TensorFlow loads; named here too.
 from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS,  # noqa: F401
                                             EmbeddingSettings, check_layers,
                                             layer_output_name, parse_layers)
+from bert_ad.model.feature_specs import TEXT_FEATURE_SPEC
 from bert_ad.tasks.base import SplitData, Task, TextEncoder
 
 # Google's `text_a ||| text_b`, matched as its read_examples does.
@@ -153,9 +152,7 @@ class FeatureExtractionTask(Task):
     """Token vectors or pooled sentence vectors of every line of an input file."""
 
     name = "features"
-    feature_spec = {"input_ids": (tf.int32, [None, None]),
-                    "input_mask": (tf.int32, [None, None]),
-                    "segment_ids": (tf.int32, [None, None])}
+    feature_spec = TEXT_FEATURE_SPEC
 
     def __init__(self, encoder: TextEncoder, input_file: str, settings: EmbeddingSettings):
         check_layers(settings.layers, encoder.config.num_hidden_layers)
@@ -187,6 +184,8 @@ class FeatureExtractionTask(Task):
         """Per-row outputs: `embedding` [batch, hidden] when pooled, else
         layer_output_J [batch, seq, hidden] per named layer; float32, no dropout."""
         del is_training  # features are always read with dropout off
+        from bert_ad.compat import tf  # graph code: tasks/base.py
+        from bert_ad.model.modeling import BertModel
         encoder = self.encoder
         model = BertModel(encoder.config, False, features["input_ids"],
                           features["input_mask"], features["segment_ids"],
@@ -217,6 +216,8 @@ def pool(layer, input_mask, pooling: str, normalize: bool):
     mean: over the positions where input_mask is 1; cls: position 0.
     normalize: divided by max(L2 norm, 1e-12), as torch's F.normalize.
     """
+    from bert_ad.compat import tf
+    from bert_ad.model.modeling import masked_mean
     layer = tf.cast(layer, tf.float32)
     vector = layer[:, 0, :] if pooling == "cls" else masked_mean(layer, input_mask)
     if normalize:

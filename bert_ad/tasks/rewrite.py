@@ -43,7 +43,7 @@ from bert_ad.data.batching import TokenizedExamples
 from bert_ad.data.rewrite_format import LABELS, RewriteRow, encode_row, read_rows
 from bert_ad.errors import fail
 from bert_ad.metrics.classification import classification_metric_names, classification_metrics
-from bert_ad.model.heads import FEATURE_SPEC, classifier
+from bert_ad.model.feature_specs import FEATURE_SPEC
 from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
 
 log = logging.getLogger("bert_ad")
@@ -120,6 +120,7 @@ class RewriteTask(Task):
     # --- model ------------------------------------------------------------------
 
     def build_model(self, features, is_training):
+        from bert_ad.model.heads import classifier  # graph code: tasks/base.py
         out = classifier(self.encoder.config, features, len(LABELS), is_training,
                          self.encoder.compute_dtype,
                          remove_padding=self.encoder.remove_padding)
@@ -141,10 +142,15 @@ class RewriteTask(Task):
             "chance_mrr", "ranked_slots"]
 
     def metrics(self, data: SplitData, outputs) -> dict:
-        probabilities = outputs["probabilities"]
-        metrics = classification_metrics(outputs["label_ids"],
-                                         np.argmax(probabilities, axis=-1), self.labels)
-        metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"]))
+        # An export serves `score` alone: the probability of label 1.
+        probabilities = outputs.get("probabilities")
+        if probabilities is None:
+            probabilities = np.stack([1.0 - outputs["score"], outputs["score"]], axis=-1)
+        truth = [LABELS.index(row.label) for row in data.rows]
+        metrics = classification_metrics(np.asarray(truth), np.argmax(probabilities, axis=-1),
+                                         self.labels)
+        if "per_example_loss" in outputs:
+            metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"]))
         metrics["eval_examples"] = len(data)
         metrics.update(ranking_metrics(data.rows, probabilities[:, 1]))
         return metrics

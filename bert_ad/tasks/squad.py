@@ -46,7 +46,7 @@ from bert_ad.data.squad_features import (SQUAD_FEATURES, SquadFeatures, SquadWin
 from bert_ad.data.squad_json import SquadFile, read_squad_file
 from bert_ad.errors import fail
 from bert_ad.metrics.squad import STYLES, detect_style, find_best_thresh, score_answers
-from bert_ad.model.span_head import SPAN_FEATURE_SPEC, span_head, span_logits
+from bert_ad.model.feature_specs import SPAN_FEATURE_SPEC
 from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
 from bert_ad.tasks.squad_answers import AnswerSettings, Answers, answers_from_logits
 
@@ -193,6 +193,7 @@ class SquadTask(Task):
     # --- model ------------------------------------------------------------------
 
     def build_model(self, features, is_training):
+        from bert_ad.model.span_head import span_head  # graph code: tasks/base.py
         out = span_head(self.encoder.config, features, is_training, self.encoder.compute_dtype,
                         self.encoder.remove_padding)
         return {"loss": out.loss, "per_example_loss": out.per_example_loss,
@@ -202,6 +203,7 @@ class SquadTask(Task):
         """`start_logits` and `end_logits` [batch, seq] float32 of each row
         `[CLS] question [SEP] context [SEP]` (padding at -10000); docs/serving.md
         turns them into an answer."""
+        from bert_ad.model.span_head import span_logits
         complete = serving_features(features, self.feature_spec)
         start, end = span_logits(self.encoder.config, complete, False,
                                  self.encoder.compute_dtype, self.encoder.remove_padding)

@@ -42,15 +42,17 @@ from bert_ad.data.token_features import (COLUMNS, TOKEN_FEATURES, TokenFeatures,
 from bert_ad.data.token_pieces import segments_whole_sentences
 from bert_ad.errors import fail
 from bert_ad.metrics.entities import entity_metric_names, entity_metrics
-from bert_ad.model.heads import (PIECE_TOKEN_FEATURE_SPEC, TOKEN_FEATURE_SPEC,
-                                 token_classifier)
+from bert_ad.model.feature_specs import PIECE_TOKEN_FEATURE_SPEC, TOKEN_FEATURE_SPEC
 from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
-                                 check_head_learning_rate_multiplier, head_learning_rates)
+                                 check_head_learning_rate_multiplier, head_learning_rates,
+                                 serving_features)
 
 log = logging.getLogger("bert_ad")
 
 # The head's variables (bert_ad/model/heads.py token_classifier), as a regular expression.
 HEAD_VARIABLES = "^(output_weights|output_bias|output_offset_embeddings|crf/transitions)$"
+# What an export takes besides the pieces: the piece each word reads, 1 on real words.
+WORD_INPUTS = ("word_positions", "word_mask")
 
 
 @dataclasses.dataclass
@@ -246,6 +248,7 @@ class TokenClassificationTask(Task):
     # --- model ------------------------------------------------------------------
 
     def build_model(self, features, is_training):
+        from bert_ad.model.heads import token_classifier  # graph code: tasks/base.py
         out = token_classifier(self.encoder.config, features, len(self.labels), is_training,
                                self.use_crf, self.encoder.compute_dtype,
                                self.encoder.remove_padding,
@@ -253,18 +256,28 @@ class TokenClassificationTask(Task):
         return {"loss": out.loss, "predicted": out.predicted,
                 "per_example_loss": out.per_example_loss}
 
-    def learning_rate_multipliers(self) -> Dict[str, float]:
-        return head_learning_rates(HEAD_VARIABLES, self.head_learning_rate_multiplier)
-
     @property
     def serving_inputs(self):
-        # The head reads one piece per word and a CRF runs over the words: an
-        # export takes where each word's piece is (and, with a piece list, its
-        # offset in it), or it would tag [CLS] for every word. It serves
-        # `predicted` [batch, words], as build_model.
-        words = ("word_positions", "word_mask")
-        return SERVING_INPUTS + words + (("word_offsets",) if self.segmentation == "sentence"
-                                         else ())
+        # The head reads each word's piece: where the words are is an input.
+        return SERVING_INPUTS + WORD_INPUTS + (
+            ("word_offsets",) if self.segmentation == "sentence" else ())
+
+    def serving_outputs(self, features):
+        """`predicted` [batch, words] int32 (Viterbi-decoded with a CRF, argmax
+        otherwise) and `logits` [batch, words, num_tags] float32 (the CRF's
+        emissions) of the words `word_positions` names, `word_mask` 1 on real
+        ones (bert_ad/data/token_features.py makes all three)."""
+        from bert_ad.model.heads import token_classifier
+        features = dict(features, word_tag_ids=features["word_mask"] * 0)  # loss only
+        out = token_classifier(self.encoder.config,
+                               serving_features(features, self.feature_spec),
+                               len(self.labels), False, self.use_crf,
+                               self.encoder.compute_dtype, self.encoder.remove_padding,
+                               piece_offsets=self.segmentation == "sentence")
+        return {"predicted": out.predicted, "logits": out.logits}
+
+    def learning_rate_multipliers(self) -> Dict[str, float]:
+        return head_learning_rates(HEAD_VARIABLES, self.head_learning_rate_multiplier)
 
     # --- results ----------------------------------------------------------------
 
@@ -282,7 +295,8 @@ class TokenClassificationTask(Task):
         predicted = self.predicted_tags(data, outputs)
         metrics = entity_metrics([s.tags for s in data.rows], predicted,
                                  types=span_types(self.labels))
-        metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"]))
+        if "per_example_loss" in outputs:  # (an export serves no loss)
+            metrics["eval_loss"] = float(np.mean(outputs["per_example_loss"]))
         metrics["eval_sentences"] = len(data)
         metrics["eval_windows"] = len(self.features(data).windows)
         return metrics

@@ -1,0 +1,160 @@
+"""Scoring with an ONNX export in ONNX Runtime, with no TensorFlow in the process.
+
+`--do_predict --predict_from_export=DIR` with an ONNX export (and `bert-ad
+features --predict_from_export=DIR`) scores through `OnnxScorer`: the
+interface of bert_ad.parallel.scoring.Scorer and serving/load.ExportScorer
+(`run(batches)` -> one {output name: array} per batch), so the task's own
+tokenizer, length-sorted batches, windows, answer search, CRF decoding (in
+the exported graph) and result files are the same as checkpoint scoring's.
+`score` is that whole path for a split: task.batches -> ONNX Runtime -> the
+rows' outputs in input order, importing nothing that imports TensorFlow
+(tests/test_onnx.py checks sys.modules after scoring every task).
+
+ONNX Runtime runs on as many threads as this process may use cores
+(`os.sched_getaffinity`, so `taskset` and container limits count), with every
+graph optimisation on; on a machine whose onnxruntime build has CUDA
+(`onnxruntime-gpu`) the CUDA provider is chosen first (docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from bert_ad.data.tokenization import make_tokenizer
+from bert_ad.errors import fail
+from bert_ad.model.config import BertConfig
+from bert_ad.parallel.streaming import rows_in_order, stack_rows
+from bert_ad.serving import layout
+from bert_ad.tasks.base import TextEncoder
+
+log = logging.getLogger("bert_ad")
+
+EXTRA = 'pip install "bert_ad[onnx]" (onnxruntime; Python 3.8+)'
+# Tried in this order when the onnxruntime build has them.
+PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
+
+
+def require_onnxruntime(where: str):
+    """The onnxruntime module, or a UserError naming the extra to install.
+
+    Args:
+      where: what asked for it, for the message ("--predict_from_export=DIR").
+    """
+    try:
+        import onnxruntime
+    except ImportError:
+        python = ".".join(str(v) for v in sys.version_info[:2])
+        fail(f"{where} is an ONNX export, which ONNX Runtime scores, and onnxruntime is "
+             f"not installed (Python {python}): {EXTRA}")
+    return onnxruntime
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class OnnxScorer:
+    """An ONNX export in an ONNX Runtime session.
+
+    Args:
+      export_dir: a folder written by --do_export --export_format=onnx.
+      metadata: its metadata (layout.read_metadata).
+      model_file: another model file in the folder (the fp32 twin an int8
+        export is compared with); default the export's own.
+      threads: intra-op threads; default cpu_cores().
+      flag: the flag that named the folder, for messages.
+    """
+
+    def __init__(self, export_dir: str, metadata: layout.ExportMetadata,
+                 model_file: Optional[str] = None, threads: Optional[int] = None,
+                 flag: str = "--predict_from_export"):
+        where = f"{flag}={export_dir}"
+        ort = require_onnxruntime(where)
+        path = model_file or os.path.join(export_dir, layout.ONNX_FILE)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or cpu_cores()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        available = ort.get_available_providers()
+        self.providers = [p for p in PROVIDERS if p in available]
+        try:
+            self.session = ort.InferenceSession(path, options, providers=self.providers)
+        except Exception as e:  # onnxruntime's own error classes (Fail, InvalidGraph, ...)
+            fail(f"{where}: {os.path.basename(path)} does not load in ONNX Runtime "
+                 f"{ort.__version__} ({_first_line(e)}); export again with --do_export")
+        self.inputs = {value.name: value for value in self.session.get_inputs()}
+        self.outputs = [value.name for value in self.session.get_outputs()]
+        expected = (sorted(metadata.inputs), sorted(metadata.outputs))
+        if (sorted(self.inputs), sorted(self.outputs)) != expected:
+            fail(f"{where}: {os.path.basename(path)} takes {', '.join(sorted(self.inputs))} "
+                 f"and answers {', '.join(sorted(self.outputs))}, not what export.json "
+                 f"lists ({', '.join(expected[0])}; {', '.join(expected[1])}); export again "
+                 "with --do_export")
+        self.dtypes = {name: np.dtype(metadata.inputs[name].dtype) for name in self.inputs}
+        log.info("ONNX Runtime %s: %s, %d thread(s), %s", ort.__version__,
+                 os.path.basename(path), options.intra_op_num_threads,
+                 ", ".join(self.providers))
+
+    def run(self, batches: List[dict]) -> List[Dict[str, np.ndarray]]:
+        """One {output name: array} per batch dict (each holding every input name)."""
+        results = []
+        for batch in batches:
+            feed = {name: np.asarray(batch[name], self.dtypes[name]) for name in self.inputs}
+            results.append(dict(zip(self.outputs, self.session.run(self.outputs, feed))))
+        return results
+
+    def __enter__(self) -> "OnnxScorer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Let go of the ONNX Runtime session (bert-ad serve closes its scorers)."""
+        self.session = None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def export_encoder(export_dir: str, metadata: layout.ExportMetadata, cache_dir: str = ""):
+    """The TextEncoder an export was made with (its config, tokenizer, casing and
+    length), from the export's own files: what a task scoring with it needs,
+    without flags and without TensorFlow. Padding is dynamic."""
+    vocab = layout.asset_path(export_dir, metadata.vocab_file)
+    spm = metadata.tokenizer == "sentencepiece"
+    tokenizer = make_tokenizer("" if spm else vocab, metadata.do_lower_case,
+                               vocab if spm else "")
+    return TextEncoder(config=BertConfig.from_json_file(layout.bert_config_path(export_dir)),
+                       tokenizer=tokenizer, vocab_file=vocab,
+                       do_lower_case=metadata.do_lower_case,
+                       max_seq_length=metadata.max_seq_length, cache_dir=cache_dir)
+
+
+def score(task, data, batch_size: int, export_dir: str, metadata: layout.ExportMetadata,
+          model_file: Optional[str] = None, flag: str = "--predict_from_export"
+          ) -> Dict[str, np.ndarray]:
+    """The export's outputs for every feature row of `data` (a task's SplitData),
+    in input order, as bert_ad.evaluation.score gives a checkpoint's.
+
+    Batches are the task's own scoring batches (grouped by length, dynamic
+    padding), one "tower": ONNX Runtime spreads a batch over the cores itself.
+    """
+    # The model first: a damaged one is refused before the features are made.
+    with OnnxScorer(export_dir, metadata, model_file, flag=flag) as scorer:
+        batches = task.batches(data)
+        rows = batches.num_examples if batches.num_examples is not None else "the"
+        log.info("%s: scoring %s rows with the ONNX export %s (%s, step %d)", data.split,
+                 rows, export_dir, metadata.precision, metadata.global_step)
+        return stack_rows(rows_in_order(scorer, batches.scoring(batch_size, 1)))

@@ -1,0 +1,202 @@
+"""--export_precision=int8 for ONNX: fuse, quantize, and measure what it cost on dev.
+
+1. Fuse: ONNX Runtime's own BERT optimizer (onnxruntime.transformers.optimizer,
+   model type `bert_tf`, Python fusions only) turns each layer norm into one
+   LayerNormalization kernel and each GELU with its bias into one BiasGelu,
+   as they are written in the graph (bert_ad/model/modeling.py writes both in
+   Google's form, which it recognises). It needs no PyTorch.
+2. Quantize: onnxruntime.quantization.quantize_dynamic: the encoder's weight
+   matrices as int8 (symmetric, one scale per output column), activations
+   quantized to uint8 as they come, batch by batch (no calibration data); the
+   products between activations (attention's scores and context) stay
+   float32, as do layer norms, softmax and GELU.
+3. Measure: the dev split scored by the fp32 model and the int8 one, the
+   task's dev figures of both (Task.metrics on what the export serves), the
+   share of prediction lines that stay the same and the largest output
+   change, written to assets.extra/int8_accuracy.json beside the export.
+
+What is quantized, and how, was chosen by measurement (benchmarks/int8_study.py,
+docs/serving.md "int8"): the encoder's matrices only, one scale per column.
+One scale per matrix lost 1.25-2 points of accuracy on the accuracy study's
+quick run where per column kept it within half a point, for 13% of int8's
+speed; the word embeddings (a lookup, no arithmetic to speed up) cost
+accuracy for file size alone, and the task's head (one small matrix a row)
+changed nothing either way: both stay float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from typing import Dict, Optional
+
+import numpy as np
+
+from bert_ad.errors import fail
+from bert_ad.serving import layout, onnx_scoring
+
+log = logging.getLogger("bert_ad")
+
+ENCODER_PREFIX = "model/bert/encoder/"    # the ONNX node names of the encoder's layers
+EMBEDDINGS_PREFIX = "model/bert/embeddings/"
+
+
+def require_quantizer(flag: str = "--export_precision=int8"):
+    """onnxruntime's quantization and transformer optimizer, or a UserError."""
+    onnx_scoring.require_onnxruntime(flag)
+    try:
+        from onnxruntime.quantization import quantize_dynamic
+        from onnxruntime.transformers import optimizer
+    except ImportError as e:
+        fail(f"{flag} needs onnxruntime's quantization tools ({e}): "
+             f"{onnx_scoring.EXTRA}")
+    return optimizer, quantize_dynamic
+
+
+def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
+             embeddings: bool = False, head: bool = False, per_channel: bool = True
+             ) -> Dict[str, object]:
+    """Write the fused, dynamically quantized int8 model of `fp32_path` to `int8_path`.
+
+    Args:
+      fp32_path, int8_path: ONNX files (the fp32 export's model, the int8 one);
+        the fused fp32 model is left beside fp32_path.
+      num_heads, hidden_size: the encoder's (BertConfig), for the fusions.
+      embeddings: quantize the embedding tables' lookups too.
+      head: quantize the matrices outside the encoder (pooler, task head) too.
+      per_channel: one scale per output column (else one per matrix).
+    Returns:
+      What was done, for export.json's `onnx`: fusions, quantized node count
+      and the options.
+    """
+    import onnx
+    from onnxruntime.quantization import QuantType
+    optimizer, quantize_dynamic = require_quantizer()
+    fused = optimizer.optimize_model(fp32_path, model_type="bert_tf", num_heads=num_heads,
+                                     hidden_size=hidden_size, opt_level=0)
+    fusions = {op: count for op, count in fused.get_fused_operator_statistics().items()
+               if count}
+    names = []
+    for node in fused.model.graph.node:
+        weights = any(fused.get_initializer(name) is not None for name in node.input)
+        if node.op_type == "MatMul" and weights and (
+                node.name.startswith(ENCODER_PREFIX) or head):
+            names.append(node.name)
+        elif node.op_type == "Gather" and embeddings and weights \
+                and node.name.startswith(EMBEDDINGS_PREFIX):
+            names.append(node.name)
+    # Saved first: the file gets the opset of the fused kernels' domain (com.microsoft).
+    fused_path = os.path.splitext(fp32_path)[0] + "_fused.onnx"
+    fused.save_model_to_file(fused_path)
+    with _without_preprocessing_advice():
+        quantize_dynamic(fused_path, int8_path, weight_type=QuantType.QInt8,
+                         per_channel=per_channel, nodes_to_quantize=names,
+                         # Shape inference cannot type the fused kernels' outputs.
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    return {"fusions": fusions, "quantized_nodes": len(names), "weights": "int8",
+            "activations": "uint8, dynamic", "per_channel": per_channel,
+            "embeddings_quantized": embeddings, "head_quantized": head}
+
+
+class _PreprocessingAdvice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_preprocessing_advice():
+    """quantize_dynamic advises (on the root logger, every time) a shape-inference
+    pre-pass meant for static quantization of image models: not a line for our log."""
+    advice = _PreprocessingAdvice()
+    logging.getLogger().addFilter(advice)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(advice)
+
+
+def accuracy_change(task, data, export_dir: str, metadata: layout.ExportMetadata,
+                    fp32_path: str, batch_size: int = 32) -> Dict[str, object]:
+    """The int8 export in `export_dir` against its fp32 twin `fp32_path` on `data`.
+
+    Returns:
+      {"split", "source", "rows", "fp32": figures, "int8": figures, "change":
+      int8 - fp32 per figure, "outputs": per output the largest and mean
+      absolute change, "same_prediction_lines": the share of the task's
+      first prediction file's lines that are equal}; figures and lines only
+      for a task that has them.
+    """
+    flag = "--export_dir"
+    fp32 = onnx_scoring.score(task, data, batch_size, export_dir, metadata, fp32_path, flag)
+    int8 = onnx_scoring.score(task, data, batch_size, export_dir, metadata, flag=flag)
+    report: Dict[str, object] = {"split": data.split, "source": data.source,
+                                 "rows": len(data), "outputs": {}}
+    for name in sorted(fp32):
+        change = _absolute_change(fp32[name], int8[name])
+        if change is not None:
+            report["outputs"][name] = change
+    figures = [_numbers(_if_the_task_has(task.metrics, data, outputs))
+               for outputs in (fp32, int8)]
+    if figures[0] is not None:
+        report["fp32"], report["int8"] = figures
+        report["change"] = {name: figures[1][name] - value
+                            for name, value in figures[0].items() if name in figures[1]}
+    files = [_if_the_task_has(task.prediction_files, data, outputs) for outputs in (fp32, int8)]
+    if files[0] is not None:
+        first = sorted(files[0])[0]
+        a, b = list(files[0][first]), list(files[1][first])
+        report["same_prediction_lines"] = {
+            "file": first, "share": sum(x == y for x, y in zip(a, b)) / max(len(a), 1)}
+    return report
+
+
+def _if_the_task_has(method, data, outputs):
+    """`method(data, outputs)`, or None for a task without it (Task's default raises
+    NotImplementedError: a features task has no metrics nor prediction files)."""
+    try:
+        return method(data, outputs)
+    except NotImplementedError:
+        return None
+
+
+def _numbers(figures: Optional[dict]) -> Optional[Dict[str, float]]:
+    if figures is None:
+        return None
+    return {k: float(v) for k, v in figures.items()
+            if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)}
+
+
+def _absolute_change(a: np.ndarray, b: np.ndarray) -> Optional[Dict[str, float]]:
+    """The largest and mean |a - b| of a floating output (None for others); rows
+    padded to their batch's length (an object array) are compared row by row."""
+    rows_a, rows_b = (list(a), list(b)) if a.dtype == object else ([a], [b])
+    if not rows_a or not np.issubdtype(np.asarray(rows_a[0]).dtype, np.floating):
+        return None
+    differences = np.concatenate([
+        np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).ravel()
+        for x, y in zip(rows_a, rows_b)])
+    return {"max_abs": float(differences.max()), "mean_abs": float(differences.mean())}
+
+
+def write_report(export_dir: str, report: Dict[str, object], main_metric: str = "") -> str:
+    """assets.extra/int8_accuracy.json in `export_dir`; its path. Logs the change of
+    `main_metric` (else of every figure) and the prediction lines that stayed."""
+    path = os.path.join(export_dir, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    names = [main_metric] if main_metric in report.get("fp32", {}) else sorted(
+        report.get("fp32", {}))
+    for name in names:
+        log.info("int8 export: %s %s: %.4f with fp32 weights, %.4f with int8 (%+.4f)",
+                 report["split"], name, report["fp32"][name], report["int8"][name],
+                 report["change"][name])
+    if "same_prediction_lines" in report:
+        same = report["same_prediction_lines"]
+        log.info("int8 export: %.1f%% of %s's lines as with fp32 weights",
+                 100 * same["share"], same["file"])
+    for name, change in sorted(report["outputs"].items()):
+        log.info("int8 export: %s changed by %.2g at most (mean %.2g)", name,
+                 change["max_abs"], change["mean_abs"])
+    return path

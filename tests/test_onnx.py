@@ -1,0 +1,553 @@
+"""ONNX exports (--export_format=onnx, --export_precision=int8) and scoring them
+in ONNX Runtime with no TensorFlow (bert_ad/serving/onnx_*.py, quantization.py).
+
+A tiny BERT (hidden 32, 2 layers, wide initialisation so rows differ) with the
+heads of six tasks: a sentence classifier, a windows classifier (attention
+pooling), NER with a CRF, SQuAD, pooled features and rewrite. Each task's freshly
+initialised checkpoint is exported as a SavedModel and as ONNX by its
+launcher (in this process), then:
+
+* the ONNX model's raw outputs equal the SavedModel's (1e-4): probabilities,
+  window logits and scores, NER emissions and Viterbi tags, span logits,
+  embeddings, rewrite scores;
+* `--do_predict --predict_from_export=ONNX` writes the checkpoint's result
+  files (and `bert-ad features` its vectors);
+* a fresh Python process scores every task's ONNX export with the same
+  tokenizer, batches and result code and then holds no TensorFlow module;
+* an int8 export is quantized (fused kernels, int8 matmuls), measured on the
+  dev split (its fp32 accuracy is the checkpoint's, computed here from
+  predict.txt) and stays close;
+* bad input is one line: no ONNX tools, a missing or damaged model file,
+  int8 for a TensorFlow format, fp16 for ONNX.
+
+The tf1 lane (Python 3.7) has no ONNX tools: only the bad-input cases that
+need none run there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_ad.cli import classifier as classifier_cli
+from bert_ad.cli import features as features_cli
+from bert_ad.cli import ner as ner_cli
+from bert_ad.cli import rewrite as rewrite_cli
+from bert_ad.cli import squad as squad_cli
+from bert_ad.data.feature_cache import file_digest
+from bert_ad.errors import UserError
+from bert_ad.serving import layout
+
+import onnx_tasks
+from helpers import (REPO, SAMPLE_SENTIMENT, basic_words, run_main, sample_sentiment_texts,
+                     tiny_model, tree_digest)
+
+HAVE_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime", "tf2onnx"))
+needs_onnx = pytest.mark.skipif(
+    not HAVE_ONNX, reason="onnx, onnxruntime and tf2onnx are not installed in this lane "
+    '(pip install "bert_ad[onnx]": Python 3.8+ with TensorFlow 2.x)')
+SQUAD = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
+CLIS = {"classifier": classifier_cli, "windows": classifier_cli, "ner": ner_cli,
+        "squad": squad_cli, "features": features_cli, "rewrite": rewrite_cli}
+ATOL = 1e-4
+BATCH = 4
+
+
+# ---------------------------------------------------------------------------
+# The tiny model, its data and its five tasks.
+
+
+def squad_texts() -> list:
+    with open(SQUAD, encoding="utf-8") as f:
+        squad = json.load(f)
+    return [text for a in squad["data"] for p in a["paragraphs"]
+            for text in [p["context"]] + [q["question"] for q in p["qas"]]]
+
+
+def conll_sentences(texts: list) -> str:
+    """Sentences of the sample texts, one word a line; words of 6+ letters are an
+    entity (B-LONG, I-LONG after another)."""
+    lines = []
+    for text in texts:
+        previous = False
+        for word in basic_words(text):
+            long = len(word) >= 6
+            lines.append(f"{word}\t{('I' if previous else 'B') + '-LONG' if long else 'O'}")
+            previous = long
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+class Setup:
+    """Paths: the model, each task's data, checkpoint and exports."""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Setup:
+    from bert_ad.data import rewrite_rows
+    from bert_ad.data.tokenization import make_tokenizer
+    s = Setup()
+    s.root = str(tmp_path_factory.mktemp("onnx"))
+    texts = sample_sentiment_texts()
+    s.model = tiny_model(os.path.join(s.root, "model"), texts + squad_texts(),
+                         max_position_embeddings=64, initializer_range=0.5,
+                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ner_dir = os.path.join(s.root, "ner")
+    os.makedirs(ner_dir)
+    for split, rows in (("train", texts[:20]), ("dev", texts[20:30]), ("test", texts[30:45])):
+        with open(os.path.join(ner_dir, f"{split}.txt"), "w", encoding="utf-8") as f:
+            f.write(conll_sentences(rows))
+    s.lines = os.path.join(s.root, "lines.txt")
+    with open(s.lines, "w", encoding="utf-8") as f:
+        f.write("\n".join(texts[:24]) + "\n")
+    rewrite_dir = os.path.join(s.root, "rewrite")
+    rewrite_rows.prepare([s.lines], rewrite_dir, make_tokenizer(s.model.vocab_file, True),
+                         rewrite_rows.PrepareSettings(negatives=1, dev_fraction=0.25,
+                                                      slots_per_text=1, seed=3))
+    s.data = {"classifier": SAMPLE_SENTIMENT, "windows": SAMPLE_SENTIMENT, "ner": ner_dir,
+              "squad": SQUAD, "features": s.lines, "rewrite": rewrite_dir}
+    s.checkpoints, s.exports = {}, {}
+    return s
+
+
+def checkpoint(s: Setup, key: str) -> str:
+    """The task's checkpoint (made on first use): its graph's fresh weights, perturbed."""
+    from bert_ad.compat import tf
+    from bert_ad.data.tokenization import make_tokenizer
+    from bert_ad.tasks.base import TextEncoder
+    if key not in s.checkpoints:
+        length = onnx_tasks.FLAGS[key].get("max_seq_length", onnx_tasks.MAX_SEQ)
+        encoder = TextEncoder(s.model.bert_config(), make_tokenizer(s.model.vocab_file, True),
+                              s.model.vocab_file, True, length, compute_dtype=tf.float32)
+        os.makedirs(os.path.join(s.root, "checkpoints", key))
+        s.checkpoints[key] = perturbed_checkpoint(
+            os.path.join(s.root, "checkpoints", key, "model.ckpt"),
+            onnx_tasks.build(key, encoder, s.data), seed=len(key))
+    return s.checkpoints[key]
+
+
+def perturbed_checkpoint(prefix: str, task, seed: int) -> str:
+    """The task's freshly initialised weights, each moved by noise (layer norms that
+    are not 1 and 0, biases that are not 0, as in a trained model: an ONNX converter
+    drops an addition of zeros, which changes what can be fused), saved at `prefix`."""
+    from bert_ad.compat import tf
+    from bert_ad.parallel.train_graph import feature_placeholders
+    rng = np.random.RandomState(seed)
+    with tf.Graph().as_default():
+        tf.set_random_seed(seed)
+        task.build_model(feature_placeholders(task.feature_spec, 0), False)
+        with tf.Session() as session:
+            session.run(tf.global_variables_initializer())
+            for variable in tf.global_variables():
+                value = session.run(variable)
+                variable.load(value + rng.normal(0, 0.1, value.shape).astype(value.dtype),
+                              session)
+            tf.train.Saver().save(session, prefix, write_meta_graph=False)
+    return prefix
+
+
+def task_flags(s: Setup, key: str, **more) -> dict:
+    flags = {"vocab_file": s.model.vocab_file, "bert_config_file": s.model.config_file,
+             "max_seq_length": onnx_tasks.MAX_SEQ, "init_checkpoint": checkpoint(s, key)}
+    flags.update(onnx_tasks.FLAGS[key])
+    if key == "squad":
+        flags["predict_file"] = s.data[key]
+    elif key == "features":
+        flags["input_file"] = s.data[key]
+    else:
+        flags["data_dir"] = s.data[key]
+    flags.update(more)
+    return flags
+
+
+def export(s: Setup, key: str, fmt: str, precision: str = "fp32") -> str:
+    """The task's checkpoint exported (once) by its launcher; the folder."""
+    name = f"{key}_{fmt}_{precision}"
+    if name not in s.exports:
+        target = os.path.join(s.root, "exports", name)
+        flags = task_flags(s, key, do_export=True, export_dir=target, export_format=fmt,
+                           export_precision=precision)
+        if key in ("features", "squad"):  # (their files are only read when scoring)
+            flags.pop("input_file" if key == "features" else "predict_file")
+        if key != "features":
+            flags["output_dir"] = os.path.join(s.root, "export_runs", name)
+        assert run_main(CLIS[key], flags) == 0
+        s.exports[name] = target
+    return s.exports[name]
+
+
+def predict(s: Setup, key: str, name: str, **more) -> dict:
+    """{file name: lines} a launcher wrote scoring the task's rows (`more`: with an
+    export); features: {"embedding": vector lines}."""
+    out = os.path.join(s.root, "predictions", f"{key}_{name}")
+    if key == "features":
+        vectors = out + ".npy"
+        flags = task_flags(s, key, output_file=vectors, **more)
+        if "predict_from_export" in more:
+            for model_flag in ("init_checkpoint", "vocab_file", "bert_config_file",
+                               "max_seq_length"):
+                flags.pop(model_flag)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        assert run_main(features_cli, flags) == 0
+        return {"embedding": [" ".join(f"{v:.7f}" for v in row) for row in np.load(vectors)]}
+    flags = task_flags(s, key, do_predict=True, output_dir=out, **more)
+    if "predict_from_export" in more:
+        for model_flag in ("init_checkpoint", "vocab_file", "bert_config_file", "labels"):
+            flags.pop(model_flag, None)
+    assert run_main(CLIS[key], flags) == 0
+    names = sorted(n for n in os.listdir(out) if n.startswith(("predict", "test_results",
+                                                               "nbest", "null_odds")))
+    result = {}
+    for name in names:
+        with open(os.path.join(out, name), encoding="utf-8") as f:
+            result[name] = f.read().splitlines()
+    return result
+
+
+@pytest.fixture(scope="module")
+def checkpoint_files(setup) -> dict:
+    """Every task's result files scored from its checkpoint (--do_predict)."""
+    return {key: predict(setup, key, "checkpoint") for key in onnx_tasks.TASKS}
+
+
+def raw_outputs(s: Setup, key: str, export_dir: str) -> dict:
+    """The export's outputs for every row of the task's predict split, in order."""
+    from bert_ad.parallel.streaming import rows_in_order, stack_rows
+    from bert_ad.serving import onnx_scoring
+    from bert_ad.serving.load import ExportScorer
+
+    metadata = layout.read_metadata(export_dir)
+    encoder = onnx_scoring.export_encoder(export_dir, metadata)
+    task = onnx_tasks.build(key, encoder, s.data)
+    data = task.read("predict")
+    if metadata.format == "onnx":
+        return onnx_scoring.score(task, data, BATCH, export_dir, metadata)
+    with ExportScorer(export_dir, metadata) as scorer:
+        return stack_rows(rows_in_order(scorer, task.batches(data).scoring(BATCH, 1)))
+
+
+def assert_close(a, b, atol: float = ATOL) -> None:
+    for x, y in zip(a, b) if a.dtype == object else [(a, b)]:
+        x, y = _padding_logits(x), _padding_logits(y)
+        np.testing.assert_allclose(x, y, atol=atol, rtol=0)
+    assert len(a) == len(b)
+
+
+def _padding_logits(values) -> np.ndarray:
+    """Span logits at padding as one number: -10000 added to what the encoder gave
+    there, 0 in a SavedModel (padding removed) and a small logit in ONNX (kept)."""
+    values = np.asarray(values, np.float64)
+    return np.where(values < -5000.0, -10000.0, values)
+
+
+# ---------------------------------------------------------------------------
+# 1. fp32: the ONNX model answers as the SavedModel does.
+
+
+@needs_onnx
+@pytest.mark.parametrize("key", onnx_tasks.TASKS)
+def test_onnx_outputs_equal_the_saved_models(setup, key):
+    saved_model = raw_outputs(setup, key, export(setup, key, "saved_model"))
+    onnx_dir = export(setup, key, "onnx")
+    onnx = raw_outputs(setup, key, onnx_dir)
+    assert sorted(onnx) == sorted(saved_model)
+    for name in saved_model:
+        assert_close(onnx[name], saved_model[name])
+    # Every output is there and moves between rows (no constant stand-in served).
+    floating = [n for n in onnx if np.asarray(list(onnx[n])[0]).dtype.kind == "f"]
+    assert floating, onnx.keys()
+    for name in floating:
+        first = np.asarray(list(onnx[name])[0], np.float64)
+        assert any(not np.allclose(np.asarray(v, np.float64), first)
+                   for v in list(onnx[name])[1:] if np.shape(v) == first.shape), name
+    metadata = layout.read_metadata(onnx_dir)
+    assert metadata.format == "onnx" and metadata.precision == "fp32"
+    assert metadata.onnx["opset"] == "17" and metadata.onnx["tf2onnx"]
+    import onnx as onnx_library
+    model = onnx_library.load(os.path.join(onnx_dir, layout.ONNX_FILE))
+    inputs = {value.name: [d.dim_param for d in value.type.tensor_type.shape.dim]
+              for value in model.graph.input}
+    assert inputs["input_ids"] == ["batch", "sequence"]   # both dimensions dynamic
+    assert sorted(inputs) == sorted(metadata.inputs)
+    for name in ("assets/vocab.txt", "assets.extra/bert_config.json"):
+        assert os.path.isfile(os.path.join(onnx_dir, name))
+
+
+EXPECTED_OUTPUTS = {
+    "classifier": ["label_ids", "probabilities"],
+    "windows": ["label_ids", "probabilities", "window_documents", "window_logits",
+                "window_scores"],
+    "ner": ["logits", "predicted"],
+    "squad": ["end_logits", "start_logits"],
+    "features": ["embedding"],
+    "rewrite": ["score"],
+}
+
+
+@needs_onnx
+def test_each_export_serves_what_its_task_reads(setup):
+    for key, names in EXPECTED_OUTPUTS.items():
+        metadata = layout.read_metadata(export(setup, key, "onnx"))
+        assert sorted(metadata.outputs) == names, key
+    ner = layout.read_metadata(export(setup, "ner", "onnx"))
+    assert sorted(ner.inputs) == ["input_ids", "input_mask", "segment_ids", "word_mask",
+                                  "word_positions"]
+    assert ner.outputs["logits"].shape == [-1, -1, len(onnx_tasks.NER_LABELS)]
+
+
+# ---------------------------------------------------------------------------
+# 2. --predict_from_export with ONNX: the checkpoint's result files.
+
+
+@needs_onnx
+@pytest.mark.parametrize("key", onnx_tasks.TASKS)
+def test_predict_from_an_onnx_export_writes_the_checkpoints_files(setup, checkpoint_files,
+                                                                  key):
+    onnx = predict(setup, key, "onnx", predict_from_export=export(setup, key, "onnx"))
+    expected = checkpoint_files[key]
+    assert sorted(onnx) == sorted(expected)
+    for name, lines in expected.items():
+        assert_same_lines(key, name, onnx[name], lines)
+
+
+def assert_same_lines(key: str, name: str, got: list, want: list) -> None:
+    """A result file's lines equal, numbers to 2e-6 (files keep 6 or 7 decimals),
+    answer files by their answers."""
+    assert len(got) == len(want), (key, name)
+    if name in ("test_results.tsv", "embedding") or (key, name) == ("rewrite", "predict.txt"):
+        numbers = [[float(x) for x in line.split()[:None if name != "predict.txt" else 1]]
+                   for line in got]
+        expected = [[float(x) for x in line.split()[:None if name != "predict.txt" else 1]]
+                    for line in want]
+        np.testing.assert_allclose(numbers, expected, atol=2e-6)
+        if name == "predict.txt":   # rewrite: the score, then the row's own columns
+            assert [line.split("\t")[1:] for line in got] == [
+                line.split("\t")[1:] for line in want]
+    elif name.endswith(".json"):
+        assert _answers(got) == _answers(want), (key, name)
+    else:
+        assert got == want, (key, name)
+
+
+def _answers(lines: list):
+    """The answer texts of a predictions.json-style file (logits-derived numbers aside)."""
+    value = json.loads("\n".join(lines))
+    if isinstance(value, dict):
+        return {k: (v if isinstance(v, str) else [e["text"] for e in v] if isinstance(v, list)
+                    else round(float(v), 3)) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------------------
+# 3. Scoring with ONNX Runtime imports no TensorFlow.
+
+NO_TENSORFLOW_SCRIPT = r"""
+import json, sys
+import onnx_tasks
+from bert_ad.serving import layout, onnx_scoring
+
+job = json.load(open(sys.argv[1]))
+results = {}
+for key, export_dir in job["exports"].items():
+    metadata = layout.read_metadata(export_dir)
+    task = onnx_tasks.build(key, onnx_scoring.export_encoder(export_dir, metadata), job["data"])
+    split = task.read("predict")
+    outputs = onnx_scoring.score(task, split, 4, export_dir, metadata)
+    results[key] = onnx_tasks.prediction_lines(task, split, outputs)
+results["modules"] = sorted(name for name in sys.modules
+                            if name.split(".")[0] in ("tensorflow", "keras", "tf2onnx"))
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+@needs_onnx
+def test_scoring_with_onnx_runtime_imports_no_tensorflow(setup, checkpoint_files):
+    exports = {key: export(setup, key, "onnx") for key in onnx_tasks.TASKS}
+    job, out = os.path.join(setup.root, "job.json"), os.path.join(setup.root, "result.json")
+    with open(job, "w") as f:
+        json.dump({"exports": exports, "data": setup.data}, f)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.environ.get("PYTHONPATH", REPO), os.path.join(REPO, "tests")]))
+    done = subprocess.run([sys.executable, "-c", NO_TENSORFLOW_SCRIPT, job, out], env=env,
+                          cwd=setup.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out) as f:
+        results = json.load(f)
+    assert results.pop("modules") == []
+    for key in onnx_tasks.TASKS:
+        assert sorted(results[key]) == sorted(checkpoint_files[key]), key
+        for name, lines in results[key].items():
+            assert_same_lines(key, name, lines, checkpoint_files[key][name])
+
+
+# ---------------------------------------------------------------------------
+# 4. int8.
+
+
+@needs_onnx
+def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
+    import onnx as onnx_library
+    from bert_ad.data.processors import get_task, read_examples
+
+    int8_dir = export(setup, "classifier", "onnx", "int8")
+    metadata = layout.read_metadata(int8_dir)
+    assert metadata.precision == "int8"
+    config = setup.model.bert_config()
+    done = metadata.onnx["int8"]
+    # Each layer's two layer norms fused, and its GELU with its bias.
+    assert done["fusions"] == {"LayerNormalization": 2 * config.num_hidden_layers,
+                               "BiasGelu": config.num_hidden_layers}
+    assert done["quantized_nodes"] == 6 * config.num_hidden_layers  # q k v o in out
+    assert done["per_channel"] and not done["embeddings_quantized"]
+    ops = {node.op_type for node in onnx_library.load(
+        os.path.join(int8_dir, layout.ONNX_FILE)).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops or "DynamicQuantizeMatMul" in ops
+    with open(os.path.join(int8_dir, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
+        report = json.load(f)
+    dev = read_examples(get_task("sentiment"), SAMPLE_SENTIMENT, "dev")
+    assert report["split"] == "dev" and report["rows"] == len(dev)
+    # The fp32 figures are the checkpoint's: its dev predictions scored here.
+    predicted = predict(setup, "classifier", "checkpoint_dev",
+                        predict_file=os.path.join(SAMPLE_SENTIMENT, "dev.tsv"))["predict.txt"]
+    accuracy = np.mean([p == e.label for p, e in zip(predicted, dev)])
+    assert report["fp32"]["eval_accuracy"] == pytest.approx(accuracy)
+    assert report["change"]["eval_accuracy"] == pytest.approx(
+        report["int8"]["eval_accuracy"] - accuracy)
+    # Really int8 (the probabilities move), and close to fp32.
+    change = report["outputs"]["probabilities"]
+    assert 1e-6 < change["max_abs"] < 0.05, change
+    assert 0.0 <= report["same_prediction_lines"]["share"] <= 1.0
+
+
+# ---------------------------------------------------------------------------
+# 5. Bad input: one line.
+
+
+def one_line(cli, flags: dict) -> str:
+    with pytest.raises(UserError) as caught:
+        run_main(cli, flags)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    return message
+
+
+def fake_onnx_export(s: Setup, name: str, model_bytes: bytes = b"not a model") -> str:
+    """A classifier export folder whose metadata is right and whose model.onnx
+    holds `model_bytes` (made without any ONNX tool: both lanes)."""
+    target = os.path.join(s.root, "fake", name)
+    os.makedirs(os.path.join(target, layout.ASSETS_DIR))
+    os.makedirs(os.path.join(target, layout.EXTRA_DIR))
+    shutil.copy(s.model.vocab_file, os.path.join(target, layout.ASSETS_DIR))
+    shutil.copy(s.model.config_file, layout.bert_config_path(target))
+    io = {n: layout.TensorInfo(n, "int32", [-1, -1])
+          for n in ("input_ids", "input_mask", "segment_ids")}
+    metadata = layout.ExportMetadata(
+        format="onnx", precision="fp32", task="classifier", labels=["0", "1"],
+        max_seq_length=onnx_tasks.MAX_SEQ, do_lower_case=True, vocab_file="vocab.txt",
+        tokenizer="wordpiece", vocab_sha256=file_digest(s.model.vocab_file),
+        tensorflow_version="-", checkpoint="-", global_step=0, inputs=io,
+        outputs={"probabilities": layout.TensorInfo("probabilities", "float32", [-1, 2])},
+        settings={"long_text": "truncate", "truncation": "head"})
+    with open(layout.metadata_path(target), "w") as f:
+        f.write(metadata.to_json())
+    with open(os.path.join(target, layout.ONNX_FILE), "wb") as f:
+        f.write(model_bytes)
+    return target
+
+
+def predict_flags(s: Setup, export_dir: str) -> dict:
+    return {"task_name": "sentiment", "data_dir": SAMPLE_SENTIMENT, "do_predict": True,
+            "output_dir": os.path.join(s.root, "bad", os.path.basename(export_dir)),
+            "predict_from_export": export_dir}
+
+
+def test_an_onnx_export_without_onnxruntime_is_one_line(setup, monkeypatch):
+    if importlib.util.find_spec("onnxruntime"):
+        monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    flags = predict_flags(setup, fake_onnx_export(setup, "no_runtime"))
+    message = one_line(classifier_cli, flags)
+    assert "is an ONNX export, which ONNX Runtime scores, and onnxruntime is not " \
+           "installed" in message
+    assert 'pip install "bert_ad[onnx]"' in message and "Python 3.8+" in message
+    assert not os.path.exists(flags["output_dir"]) or not any(
+        n.startswith("predict") for n in os.listdir(flags["output_dir"]))
+
+
+def test_an_onnx_export_without_the_converter_is_one_line(setup, monkeypatch):
+    if HAVE_ONNX:
+        monkeypatch.setitem(sys.modules, "tf2onnx", None)
+    flags = task_flags(setup, "classifier", do_export=True, export_format="onnx",
+                       output_dir=os.path.join(setup.root, "bad", "no_converter"),
+                       export_dir=os.path.join(setup.root, "bad", "no_converter_export"))
+    message = one_line(classifier_cli, flags)
+    assert "--export_format=onnx needs onnx, onnxruntime and tf2onnx" in message
+    assert 'pip install "bert_ad[onnx]"' in message
+    assert not os.path.exists(flags["export_dir"])
+
+
+def test_a_missing_model_file_is_one_line(setup):
+    target = fake_onnx_export(setup, "missing")
+    os.remove(os.path.join(target, layout.ONNX_FILE))
+    message = one_line(classifier_cli, predict_flags(setup, target))
+    assert message == (f"--predict_from_export={target} is an incomplete export: model.onnx "
+                       "is missing; export again with --do_export")
+
+
+@needs_onnx
+def test_a_damaged_model_file_is_one_line(setup):
+    real = os.path.join(export(setup, "classifier", "onnx"), layout.ONNX_FILE)
+    with open(real, "rb") as f:
+        truncated = f.read()[:2000]
+    target = fake_onnx_export(setup, "damaged", truncated)
+    flags = predict_flags(setup, target)
+    before = tree_digest(os.path.dirname(flags["output_dir"]))
+    message = one_line(classifier_cli, flags)
+    assert message.startswith(f"--predict_from_export={target}: model.onnx does not load "
+                              "in ONNX Runtime")
+    assert message.endswith("export again with --do_export")
+    assert tree_digest(os.path.dirname(flags["output_dir"])) == before
+
+
+@pytest.mark.parametrize("fmt, precision, expected", [
+    ("saved_model", "int8", "--export_precision=int8 is not a precision of "
+     "--export_format=saved_model (it has fp32, fp16); int8 is for --export_format=onnx"),
+    ("frozen_graph", "int8", "--export_precision=int8 is not a precision of "
+     "--export_format=frozen_graph (it has fp32, fp16); int8 is for --export_format=onnx"),
+    ("onnx", "fp16", "--export_precision=fp16 is not a precision of --export_format=onnx "
+     "(it has fp32, int8); fp16 is for --export_format=saved_model or frozen_graph"),
+])
+def test_a_precision_the_format_has_not_is_one_line(setup, fmt, precision, expected):
+    flags = task_flags(setup, "classifier", do_export=True, export_format=fmt,
+                       export_precision=precision,
+                       output_dir=os.path.join(setup.root, "bad", f"{fmt}_{precision}"))
+    assert one_line(classifier_cli, flags) == expected
+
+
+def test_bert_ad_serve_answers_with_an_onnx_export_as_predict_from_export(setup, tmp_path):
+    """`bert-ad serve` scores an ONNX export in ONNX Runtime (served_models.SCORERS):
+    the classifier's labels and probabilities equal --predict_from_export's with it."""
+    pytest.importorskip("aiohttp")
+    from helpers import Processes
+    from test_serve import start_server
+    export_dir = export(setup, "classifier", "onnx")
+    files = predict(setup, "classifier", "onnx_served", predict_from_export=export_dir)
+    with open(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), encoding="utf-8") as f:
+        texts = [line.rstrip("\n").split("\t")[-1] for line in f if line.strip()]
+    labels = layout.read_metadata(export_dir).labels
+    with Processes() as processes:
+        served = start_server(processes, str(tmp_path / "serve.log"), {"onnx": export_dir})
+        predictions = served.predict("onnx", texts)
+        served.process.terminate()
+    expected = np.array([[float(v) for v in line.split("\t")]
+                         for line in files["test_results.tsv"]])
+    assert [p["label"] for p in predictions] == [labels[int(i)] for i in files["predict.txt"]]
+    got = np.array([[p["probabilities"][label] for label in labels] for p in predictions])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
