@@ -534,7 +534,8 @@ def test_a_precision_the_format_has_not_is_one_line(setup, fmt, precision, expec
 def test_bert_ad_serve_answers_with_an_onnx_export_as_predict_from_export(setup, tmp_path):
     """`bert-ad serve` scores an ONNX export in ONNX Runtime (served_models.SCORERS):
     the classifier's labels and probabilities equal --predict_from_export's with it."""
-    pytest.importorskip("aiohttp")
+    for module in ("aiohttp", "onnxruntime", "tf2onnx"):  # the serve and onnx extras
+        pytest.importorskip(module)
     from helpers import Processes
     from test_serve import start_server
     export_dir = export(setup, "classifier", "onnx")
