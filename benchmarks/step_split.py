@@ -42,7 +42,7 @@ import time
 from typing import Dict, List, Sequence, Tuple
 
 from benchmarks import gpu_scaling_model as paper
-from benchmarks.cpu_apply_time import peak_rss_mb
+from benchmarks.measuring import peak_rss_mb
 
 LAYOUTS = ("parameter_server", "replicated")
 PARTS = ("compute", "all-reduce", "apply", "transfers", "other")   # in priority order
