@@ -30,7 +30,7 @@ cores swapped: one of ours beside Hugging Face.
   untimed batch: rows over the forward passes ("model"), and over the
   process's life.
 
-Peak RSS is each worker process's own (getrusage).
+Peak RSS is each worker process's own (measuring.peak_rss_mb).
 """
 
 from __future__ import annotations
@@ -38,15 +38,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import time
 
-from bert_ad.tools import benchmarking as bench  # (no TensorFlow import)
+from benchmarks import measuring as bench  # (no TensorFlow import)
+from benchmarks.measuring import checkout_env, hf_dir_for, peak_rss_mb
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_MODULE = "benchmarks.bench_onnx"
 MODELS = ("minilm", "chinese")
 # onnx_int8_no_tf: the int8 export scored as the command line will once it imports
@@ -70,10 +69,6 @@ def process_seconds() -> float:
     return uptime - started / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def long_rows(name: str, tokenizer, seq: int, count: int) -> list:
     """`count` texts of the model's running text, each of at least seq - 2 pieces."""
     from benchmarks.bench_memory import texts_of
@@ -92,7 +87,7 @@ def long_rows(name: str, tokenizer, seq: int, count: int) -> list:
 
 def prepare(name: str, seq: int, args) -> dict:
     """Paths of one model at one length: checkpoint, exports, data, HF copy (made once)."""
-    from benchmarks.bench_memory import hf_dir_for, model_dir, vocab_of
+    from benchmarks.bench_memory import model_dir, vocab_of
     from bert_ad.data.tokenization import make_tokenizer
     directory = model_dir(name, args.work_dir)
     vocab, lower = vocab_of(directory)
@@ -117,7 +112,7 @@ def prepare(name: str, seq: int, args) -> dict:
         os.rename(staging, paths["data"])
     launcher = [sys.executable, "-m", "bert_ad", "classifier", "--task_name=sentiment",
                 f"--data_dir={paths['data']}", f"--max_seq_length={seq}"] + model_flags
-    env = dict(os.environ, PYTHONPATH=REPO)
+    env = dict(os.environ, **checkout_env())
     if not os.path.exists(os.path.join(paths["output"], "train_results.txt")):
         subprocess.run(launcher + [f"--init_checkpoint={directory}/bert_model.ckpt",
                                    "--do_train", "--train_batch_size=4", "--max_train_examples=4",
@@ -249,18 +244,20 @@ def worker_hf(args) -> dict:
 
 # --- driver -----------------------------------------------------------------------------
 
-def worker_command(args, impl: str, paths: dict, seq: int, round_dir: str) -> list:
-    command = [sys.executable, "-m", WORKER_MODULE, "--worker", impl, "--seq", str(seq),
-               "--data", paths["data"], "--vocab", paths["vocab"],
-               "--lower", str(paths["lower"]).lower()]
+def worker_command(impl: str, paths: dict, seq: int, round_dir: str) -> list:
+    flags = {"seq": seq, "data": paths["data"], "vocab": paths["vocab"],
+             "lower": str(paths["lower"]).lower()}
     if impl == "hf":
-        return command + ["--hf_dir", paths["hf_dir"]]
-    command += ["--output_dir", os.path.join(round_dir, impl)]
+        return bench.worker_command(WORKER_MODULE, impl, hf_dir=paths["hf_dir"], **flags)
+    flags["output_dir"] = os.path.join(round_dir, impl)
     if impl == "tf":
         from bert_ad.parallel.checkpoints import step_checkpoints
-        return command + ["--checkpoint", step_checkpoints(paths["output"])[-1],
-                          "--model_flags=" + " ".join(paths["model_flags"])]
-    return command + ["--export", paths["exports"][impl.split("_")[1]]]  # onnx_PRECISION...
+        return bench.worker_command(WORKER_MODULE, impl, **flags,
+                                    checkpoint=step_checkpoints(paths["output"])[-1],
+                                    model_flags=" ".join(paths["model_flags"]))
+    # onnx_PRECISION[_no_tf]
+    return bench.worker_command(WORKER_MODULE, impl, **flags,
+                                export=paths["exports"][impl.split("_")[1]])
 
 
 def run_rounds(args) -> list:
@@ -272,11 +269,11 @@ def run_rounds(args) -> list:
                 for cores in ((0, 1), (1, 0)):
                     round_dir = os.path.join(args.work_dir, "rounds", f"{name}_{seq}_{impl}")
                     shutil.rmtree(round_dir, ignore_errors=True)
-                    commands = [worker_command(args, i, paths, seq, round_dir)
+                    commands = [worker_command(i, paths, seq, round_dir)
                                 for i in (impl, "hf")]
                     load = os.getloadavg()[0]
                     results = bench.run_workers_side_by_side(commands, cores,
-                                                             env={"PYTHONPATH": REPO})
+                                                             env=checkout_env())
                     rounds.append({"model": name, "seq": seq, "impls": [impl, "hf"],
                                    "cores": list(cores), "load_before": load,
                                    "load_after": os.getloadavg()[0], "results": results})
@@ -320,8 +317,12 @@ def table(rounds: list) -> str:
     return "\n".join(lines)
 
 
+WORKERS = {"hf": worker_hf, "tf": worker_ours, "onnx_fp32": worker_ours,
+           "onnx_int8": worker_ours, "onnx_int8" + NO_TENSORFLOW: worker_ours_without_tensorflow}
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench.parser_for(__doc__)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--seqs", default="128,512")
     parser.add_argument("--ours", default=",".join(OURS))
@@ -330,22 +331,15 @@ def main(argv=None) -> int:
         "bench_onnx"))
     parser.add_argument("--json", default=None, help="also write the rounds here")
     parser.add_argument("--tables_from", default=None, help="print an earlier --json")
-    for name in ("worker", "variant", "data", "vocab", "lower", "hf_dir", "output_dir",
-                 "checkpoint", "model_flags", "export"):
+    bench.add_worker_flag(parser, WORKERS)
+    for name in ("data", "vocab", "lower", "hf_dir", "output_dir", "checkpoint",
+                 "model_flags", "export"):
         parser.add_argument(f"--{name}", default="", help=argparse.SUPPRESS)
     parser.add_argument("--seq", type=int, default=128, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         args.variant = args.worker
-        if args.worker == "hf":
-            result = worker_hf(args)
-        elif args.worker.endswith(NO_TENSORFLOW):
-            args.export = args.export or ""
-            result = worker_ours_without_tensorflow(args)
-        else:
-            result = worker_ours(args)
-        bench.emit_result(result)
-        return 0
+        return bench.serve_worker(args, WORKERS)
     if args.tables_from:
         with open(args.tables_from, encoding="utf-8") as f:
             print(table(json.load(f)["rounds"]))

@@ -264,7 +264,8 @@ BENCHMARKS = ("benchmarks.bench_train", "benchmarks.bench_predict", "benchmarks.
               "benchmarks.exchange_bytes", "benchmarks.model_sizes",
               "benchmarks.cpu_apply_time", "benchmarks.gpu_scaling_model",
               "studies.accuracy_study", "studies.long_text_study", "studies.squad_run",
-              "studies.precision_study", "studies.features_study", "studies.ner_pieces")
+              "studies.precision_study", "studies.features_study", "studies.ner_pieces",
+              "benchmarks.bench_onnx", "studies.int8_study")
 
 
 def test_every_benchmark_and_study_runs_as_a_module_of_the_checkout(tmp_path):
@@ -280,7 +281,8 @@ def test_every_benchmark_and_study_runs_as_a_module_of_the_checkout(tmp_path):
     # Their workers start as `python -m WORKER_MODULE`: the module itself.
     for name in ("benchmarks.bench_train", "benchmarks.bench_predict",
                  "benchmarks.bench_export", "benchmarks.bench_memory",
-                 "benchmarks.bench_features", "studies.precision_study", "studies.squad_run"):
+                 "benchmarks.bench_features", "benchmarks.bench_onnx", "studies.precision_study",
+                 "studies.squad_run"):
         assert importlib.import_module(name).WORKER_MODULE == name
 
 

@@ -15,7 +15,7 @@
    share of prediction lines that stay the same and the largest output
    change, written to assets.extra/int8_accuracy.json beside the export.
 
-What is quantized, and how, was chosen by measurement (benchmarks/int8_study.py,
+What is quantized, and how, was chosen by measurement (studies/int8_study.py,
 docs/serving.md "int8"): the encoder's matrices only, one scale per column.
 One scale per matrix lost 1.25-2 points of accuracy on the accuracy study's
 quick run where per column kept it within half a point, for 13% of int8's

@@ -1,11 +1,11 @@
 """int8 against fp32 on the accuracy study's quick run, and which parts to quantize.
 
-    python -m benchmarks.int8_study                  # seeds 1,2,3
-    python -m benchmarks.int8_study --seeds 1 --report_only
+    python -m studies.int8_study                     # seeds 1,2,3
+    python -m studies.int8_study --report_only
 
 Per seed: the accuracy study's quick run (MiniLM-L6, the first 800
 movie-review training sentences, 1 tower x 16, AdamW 5e-5, 2 epochs,
-max_seq_length 64: benchmarks/accuracy_study.py) trained by
+max_seq_length 64: studies/accuracy_study.py) trained by
 run_classifier_mgpu.py, exported as ONNX fp32 (`--do_export
 --export_format=onnx`), then quantized here in several ways with the
 function --export_precision=int8 runs (bert_ad/serving/quantization.py):
@@ -26,18 +26,16 @@ No TensorFlow in this process: training and export are launcher processes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 
-from benchmarks import accuracy_study as study
-from benchmarks.study_runner import append_run, load_runs
-from bert_ad.tools import benchmarking as bench
+from benchmarks import measuring
+from benchmarks.measuring import CLASSIFIER, REPO, append_run, checkout_env, load_runs
+from studies import accuracy_study as study
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_RUNS = os.path.join(REPO, "docs", "int8_runs.jsonl")
 DATASET = "movie_reviews"
 # name: quantization.quantize's options
@@ -66,12 +64,12 @@ def train_and_export(seed: int, args) -> tuple:
     with open(record_path) as f:
         record = json.load(f)
     if not os.path.exists(export_dir):
-        subprocess.run([sys.executable, study.CLASSIFIER, "--task_name=sentiment",
+        subprocess.run([sys.executable, CLASSIFIER, "--task_name=sentiment",
                         f"--output_dir={output_dir}", f"--vocab_file={args.model_dir}/vocab.txt",
                         f"--bert_config_file={args.model_dir}/bert_config.json",
                         f"--max_seq_length={study.MAX_SEQ_LENGTH}", "--do_export",
                         "--export_format=onnx", f"--export_dir={export_dir}"], check=True,
-                       env=dict(os.environ, PYTHONPATH=REPO))
+                       env=dict(os.environ, **checkout_env()))
     return record, export_dir
 
 
@@ -105,7 +103,7 @@ def measure(seed: int, args) -> list:
     for name, (path, done) in models.items():
         record = {"seed": seed, "model": name, "megabytes": os.path.getsize(path) / 1e6,
                   "options": done, "tf_dev_accuracy": trained["dev_accuracy"],
-                  "tf_test_accuracy": trained["test_accuracy"], "cpu": bench.cpu_line()}
+                  "tf_test_accuracy": trained["test_accuracy"], "cpu": measuring.cpu_line()}
         for split, data in splits.items():
             started = time.perf_counter()
             outputs = onnx_scoring.score(task, data, 32, export_dir, metadata, path)
@@ -140,14 +138,14 @@ def report(records: list) -> str:
         rows.insert(0, ["TensorFlow checkpoint", "", f"{100 * sum(tf_dev) / len(tf_dev):.2f}",
                         f"{100 * sum(tf_test) / len(tf_test):.2f}",
                         " ".join(f"{100 * t:.2f}" for t in tf_test), "", ""])
-    return "\n".join([records[0]["cpu"] if records else "", "", bench.markdown_table(
+    return "\n".join([records[0]["cpu"] if records else "", "", measuring.markdown_table(
         ["model", "seeds", "dev acc %", "test acc %", "test acc % per seed",
          "change vs ONNX fp32, dev and test (points)", "model MB"], rows,
         align="llrrlrr")])
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = measuring.parser_for(__doc__)
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--runs", default=DEFAULT_RUNS)
     parser.add_argument("--report_only", action="store_true")
