@@ -18,11 +18,14 @@ from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from helpers import (StepGraphs, assert_same_weights, assert_weights_moved, classifier_rows,
                      slice_rows, variable_values)
 
-CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+# One encoder layer: every kind of variable the equivalence covers, and each graph
+# builds in about half the time of two.
+CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
               intermediate_size=32, max_position_embeddings=32,
               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 NUM_LABELS = 3
 SEQ = 10
+KERNEL = "bert/encoder/layer_0/output/dense/kernel:0"   # moved by a step
 
 
 def make_data(rows: int, seed: int = 0) -> dict:
@@ -82,7 +85,7 @@ def test_towers_equal_one_tower_with_the_whole_batch(graphs, initial_checkpoint,
     assert abs(one_step.grad_norm - norm_1) <= 1e-5 * norm_1
     assert step_1 == step_n == 1
     assert abs(loss_n - loss_1) <= 1e-5 * abs(loss_1)
-    assert_weights_moved(initial_checkpoint, weights_1)
+    assert_weights_moved(initial_checkpoint, weights_1, KERNEL)
     assert_same_weights(weights_n, weights_1)
 
 
