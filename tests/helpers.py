@@ -505,17 +505,89 @@ def slice_rows(data: dict, start: int, stop: int) -> dict:
 def save_initial_weights(build_graph: Callable[[], tuple], path: str) -> str:
     """Build the graph (`build_graph()` -> (plan, TrainGraph)), initialise it and
     save every variable to `path`: one start for every graph compared."""
-    with tf.Graph().as_default():
-        build_graph()
-        with tf.Session() as session:
-            session.run(tf.global_variables_initializer())
-            tf.train.Saver().save(session, path)
-    return path
+    with StepGraph(build_graph) as graph:
+        return graph.save_initial_weights(path)
+
+
+class StepGraph:
+    """A training graph (`build_graph()` -> (plan, TrainGraph)) built once, in its own
+    tf.Graph and session, for several independent steps: each `step` starts again from
+    a checkpoint (every variable initialised afresh, the trainable ones restored), as
+    a newly built graph would. Building is most of a step's cost, so a test that takes
+    several steps of one graph builds it once. Use it as a context manager, or `close`."""
+
+    def __init__(self, build_graph: Callable[[], tuple]):
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            self.plan, self.train = build_graph()
+            self.initialize = [tf.global_variables_initializer(),
+                               tf.local_variables_initializer()]
+            self.restore = tf.train.Saver(var_list=self.train.variables)
+            self.save_all = tf.train.Saver()
+        self.session = tf.Session(graph=self.graph,
+                                  config=session_config(self.plan.num_cpu_devices))
+
+    def __enter__(self) -> "StepGraph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def save_initial_weights(self, path: str) -> str:
+        """Freshly initialised variables, every one saved to `path`; returns it."""
+        self.session.run(self.initialize)
+        self.save_all.save(self.session, path)
+        return path
+
+    def feed(self, tower_batches: List[dict]) -> dict:
+        """One micro-batch's feed: one batch per tower."""
+        assert len(tower_batches) == len(self.train.placeholders)
+        out = {}
+        for batch, placeholders in zip(tower_batches, self.train.placeholders):
+            out.update({placeholders[k]: batch[k] for k in placeholders})
+        return out
+
+    def step(self, checkpoint: str, micro_batches: List[List[dict]]) -> StepResult:
+        """One applied step from `checkpoint`'s weights (see train_one_step)."""
+        session, graph = self.session, self.train
+        session.run(self.initialize)
+        self.restore.restore(session, checkpoint)
+        if graph.sync_replicas is not None:
+            session.run(graph.sync_replicas)
+        for tower_batches in micro_batches[:-1]:
+            session.run(graph.micro_step, self.feed(tower_batches))
+        loss, norm, applied, step = session.run(
+            [graph.loss, graph.grad_norm, graph.train_step, graph.step_after],
+            self.feed(micro_batches[-1]))
+        assert applied
+        weights = variable_values(session, graph.variables)
+        return StepResult(float(loss), float(norm), weights, int(step))
+
+
+class StepGraphs:
+    """One StepGraph per distinct `build(*args)`, built on first use: a module
+    fixture whose tests take steps of the same graphs builds each once."""
+
+    def __init__(self, build: Callable[..., tuple]):
+        self.build = build
+        self.graphs: Dict[tuple, StepGraph] = {}
+
+    def __call__(self, *args) -> StepGraph:
+        if args not in self.graphs:
+            self.graphs[args] = StepGraph(lambda: self.build(*args))
+        return self.graphs[args]
+
+    def close(self) -> None:
+        for graph in self.graphs.values():
+            graph.close()
 
 
 def train_one_step(build_graph: Callable[[], tuple], checkpoint: str,
                    micro_batches: List[List[dict]]) -> StepResult:
-    """Run one applied step from `checkpoint`'s weights.
+    """Run one applied step from `checkpoint`'s weights, in a graph of its own.
 
     Args:
       build_graph: builds the training graph in the default graph and returns
@@ -523,29 +595,15 @@ def train_one_step(build_graph: Callable[[], tuple], checkpoint: str,
       checkpoint: the starting weights (save_initial_weights).
       micro_batches: for each micro-batch, one feed dict per tower.
     """
-    with tf.Graph().as_default():
-        plan, graph = build_graph()
-        with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
-            session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-            tf.train.Saver(var_list=graph.variables).restore(session, checkpoint)
-            if graph.sync_replicas is not None:
-                session.run(graph.sync_replicas)
+    with StepGraph(build_graph) as graph:
+        return graph.step(checkpoint, micro_batches)
 
-            def feed(tower_batches):
-                assert len(tower_batches) == len(graph.placeholders)
-                out = {}
-                for batch, placeholders in zip(tower_batches, graph.placeholders):
-                    out.update({placeholders[k]: batch[k] for k in placeholders})
-                return out
 
-            for tower_batches in micro_batches[:-1]:
-                session.run(graph.micro_step, feed(tower_batches))
-            loss, norm, applied, step = session.run(
-                [graph.loss, graph.grad_norm, graph.train_step, graph.step_after],
-                feed(micro_batches[-1]))
-            assert applied
-            weights = {v.name: session.run(v) for v in graph.variables}
-    return StepResult(float(loss), float(norm), weights, int(step))
+def variable_values(session, variables) -> dict:
+    """{variable name: value} in one session.run: a run per variable would prune and
+    optimise the graph again for each new fetch (seconds a call on TensorFlow 2.x)."""
+    variables = list(variables)
+    return dict(zip([v.name for v in variables], session.run(variables)))
 
 
 def assert_same_weights(a: dict, b: dict, rtol: float = 1e-5) -> None:
@@ -581,8 +639,9 @@ def assert_head_learns_at_multiplied_rate(task, feature_spec: dict, batch: List[
             TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1,
                           learning_rate_multipliers=multipliers))
 
-    checkpoint = save_initial_weights(build, checkpoint_path)
-    plain = train_one_step(build, checkpoint, batch)
+    with StepGraph(build) as graph:
+        checkpoint = graph.save_initial_weights(checkpoint_path)
+        plain = graph.step(checkpoint, batch)
     faster = train_one_step(
         lambda: build(tuple(task.learning_rate_multipliers().items())), checkpoint, batch)
     for name in head:

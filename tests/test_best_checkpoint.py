@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -99,10 +100,41 @@ def eval_summaries(output_dir: str, tag: str) -> dict:
     return found
 
 
-def test_best_holds_the_step_where_the_dev_figure_peaked(tmp_path, caplog):
-    output_dir = str(tmp_path / "out")
-    with caplog.at_level(logging.INFO, logger="bert_ad"):
+class Records(logging.Handler):
+    """The messages logged to it."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory):
+    """(output_dir, task, log messages) of one 12-step run, best at step 4: read by the
+    tests below, copied (shutil.copytree) by those that go on from it."""
+    output_dir = str(tmp_path_factory.mktemp("two_epochs") / "out")
+    logger = logging.getLogger("bert_ad")
+    records, level = Records(), logger.level
+    logger.addHandler(records)
+    logger.setLevel(logging.INFO)
+    try:
         task = train(output_dir, num_train_epochs=2)      # 12 steps
+    finally:
+        logger.removeHandler(records)
+        logger.setLevel(level)
+    return output_dir, task, records.messages
+
+
+def copy_of(two_epochs, tmp_path) -> str:
+    """A copy of the 12-step run's output_dir to go on from."""
+    return shutil.copytree(two_epochs[0], str(tmp_path / "out"))
+
+
+def test_best_holds_the_step_where_the_dev_figure_peaked(two_epochs):
+    output_dir, task, messages = two_epochs
     assert task.scored_steps == [2, 4, 6, 8, 10, 12]
     trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
     assert int(trained["global_step"]) == 12
@@ -129,7 +161,7 @@ def test_best_holds_the_step_where_the_dev_figure_peaked(tmp_path, caplog):
     assert eval_summaries(output_dir, "eval/eval_score") == pytest.approx(
         {s: SCRIPT[s] for s in (2, 4, 6, 8, 10, 12)})
     assert set(eval_summaries(output_dir, "eval/eval_mse")) == {2, 4, 6, 8, 10, 12}
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("eval at step")]
+    lines = [m for m in messages if m.startswith("eval at step")]
     assert any(line.startswith("eval at step 4: best eval_score 0.9000 at step 4 "
                                "(higher is better)  (new best, kept in best/)")
                for line in lines), lines
@@ -153,9 +185,8 @@ def test_early_stopping_ends_the_run_at_the_expected_evaluation(tmp_path):
     assert os.path.basename(latest_checkpoint(output_dir)) == "model.ckpt-10"
 
 
-def test_a_resumed_run_remembers_the_best_and_the_count(tmp_path):
-    output_dir = str(tmp_path / "out")
-    train(output_dir, num_train_epochs=2)                 # steps 1-12, best at 4
+def test_a_resumed_run_remembers_the_best_and_the_count(two_epochs, tmp_path):
+    output_dir = copy_of(two_epochs, tmp_path)            # steps 1-12, best at 4
     # Longer now: resumes at 12. Patience 5 counts the 4 evaluations after
     # step 4 of the first run (6, 8, 10, 12), so step 14 is the fifth.
     task = train(output_dir, num_train_epochs=4, early_stopping_patience=5)
@@ -173,9 +204,8 @@ def test_a_resumed_run_remembers_the_best_and_the_count(tmp_path):
         "best.json", "model.ckpt-20.data-00000-of-00001", "model.ckpt-20.index"]
 
 
-def test_predict_with_the_best_checkpoint(tmp_path):
-    output_dir = str(tmp_path / "out")
-    task = train(output_dir, num_train_epochs=2)
+def test_predict_with_the_best_checkpoint(two_epochs, tmp_path):
+    output_dir, task = copy_of(two_epochs, tmp_path), make_task()
     placement = driver.Placement(plan_devices(1, cuda_visible_devices=""))
     outputs = driver.predict(task, task.read("predict"),
                              settings(output_dir, use_best_checkpoint=True), placement)

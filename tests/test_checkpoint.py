@@ -30,7 +30,8 @@ def save_encoder(path: str, vocab_size: int = 40) -> dict:
         with tf.Session() as session:
             session.run(tf.global_variables_initializer())
             tf.train.Saver().save(session, path)
-            return {v.name.split(":")[0]: session.run(v) for v in tf.global_variables()}
+            variables = tf.global_variables()
+            return dict(zip([v.op.name for v in variables], session.run(variables)))
 
 
 def classifier_graph(vocab_size: int = 40):

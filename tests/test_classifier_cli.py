@@ -1,12 +1,14 @@
-"""End-to-end tests of run_classifier_mgpu.py, run as a user runs it: a subprocess.
+"""End-to-end tests of run_classifier_mgpu.py, run as a user runs it.
 
 Every run uses a tiny BERT (hidden 32, 2 layers) with a vocab of the words
 of data/sample_sentiment (helpers.tiny_model), on 1 or 3 logical CPU towers, so the
 file needs no downloads and no GPU. One training run (module fixture) is
 shared: its checkpoints are scored again with other tower counts and input
 orders, copied into output dirs for the bad-input cases, and cut back to an
-intermediate checkpoint for the resume test. Independent runs are started
-side by side to keep the file fast.
+intermediate checkpoint for the resume test. The training run is a subprocess,
+as a user types it; the runs after it (scoring again, resuming, bad input but one)
+run the same entry point in this process (helpers.run_launcher_in_process),
+without a TensorFlow import each.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 
 from helpers import (
     REPO, SAMPLE_SENTIMENT as SAMPLE, Run, flag_args, run_bad_inputs_in_process, run_launcher,
-    run_many, tiny_model, write_config)
+    run_launcher_in_process, run_many, tiny_model, write_config)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 ROWS = 13          # divides neither by the batch size (4) nor by the towers (3)
@@ -36,7 +38,14 @@ EXAMPLES_SEEN = STEPS * TOWERS * BATCH
 
 
 def run_cli(args: list) -> Run:
+    """The launcher in a fresh interpreter, as a user types it (the training run)."""
     return run_launcher([LAUNCHER] + list(args))
+
+
+def run_cli_in_process(args: list) -> Run:
+    """The launcher's command in this process (run_launcher_in_process): the same entry
+    point, without a TensorFlow import per run."""
+    return run_launcher_in_process([LAUNCHER] + list(args))
 
 
 # ---------------------------------------------------------------------------
@@ -170,7 +179,8 @@ def scored(setup, trained):
         "flagfile": [f"--flagfile={flagfile}",
                      f"--output_dir={os.path.join(root, 'flagfile')}"],
     }
-    runs = run_many({name: [LAUNCHER] + args for name, args in jobs.items()})
+    runs = run_many({name: [LAUNCHER] + args for name, args in jobs.items()}, parallel=1,
+                    run=run_launcher_in_process)
     for run in runs.values():
         run.check()
     return {name: os.path.join(root, name) for name in jobs}
@@ -297,7 +307,7 @@ def test_resume_ends_where_the_uninterrupted_run_ends(setup, trained):
     for name in os.listdir(output_dir):
         if name.startswith(f"model.ckpt-{STEPS}.") or name == "checkpoint":
             os.remove(os.path.join(output_dir, name))
-    run = run_cli(flag_args(training_flags(setup, output_dir))).check()
+    run = run_cli_in_process(flag_args(training_flags(setup, output_dir))).check()
     assert re.search(r"resuming from \S*model\.ckpt-4\b", run.stderr), run.stderr
     steps = re.findall(r"step (\d+)/(\d+) ", run.stderr)
     assert steps == [("5", str(STEPS)), (str(STEPS), str(STEPS))], run.stderr

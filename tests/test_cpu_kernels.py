@@ -11,7 +11,7 @@ import pytest
 from bert_ad.compat import IS_TF1
 from benchmarks import measuring
 from bert_ad.model import precision
-from helpers import (SAMPLE_SENTIMENT, fresh_python_lines, run_launcher,
+from helpers import (SAMPLE_SENTIMENT, fresh_python_lines, run_launcher_in_process,
                      tiny_model)
 
 PROBE = ("import os; from bert_ad import compat; "
@@ -88,7 +88,8 @@ def test_the_start_up_log_says_how_bf16_runs_here(tmp_path):
     model = tiny_model(str(tmp_path / "model"))
     runs = {}
     for chosen in ("bf16", "fp32"):
-        runs[chosen] = run_launcher([
+        # The launcher's entry point in this process (its log is Python's logging).
+        runs[chosen] = run_launcher_in_process([
             "run_classifier_mgpu.py", "--task_name=sentiment", f"--data_dir={SAMPLE_SENTIMENT}",
             f"--vocab_file={model.vocab_file}", f"--bert_config_file={model.config_file}",
             "--max_seq_length=16", "--train_batch_size=4", "--n_gpus=1", "--do_train",

@@ -20,7 +20,8 @@ import pytest
 from bert_ad.errors import UserError
 from bert_ad.locks import LOCK_NAME, OutputDirLock
 from helpers import (REPO, SAMPLE_SENTIMENT, assert_one_error_line, flag_args, launcher_env,
-                     run_command, run_launcher, save_initial_checkpoint, tiny_model)
+                     run_command, run_launcher_in_process, save_initial_checkpoint,
+                     tiny_model)
 
 HOLD = ("import sys, time; from bert_ad.locks import OutputDirLock; "
         "lock = OutputDirLock(sys.argv[1]); lock.acquire(); print('held', flush=True); "
@@ -128,4 +129,4 @@ def test_a_full_disk_while_writing_the_lock_names_it_and_blocks_nothing(tmp_path
     assert_one_error_line(run, f"cannot write {os.path.join(output_dir, LOCK_NAME)}: File too "
                                "large")
     assert not os.path.exists(output_dir) or os.listdir(output_dir) == []
-    run_launcher(args).check()
+    run_launcher_in_process(args).check()   # no limit here: the same command goes ahead

@@ -23,7 +23,7 @@ from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.classification import ClassificationTask
 from bert_ad.tools import weight_names
 from helpers import (REPO, assert_head_learns_at_multiplied_rate, assert_one_error_line,
-                     flag_args, run_launcher, tiny_model)
+                     flag_args, run_launcher_in_process, tiny_model)
 from numpy_reference import numpy_bert
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
@@ -105,17 +105,19 @@ def _flags(model, output_dir, **changes):
 
 
 def test_cli_trains_and_scores_with_mean_pooling(model, tmp_path):
+    # The launcher's entry point in this process, as in the tests below
+    # (test_classifier_cli.py runs it as a user types it).
     trained = str(tmp_path / "trained")
-    run_launcher([LAUNCHER] + flag_args(_flags(model, trained, do_train=True, n_gpus=2,
-                                               do_predict=True))).check()
+    run_launcher_in_process([LAUNCHER] + flag_args(_flags(
+        model, trained, do_train=True, n_gpus=2, do_predict=True))).check()
     variables = [name for name, _ in tf.train.list_variables(trained)]
     assert "output_weights" in variables and "bert/encoder/layer_0/output/dense/kernel" \
         in variables
     assert not [n for n in variables if "pooler" in n]
     rescored = str(tmp_path / "rescored")
-    run_launcher([LAUNCHER] + flag_args(_flags(model, rescored, do_predict=True, n_gpus=1,
-                                               init_checkpoint=trained,
-                                               labels="0,1"))).check()
+    run_launcher_in_process([LAUNCHER] + flag_args(_flags(
+        model, rescored, do_predict=True, n_gpus=1, init_checkpoint=trained,
+        labels="0,1"))).check()
 
     def predictions(directory):
         with open(os.path.join(directory, "test_results.tsv"), encoding="utf-8") as f:
@@ -132,7 +134,7 @@ def test_cli_trains_and_scores_with_mean_pooling(model, tmp_path):
     ({"head_learning_rate_multiplier": 0},
      ("--head_learning_rate_multiplier=0.0 must be positive",))], ids=["pooling", "multiplier"])
 def test_bad_flags_are_one_error_line(model, tmp_path, change, expected):
-    run = run_launcher([LAUNCHER] + flag_args(_flags(model, str(tmp_path / "out"),
-                                                     do_train=True, **change)))
+    run = run_launcher_in_process([LAUNCHER] + flag_args(_flags(
+        model, str(tmp_path / "out"), do_train=True, **change)))
     assert_one_error_line(run, *expected)
     assert not os.path.exists(tmp_path / "out")

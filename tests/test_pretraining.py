@@ -12,7 +12,8 @@ import pytest
 from bert_ad.compat import tf
 from bert_ad.model.modeling import BertConfig
 from helpers import (
-    REPO, Run, assert_one_error_line, run_launcher, save_initial_checkpoint, tree_digest)
+    REPO, Run, assert_one_error_line, run_launcher, run_launcher_in_process,
+    save_initial_checkpoint, tree_digest)
 from bert_ad.files import read_key_values
 from bert_ad.pretraining.records import decode_record, stack_batch
 from bert_ad.tasks.pretraining import FEATURE_SPEC, pretraining_tower
@@ -52,8 +53,18 @@ def write_records(path: str, count: int, seed: int, nsp: bool = True) -> None:
                 features=tf.train.Features(feature=example)).SerializeToString())
 
 
+LAUNCHER = os.path.join(REPO, "run_pretraining_mgpu.py")
+
+
+def run_as_typed(args: list) -> Run:
+    """The launcher in a fresh interpreter, as a user types it (one test keeps it honest)."""
+    return run_launcher([LAUNCHER] + args, timeout=600)
+
+
 def run(args: list) -> Run:
-    return run_launcher([os.path.join(REPO, "run_pretraining_mgpu.py")] + args, timeout=600)
+    """The launcher's command in this process (run_launcher_in_process): the same entry
+    point, exit code and output, without a TensorFlow import per run."""
+    return run_launcher_in_process([LAUNCHER] + args)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +116,7 @@ def test_stack_batch_trims_to_longest_row_and_pads_rows(workspace):
 
 def test_train_then_eval_on_held_out_data(workspace, tmp_path):
     output = str(tmp_path / "out")
-    result = run(common(workspace, output) + [
+    result = run_as_typed(common(workspace, output) + [
         f"--input_file={workspace / 'train'}",
         f"--eval_input_file={workspace / 'heldout.tfrecord'}",
         "--do_train", "--do_eval", "--num_train_steps=30", "--save_checkpoints_steps=10",

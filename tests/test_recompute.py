@@ -27,8 +27,8 @@ from bert_ad.model.modeling import (BertConfig, SeededDropout, TokenLayout,
                                     transformer_layer)
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
-from helpers import (SAMPLE_SENTIMENT, assert_same_weights, classifier_rows, run_main,
-                     save_initial_weights, slice_rows, tiny_model, train_one_step)
+from helpers import (SAMPLE_SENTIMENT, StepGraph, assert_same_weights, classifier_rows,
+                     run_main, slice_rows, tiny_model, train_one_step)
 
 CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
               intermediate_size=32, max_position_embeddings=32,
@@ -98,16 +98,21 @@ def build(n_towers: int, recompute: bool, mode: str = "parameter_server", cards:
 
 
 @pytest.fixture(scope="module")
-def initial_checkpoint(tmp_path_factory) -> str:
-    return save_initial_weights(lambda: build(1, False),
-                                str(tmp_path_factory.mktemp("init") / "model.ckpt"))
+def initial_checkpoint_and_plain_step(tmp_path_factory) -> tuple:
+    """The starting weights, and the plain 1-tower step on make_data(8) from them (one
+    graph for both, the reference of every recomputed step)."""
+    with StepGraph(lambda: build(1, False)) as plain:
+        checkpoint = plain.save_initial_weights(
+            str(tmp_path_factory.mktemp("init") / "model.ckpt"))
+        return checkpoint, plain.step(checkpoint, [[make_data(8)]])
 
 
 @pytest.mark.parametrize("n_towers, mode", [(1, "parameter_server"), (2, "parameter_server"),
                                             (2, "replicated")])
-def test_a_recomputed_training_step_equals_the_plain_one(initial_checkpoint, n_towers, mode):
+def test_a_recomputed_training_step_equals_the_plain_one(initial_checkpoint_and_plain_step,
+                                                         n_towers, mode):
+    initial_checkpoint, plain = initial_checkpoint_and_plain_step
     data = make_data(8)
-    plain = train_one_step(lambda: build(1, False), initial_checkpoint, [[data]])
     rows = 8 // n_towers
     recomputed = train_one_step(
         lambda: build(n_towers, True, mode), initial_checkpoint,

@@ -17,7 +17,7 @@ import pytest
 
 from bert_ad.cli import entry_points, registry
 from bert_ad.files import read_key_values
-from helpers import REPO, run_launcher, run_module
+from helpers import REPO, run_launcher, run_launcher_in_process, run_module
 from toy_task import CONFIG
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -119,7 +119,9 @@ def test_the_toy_task_runs_through_bert_ad_on_two_towers_with_its_own_flag(tmp_p
     argv = ["toy", "--do_train", "--do_eval", "--n_gpus=2", "--train_batch_size=4",
             "--learning_rate=3e-3", "--seed=3", f"--bert_config_file={_toy_config(tmp_path)}",
             f"--output_dir={output_dir}", "--toy_threshold=20"]
-    run = run_module("bert_ad", argv, **env)
+    # Found from BERT_AD_PLUGINS in a fresh process above; trained through the same
+    # entry point in this one (no TensorFlow import of its own).
+    run = run_launcher_in_process(["bert-ad"] + argv, BERT_AD_PLUGINS="toy_task")
     assert run.returncode == 0, run.stderr[-3000:]
     trained = read_key_values(str(output_dir / "train_results.txt"))
     # 48 rows / (2 towers x 4) x 3 epochs (RunSettings' default) = 18 steps of 8.
@@ -128,8 +130,8 @@ def test_the_toy_task_runs_through_bert_ad_on_two_towers_with_its_own_flag(tmp_p
     assert int(evaluated["global_step"]) == 18 and float(evaluated["eval_mse"]) < 0.2
     assert "on 2 tower(s)" in run.stderr  # scored on both towers
     # Its own flag is checked by its own builder: one line, nothing written.
-    bad = run_module("bert_ad", argv[:-1] + ["--toy_threshold=40",
-                                             f"--output_dir={tmp_path / 'bad'}"], **env)
+    bad = run_launcher_in_process(["bert-ad"] + argv[:-1] + [
+        "--toy_threshold=40", f"--output_dir={tmp_path / 'bad'}"], BERT_AD_PLUGINS="toy_task")
     assert (bad.returncode, bad.stderr.splitlines()[-1]) == (
         2, "error: --toy_threshold=40 must be between 5 and 29 (the toy's ids)")
     assert not (tmp_path / "bad").exists()

@@ -1,4 +1,4 @@
-"""rewrite_finetune.py end to end, run as a user runs it (subprocesses).
+"""rewrite_finetune.py end to end, run as a user runs it.
 
 Texts: the bundled data/sample_sentiment sentences and data/sample_corpus
 news sentences (no download), made into rewrite rows here; a vocab of their
@@ -6,8 +6,10 @@ words and a tiny BERT (hidden 32, 2 layers). The flow: span-masked
 pretraining data (create_pretraining_data --mode=rewrite), 3 pretraining
 steps, then one fine-tuning run from that checkpoint on 2 CPU towers that
 trains, evaluates and predicts with --rank; its files are checked line by
-line against the input and recomputed here. The bad-input runs go side by
-side and must each end with one error line naming the file and line.
+line against the input and recomputed here. The fine-tuning run is a
+subprocess, as a user types it; the other runs use the same entry point in this
+process (helpers.run_launcher_in_process). The bad-input runs must each end with
+one error line naming the file and line.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest
 
 from helpers import (
     REPO, Run, create_pretraining_data, flag_args, run_bad_inputs_in_process, run_launcher,
-    sample_sentiment_texts, tiny_model)
+    run_launcher_in_process, sample_sentiment_texts, tiny_model)
 from bert_ad.data import rewrite_rows
 from bert_ad.tasks.rewrite import ranking_metrics
 from bert_ad.data.rewrite_format import parse_row, read_rows
@@ -39,7 +41,14 @@ PRETRAIN_STEPS = 3
 
 
 def finetune(**flags) -> Run:
+    """rewrite_finetune.py in a fresh interpreter, as a user types it (the training run)."""
     return run_launcher([FINETUNE] + flag_args(flags))
+
+
+def in_process(launcher: str, **flags) -> Run:
+    """A launcher's command in this process (run_launcher_in_process): the same entry
+    point, without a TensorFlow import per run."""
+    return run_launcher_in_process([launcher] + flag_args(flags))
 
 
 # ---------------------------------------------------------------------------
@@ -91,11 +100,10 @@ def pretrained(setup) -> str:
         f"--vocab_file={setup.vocab_file}", f"--output_file={shards}",
         "--max_seq_length=64", "--max_predictions_per_seq=20", "--dupe_factor=1"]) == 0
     output_dir = os.path.join(setup.root, "pretrained")
-    run_launcher([PRETRAIN] + flag_args(dict(
-        input_file=shards, bert_config_file=setup.config_file, output_dir=output_dir,
-        do_train=True, max_seq_length=64, max_predictions_per_seq=20,
-        num_train_steps=PRETRAIN_STEPS, num_warmup_steps=1, train_batch_size=4,
-        learning_rate=1e-3))).check()
+    in_process(PRETRAIN, input_file=shards, bert_config_file=setup.config_file,
+               output_dir=output_dir, do_train=True, max_seq_length=64,
+               max_predictions_per_seq=20, num_train_steps=PRETRAIN_STEPS,
+               num_warmup_steps=1, train_batch_size=4, learning_rate=1e-3).check()
     return os.path.join(output_dir, f"model.ckpt-{PRETRAIN_STEPS}")
 
 
@@ -205,8 +213,9 @@ def test_scoring_without_labels_on_one_tower_gives_the_same_scores(setup, traine
     with open(unlabelled, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in reversed(lines)))
     output_dir = os.path.join(setup.root, "unlabelled_out")
-    finetune(**dict(setup.flags, output_dir=output_dir, init_checkpoint=trained_dir,
-                    do_predict=True, predict_file=unlabelled, n_gpus=1)).check()
+    in_process(FINETUNE, **dict(setup.flags, output_dir=output_dir,
+                                init_checkpoint=trained_dir, do_predict=True,
+                                predict_file=unlabelled, n_gpus=1)).check()
     probabilities, columns = read_predict(output_dir)
     reference, _ = read_predict(trained_dir)
     assert columns == lines[::-1]
@@ -336,7 +345,7 @@ def test_a_non_chief_worker_with_nothing_to_train_leaves_the_scoring_to_the_chie
     if launcher == "run_classifier_mgpu.py":
         flags.update(task_name="sentiment",
                      data_dir=os.path.join(REPO, "data", "sample_sentiment"))
-    run = run_launcher([os.path.join(REPO, launcher)] + flag_args(flags))
+    run = in_process(os.path.join(REPO, launcher), **flags)
     assert run.returncode == 0, run.describe()
     assert "worker 1: nothing to train; predict and eval are the chief's" in run.stderr
     assert not os.path.exists(output_dir)

@@ -88,7 +88,12 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(tmp_path):
     assert abs(two.grad_norm - one.grad_norm) <= 1e-5 * one.grad_norm
     assert_weights_moved(checkpoint, one.weights)
     assert_weights_moved(checkpoint, one.weights, "cls/squad/output_weights:0")
-    assert_same_weights(two.weights, one.weights)
+    # The span bias adds one constant to every position's logit, which the softmax
+    # over positions cancels: its gradient is 0 but for rounding, and Adam's first
+    # step (g / (|g| + eps)) turns that rounding into steps of any size. Not compared.
+    span_bias = "cls/squad/output_bias:0"
+    assert_same_weights({k: v for k, v in two.weights.items() if k != span_bias},
+                        {k: v for k, v in one.weights.items() if k != span_bias})
     # At the start every position is about equally likely: the loss is about
     # log(window length), averaged over the windows.
     assert one.loss == pytest.approx(np.mean(np.log(examples.lengths[rows])), rel=0.05)

@@ -27,7 +27,7 @@ from bert_ad.model.modeling import BertConfig
 from bert_ad.tasks.base import SplitData, TextEncoder
 from bert_ad.tasks.classification import ClassificationTask
 
-from helpers import REPO, flag_args, run_launcher, sample_sentiment_texts, tiny_model
+from helpers import REPO, flag_args, run_launcher_in_process, sample_sentiment_texts, tiny_model
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 CONFIG = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1,
@@ -207,7 +207,9 @@ def model(tmp_path_factory):
 
 
 def run_cli(flags: dict):
-    return run_launcher([LAUNCHER] + flag_args(flags))
+    """The launcher's entry point in this process (test_classifier_cli.py runs it as a
+    user types it)."""
+    return run_launcher_in_process([LAUNCHER] + flag_args(flags))
 
 
 def common_flags(model, data_dir: str, output_dir: str) -> dict:

@@ -24,7 +24,6 @@ import random
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -45,8 +44,9 @@ from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
-from helpers import (assert_head_learns_at_multiplied_rate, assert_same_weights,
-                     assert_weights_moved, save_initial_weights, train_one_step)
+from helpers import (Run, StepGraph, assert_head_learns_at_multiplied_rate,
+                     assert_same_weights, assert_weights_moved, run_launcher_in_process,
+                     train_one_step)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(REPO, "run_ner_mgpu.py")
@@ -145,8 +145,10 @@ def setup(tmp_path_factory) -> Setup:
 
 def _task(s: Setup, use_crf: bool) -> tuple:
     """(task with its labels resolved, its train split) on the dropout-free model."""
+    # One encoder layer (the launcher runs train two): every kind of variable a step
+    # moves, in a graph that builds in about half the time.
     config = BertConfig(**dict(s.config, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0))
+                               attention_probs_dropout_prob=0.0, num_hidden_layers=1))
     encoder = TextEncoder(config, FullTokenizer(s.vocab_file, do_lower_case=True),
                           s.vocab_file, True, MAX_SEQ_LENGTH, compute_dtype=tf.float32)
     task = TokenClassificationTask(encoder, ConllFormat(s.data_dir), doc_stride=7,
@@ -158,7 +160,7 @@ def _task(s: Setup, use_crf: bool) -> tuple:
 
 
 @pytest.mark.parametrize("use_crf", [False, True], ids=["softmax", "crf"])
-def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, use_crf):
+def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, request, use_crf):
     task, train = _task(setup, use_crf)
     examples = task.features(train).examples
     # 4 short windows and 4 long ones (windows of long sentences among them):
@@ -178,21 +180,22 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, use_cr
             TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1))
         return plan, graph
 
-    checkpoint = save_initial_weights(lambda: build(1), str(tmp_path / "init.ckpt"))
-    one = train_one_step(lambda: build(1), checkpoint,
-                         [[make_batch(examples, rows, "dynamic")]])
+    one_tower = StepGraph(lambda: build(1))
+    request.addfinalizer(one_tower.close)
+    checkpoint = one_tower.save_initial_weights(str(tmp_path / "init.ckpt"))
+    one = one_tower.step(checkpoint, [[make_batch(examples, rows, "dynamic")]])
     two = train_one_step(lambda: build(2), checkpoint,
                          [[make_batch(examples, h, "dynamic") for h in halves]])
     assert two.global_step == one.global_step == 1
     assert abs(two.loss - one.loss) <= 1e-5 * abs(one.loss)
     assert abs(two.grad_norm - one.grad_norm) <= 1e-5 * one.grad_norm
-    assert_weights_moved(checkpoint, one.weights)
+    assert_weights_moved(checkpoint, one.weights, "bert/encoder/layer_0/output/dense/kernel:0")
     assert_weights_moved(checkpoint, one.weights, "output_weights:0")
     if use_crf:
         assert_weights_moved(checkpoint, one.weights, "crf/transitions:0")
     assert_same_weights(two.weights, one.weights)
     # The comparison can fail: one other row, other weights.
-    other = train_one_step(lambda: build(1), checkpoint,
+    other = one_tower.step(checkpoint,
                            [[make_batch(examples, np.append(rows[:-1], rows[-1] + 1),
                                         "dynamic")]])
     with pytest.raises(AssertionError):
@@ -238,7 +241,13 @@ def run_cli(flags: dict) -> subprocess.CompletedProcess:
                           text=True, timeout=TIMEOUT)
 
 
-def require_ok(run: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+def run_in_this_process(flags: dict) -> Run:
+    """run_cli's run through the same entry point in this process
+    (helpers.run_launcher_in_process), without a TensorFlow import."""
+    return run_launcher_in_process([LAUNCHER] + flag_args(flags))
+
+
+def require_ok(run):
     assert run.returncode == 0, run.stderr[-4000:]
     return run
 
@@ -264,16 +273,15 @@ def predicted_sentences(path: str) -> list:
 
 @pytest.fixture(scope="module")
 def trained(setup):
-    """Train on 2 towers (softmax and CRF side by side), predict and evaluate dev."""
+    """Train on 2 towers, predict and evaluate dev: the softmax run as a user types it
+    (a subprocess), the CRF run through the same entry point in this process."""
     runs = {}
-    with ThreadPoolExecutor(2) as pool:
-        for name, crf in (("softmax", None), ("crf", True)):
-            flags = dict(setup.flags, output_dir=os.path.join(setup.root, name),
-                         do_train=True, do_predict=True, do_eval=True,
-                         predict_file=setup.dev_file, use_crf=crf)
-            runs[name] = pool.submit(run_cli, flags)
-        return {name: (os.path.join(setup.root, name), require_ok(run.result()))
-                for name, run in runs.items()}
+    for name, crf, run in (("softmax", None, run_cli), ("crf", True, run_in_this_process)):
+        flags = dict(setup.flags, output_dir=os.path.join(setup.root, name),
+                     do_train=True, do_predict=True, do_eval=True,
+                     predict_file=setup.dev_file, use_crf=crf)
+        runs[name] = (flags["output_dir"], require_ok(run(flags)))
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -281,17 +289,14 @@ def rescored(setup, trained):
     """The softmax checkpoint scored again on 1 tower: dev, and a tokens-only file."""
     trained_dir = trained["softmax"][0]
     runs = {}
-    with ThreadPoolExecutor(2) as pool:
-        for name, predict_file in (("dev_one_tower", setup.dev_file),
-                                   ("tokens_only", setup.tokens_only_file)):
-            flags = dict(setup.flags, output_dir=os.path.join(setup.root, name),
-                         init_checkpoint=trained_dir, do_predict=True,
-                         predict_file=predict_file, n_gpus=1, predict_batch_size=5,
-                         labels=",".join(read_lines(os.path.join(trained_dir,
-                                                                 "labels.txt"))))
-            runs[name] = pool.submit(run_cli, flags)
-        return {name: (os.path.join(setup.root, name), require_ok(run.result()))
-                for name, run in runs.items()}
+    for name, predict_file in (("dev_one_tower", setup.dev_file),
+                               ("tokens_only", setup.tokens_only_file)):
+        flags = dict(setup.flags, output_dir=os.path.join(setup.root, name),
+                     init_checkpoint=trained_dir, do_predict=True,
+                     predict_file=predict_file, n_gpus=1, predict_batch_size=5,
+                     labels=",".join(read_lines(os.path.join(trained_dir, "labels.txt"))))
+        runs[name] = (flags["output_dir"], require_ok(run_in_this_process(flags)))
+    return runs
 
 
 def _windows_logged(stderr: str, split: str) -> tuple:

@@ -45,7 +45,8 @@ from bert_ad.tasks.token_classification import (HEAD_VARIABLES, ConllFormat,
                                                 TokenClassificationTask)
 from bert_ad.cli import ner as ner_cli
 from helpers import (REPO, TINY_CONFIG, assert_same_weights, assert_weights_moved,
-                     flag_args, run_main, run_many, save_initial_weights, train_one_step)
+                     StepGraph, flag_args, run_launcher_in_process, run_main, run_many,
+                     train_one_step)
 
 W = "\u2581"
 ENTITIES = {"PER": ["江泽民", "李鹏", "张三"], "LOC": ["北京", "上海", "中国", "香港"],
@@ -133,8 +134,10 @@ def setup(tmp_path_factory) -> Setup:
 
 
 def _task(s: Setup, use_crf: bool) -> tuple:
+    # One encoder layer (the launcher runs train two): every kind of variable a step
+    # moves, in a graph that builds in about half the time.
     config = BertConfig(**dict(s.config, hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0))
+                               attention_probs_dropout_prob=0.0, num_hidden_layers=1))
     tokenizer = PieceListTokenizer(s.vocab_file)
     encoder = TextEncoder(config, tokenizer, s.vocab_file, False, MAX_SEQ_LENGTH,
                           compute_dtype=tf.float32)
@@ -163,7 +166,7 @@ def test_names_are_one_piece_and_windows_hold_more_words_than_pieces(setup):
 
 
 @pytest.mark.parametrize("use_crf", [False, True], ids=["softmax", "crf"])
-def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, use_crf):
+def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, request, use_crf):
     task, train = _task(setup, use_crf)
     examples = task.features(train).examples
     short = np.nonzero(examples.lengths <= 8)[0][:4]
@@ -182,20 +185,21 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, use_cr
             TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1))
         return plan, graph
 
-    checkpoint = save_initial_weights(lambda: build(1), str(tmp_path / "init.ckpt"))
-    one = train_one_step(lambda: build(1), checkpoint,
-                         [[make_batch(examples, rows, "dynamic")]])
+    one_tower = StepGraph(lambda: build(1))
+    request.addfinalizer(one_tower.close)
+    checkpoint = one_tower.save_initial_weights(str(tmp_path / "init.ckpt"))
+    one = one_tower.step(checkpoint, [[make_batch(examples, rows, "dynamic")]])
     two = train_one_step(lambda: build(2), checkpoint, [batches])
     assert abs(two.loss - one.loss) <= 1e-5 * abs(one.loss)
     assert abs(two.grad_norm - one.grad_norm) <= 1e-5 * one.grad_norm
-    assert_weights_moved(checkpoint, one.weights)
+    assert_weights_moved(checkpoint, one.weights, "bert/encoder/layer_0/output/dense/kernel:0")
     # The rows of the offsets in the batch moved (from zero), the others did not.
     used = np.unique(np.concatenate([examples.columns["word_offsets"][r] for r in rows]))
     assert used.max() >= 2
     offsets = one.weights["output_offset_embeddings:0"]
     assert np.abs(offsets[:used.max()]).min() > 0 and not offsets[used.max():].any()
     assert_same_weights(two.weights, one.weights)
-    other = train_one_step(lambda: build(1), checkpoint,
+    other = one_tower.step(checkpoint,
                            [[make_batch(examples, np.append(rows[:-1], rows[-1] + 1),
                                         "dynamic")]])
     with pytest.raises(AssertionError):
@@ -240,14 +244,16 @@ def test_without_offset_vectors_a_softmax_tags_a_piece_once(setup):
 
 @pytest.fixture(scope="module")
 def trained(setup):
-    """Train on 2 towers (softmax and CRF side by side), predict and evaluate dev."""
+    """Train on 2 towers (softmax and CRF), predict and evaluate dev, through
+    run_ner_mgpu.py's entry point in this process (test_token_classification.py runs
+    the launcher as a user types it)."""
     jobs = {}
     for name, crf in (("softmax", None), ("crf", True)):
         flags = dict(setup.flags, output_dir=os.path.join(setup.root, name),
                      do_train=True, do_predict=True, do_eval=True,
                      predict_file=setup.dev_file, use_crf=crf)
         jobs[name] = [os.path.join(REPO, "run_ner_mgpu.py")] + flag_args(flags)
-    runs = run_many(jobs, parallel=2)
+    runs = run_many(jobs, parallel=1, run=run_launcher_in_process)
     for run in runs.values():
         assert run.returncode == 0, run.describe()
     return {name: (os.path.join(setup.root, name), run) for name, run in runs.items()}

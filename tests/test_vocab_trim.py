@@ -358,11 +358,17 @@ def test_a_cased_piece_list_is_not_lower_cased_unless_asked(model, tmp_path, cap
         assert decide_do_lower_case(cased, "", True, False) is False
         assert decide_do_lower_case(uncased, "", True, False) is True
         assert decide_do_lower_case(uncased, "", False, False) is True
-        # WordPiece and SentencePiece keep the flag as it is.
-        assert decide_do_lower_case(vocab_txt, "", True, False) is True
-        assert decide_do_lower_case(vocab_txt, "", False, True) is False
         assert decide_do_lower_case(cased, "", False, True) is False   # agrees: no warning
         assert caplog.records == []
+        # WordPiece keeps the flag as it is (warning when it contradicts the vocab's case).
+        assert decide_do_lower_case(vocab_txt, "", False, True) is False   # cased vocab
+        assert caplog.records == []
+        assert decide_do_lower_case(vocab_txt, "", True, False) is True
+        assert [r.getMessage() for r in caplog.records] == [
+            f"warning: --do_lower_case=true, but the vocab {vocab_txt} is cased (it has "
+            "upper-case tokens, which lower-cased text never matches); using "
+            "--do_lower_case=true as given"]
+        caplog.clear()
         # Set against the model: the flag wins, with one warning line.
         assert decide_do_lower_case(cased, "", True, True) is True
     assert [r.getMessage() for r in caplog.records] == [

@@ -36,8 +36,8 @@ from bert_ad.parallel.train_graph import feature_placeholders
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.classification import ClassificationTask
 
-from helpers import (REPO, flag_args, run_launcher, run_main, sample_sentiment_texts,
-                     tiny_model)
+from helpers import (REPO, flag_args, run_launcher_in_process, run_main,
+                     sample_sentiment_texts, tiny_model)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 MAX_SEQ = 32                       # windows of 30 pieces
@@ -256,7 +256,9 @@ def test_the_launcher_trains_on_windows_and_writes_a_line_per_row(setup, tmp_pat
     lines = [f"{label}\t{text}" for label, text in setup["rows"]]
     predict_file.write_text("\n".join(lines[:2] + [""] + lines[2:]) + "\n", encoding="utf-8")
     output_dir = str(tmp_path / "out")
-    run = run_launcher([LAUNCHER] + flag_args({
+    # The launcher's entry point in this process (test_classifier_cli.py runs it as a
+    # user types it).
+    run = run_launcher_in_process([LAUNCHER] + flag_args({
         "task_name": "sentiment", "data_dir": setup["data"], "vocab_file": model.vocab_file,
         "bert_config_file": model.config_file, "output_dir": output_dir,
         "max_seq_length": MAX_SEQ, "n_gpus": 2, "train_batch_size": 1,

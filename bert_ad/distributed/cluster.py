@@ -25,6 +25,7 @@ collective ops (bert_ad/parallel/collective.py):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -241,6 +242,13 @@ class ClusterRuntime:
                  f"{self.spec.address} ({e.message.splitlines()[0]}); is port {port} "
                  "free?")
         log.info("TensorFlow server at %s", self.server.target)
+        # Let the server go while TensorFlow's modules still exist: left to the
+        # interpreter's teardown, TF 1.15's Server.__del__ finds them gone and prints a
+        # traceback after a refused worker's one error line.
+        atexit.register(self._release_server)
+
+    def _release_server(self) -> None:
+        self.server = None
 
     # --- graph building (the same order on every worker) -----------------------------
     def plan(self, plan: DevicePlan) -> DevicePlan:
