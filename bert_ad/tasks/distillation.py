@@ -399,7 +399,7 @@ def without_labels(examples: TokenizedExamples) -> TokenizedExamples:
     columns = dict(examples.columns)
     if "word_tag_ids" in columns:
         columns["word_tag_ids"] = [np.full_like(ids, NO_LABEL) for ids in columns["word_tag_ids"]]
-    labels = np.full(len(examples), NO_LABEL, np.int32)
+    labels = None if examples.labels is None else np.full(len(examples), NO_LABEL, np.int32)
     return TokenizedExamples(columns, labels, examples.row_values)
 
 
