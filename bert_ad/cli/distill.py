@@ -140,14 +140,16 @@ def check_flags(f: flags.FlagValues) -> None:
         check_task_flags(f, f.teacher_task)
 
 
-def check_task_flags(f: flags.FlagValues, task: str) -> None:
-    """No flag only the other kind of teacher reads."""
+def check_task_flags(f: flags.FlagValues, task: str, teacher: str = "") -> None:
+    """No flag only the other kind of teacher reads; `teacher` says how the task was
+    known (default: --teacher_task)."""
     kinds = {"classifier": "classifier", "ner": "token classifier"}
     other = "ner" if task == "classifier" else "classifier"
+    teacher = teacher or f"the teacher (--teacher_task={task})"
     for name in NER_ONLY if task == "classifier" else CLASSIFIER_ONLY:
         if f[name].present:
-            fail(f"--{name} is for a {kinds[other]} teacher, but this one is a "
-                 f"{kinds[task]} (--teacher_task={task}): leave --{name} out")
+            fail(f"--{name} is for a {kinds[other]} teacher, but {teacher} is a "
+                 f"{kinds[task]}: leave --{name} out")
     if task == "classifier" and not f.task_name:
         fail("--task_name is required for a classifier teacher (the task it was fine-tuned "
              "on: its files' layout and labels)")
@@ -165,7 +167,7 @@ def build(f: flags.FlagValues, encoder):
                                f.teacher_task)
     kind = teacher.task if teacher is not None else (
         f.teacher_task or _saved_record(f.output_dir).get("task") or "classifier")
-    check_task_flags(f, kind)
+    check_task_flags(f, kind, f"{teacher.where} ({teacher.evidence})" if teacher else "")
     teacher_config = teacher.config if teacher is not None else None
     if teacher is not None and teacher.config.vocab_size != encoder.config.vocab_size:
         fail(f"the teacher's config {teacher.config_source} has vocab_size="

@@ -61,6 +61,11 @@ class FineTunedTeacher:
     num_outputs: int
     variables: Dict[str, list]
 
+    @property
+    def evidence(self) -> str:
+        """Why it is the task it is ("its checkpoint has crf/transitions")."""
+        return _evidence(self.variables, self.labels, self.labels_source)
+
 
 def find_teacher(teacher_dir: str, teacher_checkpoint: str, teacher_config_file: str,
                  bert_config_file: str, teacher_task: Optional[str]) -> FineTunedTeacher:
@@ -82,20 +87,22 @@ def find_teacher(teacher_dir: str, teacher_checkpoint: str, teacher_config_file:
         where = f"--teacher_checkpoint={teacher_checkpoint}"
         checkpoint = resolve_checkpoint(teacher_checkpoint, "--teacher_checkpoint")
         folder = os.path.dirname(checkpoint)
+    labels_path = os.path.join(folder, LABELS_FILE)
+    labels = load_label_list(labels_path) if os.path.isfile(labels_path) else None
+    variables = dict(list_checkpoint_variables(checkpoint))
+    # What it is first: another task's model does not fit this run's config either.
+    task = _task_of(where, variables, labels, labels_path)
+    if teacher_task and teacher_task != task:
+        fail(f"{where} holds a fine-tuned {_TASK_NAMES[task]} "
+             f"({_evidence(variables, labels, labels_path)}), not a "
+             f"{_TASK_NAMES[teacher_task]}: distill it with --teacher_task={task} (or leave "
+             f"--teacher_task out), or give the output folder of a {_TASK_NAMES[teacher_task]}")
     config_file, config_source = _config_file(folder, teacher_dir, teacher_config_file,
                                               bert_config_file)
     config = BertConfig.from_json_file(config_file)
     check_fits_config(checkpoint, config, f"the teacher's checkpoint {checkpoint}",
                       config_source, "give the config the teacher was fine-tuned with "
                       "(--bert_config_file, or --teacher_config_file)")
-    labels_path = os.path.join(folder, LABELS_FILE)
-    labels = load_label_list(labels_path) if os.path.isfile(labels_path) else None
-    variables = dict(list_checkpoint_variables(checkpoint))
-    task = _task_of(where, variables, labels, labels_path)
-    if teacher_task and teacher_task != task:
-        fail(f"{where} holds a fine-tuned {_TASK_NAMES[task]} "
-             f"({_evidence(variables, labels, labels_path)}), not a {_TASK_NAMES[teacher_task]}: "
-             f"distill it with --teacher_task={task}, or give a {_TASK_NAMES[teacher_task]}")
     num_outputs = variables["output_weights"][0]
     if labels is not None and len(labels) != num_outputs and not (
             task == "classifier" and num_outputs == 1):
@@ -118,8 +125,7 @@ def _config_file(folder: str, teacher_dir: str, teacher_config_file: str,
     return bert_config_file, f"--bert_config_file={bert_config_file}"
 
 
-_TASK_NAMES = {"classifier": "classifier (bert-ad classifier)",
-               "ner": "token classifier (bert-ad ner)"}
+_TASK_NAMES = {"classifier": "classifier", "ner": "token classifier"}
 
 
 def looks_like_tags(labels: List[str]) -> bool:
