@@ -354,7 +354,8 @@ class DistillationTask(Task):
         tf.train.init_from_checkpoint(start.checkpoint, assignment)
         for variable in assignment.values():
             graph.add_to_collection(_INITIALISED, variable.op.name)
-        log.info("student: %d variables start from %s%s", len(assignment), start.checkpoint,
+        log.info("student: a fresh start reads %d variables from %s%s; a resume reads "
+                 "output_dir's checkpoint", len(assignment), start.checkpoint,
                  f" ({start.description})" if start.description else "")
         if fresh:
             log.info("  not in it, freshly initialised (%d): %s", len(fresh),
