@@ -22,3 +22,8 @@ OPTIMIZERS = ("adamw", "adam", "radam", "lamb")
 LR_SCALING_MODES = ("none", "linear", "sqrt")
 # The cross-worker all-reduce (bert_ad/distributed/cluster.py).
 COLLECTIVE_IMPLEMENTATIONS = ("auto", "ring", "nccl")
+# Which of the teacher's layers a `bert-ad distill --student_layers=K` student starts
+# from and is matched against (bert_ad/model/student.py).
+STUDENT_LAYER_SELECTIONS = ("spread", "first")
+# The fine-tuned task a distilled teacher was trained by (bert_ad/cli/distill.py).
+TEACHER_TASKS = ("classifier", "ner")

@@ -367,6 +367,11 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             if chief and task.labels is not None:
                 save_label_list(os.path.join(settings.output_dir, LABELS_FILE),
                                 task.labels)
+            if chief:
+                for name, text in task.model_files().items():
+                    with files.atomic_open(os.path.join(settings.output_dir, name),
+                                           encoding="utf-8", newline="\n") as f:
+                        f.write(text)
             train(task, train_data, settings, placement, during_training)
         if not chief:
             if do_eval or do_predict or do_export:
@@ -411,7 +416,7 @@ def output_files(task: Task, output_dir: str) -> List[Tuple[str, str]]:
     """(what, path) of the files a run writes in output_dir besides checkpoints: its
     results and the task's prediction files."""
     names = (LABELS_FILE, TRAIN_RESULTS_FILE, EVAL_RESULTS_FILE) + tuple(
-        task.prediction_file_names())
+        task.prediction_file_names()) + tuple(task.model_files())
     return [("the result file", os.path.join(output_dir, name)) for name in names]
 
 

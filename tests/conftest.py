@@ -22,6 +22,7 @@ FILE_SECONDS = {
     "test_reliability.py": 340, "test_multiworker.py": 215, "test_replicated.py": 155,
     "test_token_classification.py": 150, "test_rewrite.py": 120,
     "test_classifier_cli.py": 120, "test_training.py": 100, "test_pretraining.py": 90,
+    "test_distillation.py": 90,
     "test_token_classification_pieces.py": 75, "test_recompute.py": 75,
     "test_serve.py": 90, "test_export.py": 70, "test_onnx.py": 70,
     "test_long_text_bad_inputs.py": 65,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Sequence
+from typing import Optional, Sequence
 
 from absl import flags
 
@@ -82,8 +82,12 @@ def inference_placement_from_flags(f: flags.FlagValues) -> Placement:
                      f.use_xla)
 
 
-def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSettings:
-    """RunSettings from the flags of the same names (the task's where it has them)."""
+def run_settings_from_flags(f: flags.FlagValues, placement: Placement,
+                            model_config: Optional[BertConfig] = None) -> RunSettings:
+    """RunSettings from the flags of the same names (the task's where it has them).
+
+    `model_config`: the model the task's checkpoints hold, where it is not
+    --bert_config_file's (a distilled student: the task's encoder's config)."""
     values = {field.name: f[field.name].value for field in dataclasses.fields(RunSettings)
               if field.name in f}
     # Only the chief reads it; the other workers receive its weights.
@@ -93,11 +97,12 @@ def run_settings_from_flags(f: flags.FlagValues, placement: Placement) -> RunSet
         if name in values:
             values[name] = values[name] or ""
     if placement.is_chief:
-        check_checkpoints_fit_config(f, values["init_checkpoint"])
+        check_checkpoints_fit_config(f, values["init_checkpoint"], model_config)
     return RunSettings(**values)
 
 
-def check_checkpoints_fit_config(f: flags.FlagValues, init_checkpoint: str) -> None:
+def check_checkpoints_fit_config(f: flags.FlagValues, init_checkpoint: str,
+                                 model_config: Optional[BertConfig] = None) -> None:
     """The checkpoint this run reads holds the encoder --bert_config_file describes.
 
     That is output_dir's newest readable checkpoint (a resume, eval, predict
@@ -108,6 +113,8 @@ def check_checkpoints_fit_config(f: flags.FlagValues, init_checkpoint: str) -> N
     """
     config = BertConfig.from_json_file(f.bert_config_file)
     config_flag = f"--bert_config_file={f.bert_config_file}"
+    if model_config is not None and model_config.to_dict() != config.to_dict():
+        config, config_flag = model_config, "the task's model config (the student's)"
     actions = [f[name].value for name in ("do_train", "do_eval", "do_export") if name in f]
     export_only = "predict_from_export" in f and f.predict_from_export and not any(actions)
     for prefix in [] if export_only else reversed(step_checkpoints(f.output_dir)):

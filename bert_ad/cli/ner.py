@@ -46,23 +46,30 @@ def define_task_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("dev_file", "dev.txt", "File --do_eval scores (in --data_dir).", **d)
     flags.DEFINE_string("test_file", "test.txt",
                         "File --do_predict scores unless --predict_file (in --data_dir).", **d)
-    flags.DEFINE_integer("token_column", 0, "Column of the token (0 first, -1 last).", **d)
     flags.DEFINE_integer("label_column", -1, "Column of the tag (0 first, -1 last).", **d)
+    flags.DEFINE_list("labels", None,
+                      "The tags, comma-separated (default: the training file's).", **d)
+    define_tagging_flags(fv)
+    flags.DEFINE_float("head_learning_rate_multiplier", 100.0,
+                       "The freshly initialised head (output layer, CRF transitions) "
+                       "learns at this many times --learning_rate (see docs/ner.md).",
+                       **d)
+
+
+def define_tagging_flags(fv: flags.FlagValues) -> None:
+    """How CoNLL tokens are read and tagged (bert-ad distill defines them too, beside
+    the classifier's file flags)."""
+    d = dict(flag_values=fv)
+    flags.DEFINE_integer("token_column", 0, "Column of the token (0 first, -1 last).", **d)
     flags.DEFINE_string("tag_scheme", None,
                         f"Tagging scheme: {', '.join(SCHEMES)} (default: read from the "
                         "tags).", **d)
-    flags.DEFINE_list("labels", None,
-                      "The tags, comma-separated (default: the training file's).", **d)
     flags.DEFINE_integer("doc_stride", 0,
                          "Pieces between the starts of a long sentence's windows "
                          "(0: half of --max_seq_length - 2).", **d)
     flags.DEFINE_bool("use_crf", False,
                       "A linear-chain CRF over each window's words instead of a softmax.",
                       **d)
-    flags.DEFINE_float("head_learning_rate_multiplier", 100.0,
-                       "The freshly initialised head (output layer, CRF transitions) "
-                       "learns at this many times --learning_rate (see docs/ner.md).",
-                       **d)
 
 
 def check_flags(f: flags.FlagValues) -> None:

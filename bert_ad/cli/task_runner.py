@@ -86,7 +86,8 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     task = command.build(f, encoder)
     refuse_outputs_over_inputs(driver.output_files(task, f.output_dir), flag_inputs(f),
                                advice="give another --output_dir or move the input")
-    settings = builders.run_settings_from_flags(f, placement)
+    settings = builders.run_settings_from_flags(f, placement, getattr(task.encoder, "config",
+                                                                      None))
     log.info("%s", placement.plan.describe())
     log_precision_path(f, placement.plan.uses_gpu)
     quiet_onednn_notices()

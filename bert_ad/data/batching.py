@@ -47,6 +47,20 @@ class TokenizedExamples:
         return len(self.lengths)
 
 
+def concatenate(first: TokenizedExamples, second: TokenizedExamples) -> TokenizedExamples:
+    """The examples of `first`, then those of `second` (the same columns and values)."""
+    if first.columns.keys() != second.columns.keys() or \
+            first.row_values.keys() != second.row_values.keys() or \
+            (first.labels is None) != (second.labels is None):
+        raise ValueError("examples with different features cannot be concatenated")
+    labels = (None if first.labels is None
+              else np.concatenate([first.labels, second.labels]))
+    return TokenizedExamples(
+        {name: first.columns[name] + second.columns[name] for name in first.columns},
+        labels, {name: np.concatenate([first.row_values[name], second.row_values[name]])
+                 for name in first.row_values})
+
+
 def padded_length(longest: int, padding) -> int:
     """Sequence length of a batch whose longest example has `longest` tokens."""
     if padding == "dynamic":

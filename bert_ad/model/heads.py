@@ -53,7 +53,7 @@ class ClassifierOutputs:
 def classifier(config: BertConfig, features: dict, num_labels: int,
                is_training: bool, compute_dtype=tf.float32, objective: str = "softmax",
                window_pooling: str = "", pooling: str = "cls",
-               remove_padding: bool = True) -> ClassifierOutputs:
+               remove_padding: bool = True, model: BertModel = None) -> ClassifierOutputs:
     """BERT pooled output -> dropout -> dense -> [pool windows] -> the objective's loss.
 
     `loss` is the mean over real rows (example_weights > 0). The encoder runs
@@ -69,13 +69,18 @@ def classifier(config: BertConfig, features: dict, num_labels: int,
         bert_ad.model.windows.WINDOW_POOLINGS.
       pooling: how a row becomes one vector (bert_ad.model.modeling.POOLINGS).
       remove_padding: see BertModel.
+      model: the encoder already built over `features` (`encoder.model(...)`,
+        bert_ad/tasks/base.py), whose other layers the caller reads too
+        (distillation); None: built here from config, compute_dtype, pooling
+        and remove_padding.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    model = BertModel(config, is_training, features["input_ids"],
-                      features["input_mask"], features["segment_ids"],
-                      compute_dtype=compute_dtype, pooling=pooling,
-                      remove_padding=remove_padding)
+    if model is None:
+        model = BertModel(config, is_training, features["input_ids"],
+                          features["input_mask"], features["segment_ids"],
+                          compute_dtype=compute_dtype, pooling=pooling,
+                          remove_padding=remove_padding)
     pooled = tf.cast(model.get_pooled_output(), tf.float32)  # [batch, hidden]
     hidden = config.hidden_size
     output_weights = tf.get_variable("output_weights", [num_labels, hidden],
@@ -191,8 +196,8 @@ def offset_vectors(offsets, hidden: int):
 
 def token_classifier(config: BertConfig, features: dict, num_tags: int, is_training: bool,
                      use_crf: bool = False, compute_dtype=tf.float32,
-                     remove_padding: bool = True,
-                     piece_offsets: bool = False) -> TokenClassifierOutputs:
+                     remove_padding: bool = True, piece_offsets: bool = False,
+                     model: BertModel = None) -> TokenClassifierOutputs:
     """BERT sequence output at the piece each word reads [+ its offset's vector]
     -> dropout -> dense -> tags.
 
@@ -216,10 +221,12 @@ def token_classifier(config: BertConfig, features: dict, num_tags: int, is_train
     towers x B rows train exactly like 1 tower x N*B: the towers' gradients
     are averaged with equal weights, which a per-tower mean over words (towers
     hold different word counts) would break. remove_padding: see BertModel.
+    model: the encoder already built over `features` (see `classifier`).
     """
-    model = BertModel(config, is_training, features["input_ids"],
-                      features["input_mask"], features["segment_ids"],
-                      compute_dtype=compute_dtype, remove_padding=remove_padding)
+    if model is None:
+        model = BertModel(config, is_training, features["input_ids"],
+                          features["input_mask"], features["segment_ids"],
+                          compute_dtype=compute_dtype, remove_padding=remove_padding)
     sequence = tf.cast(model.get_sequence_output(), tf.float32)  # [batch, seq, hidden]
     positions = features["word_positions"]                        # [batch, words]
     batch, words = tf.shape(positions)[0], tf.shape(positions)[1]

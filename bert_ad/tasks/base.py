@@ -225,6 +225,12 @@ class Task(abc.ABC):
         (`chooses_on_dev`)."""
         return self
 
+    def model_files(self) -> Dict[str, str]:
+        """{file name: text} that describe the model this task's checkpoints hold, when
+        it is not the one --bert_config_file names (a distilled student's own
+        bert_config.json): written into output_dir beside labels.txt when training."""
+        return {}
+
     def learning_rate_multipliers(self) -> Dict[str, float]:
         """{regular expression: factor}: variables whose names match learn at
         factor x the learning rate (default: none)."""

@@ -225,8 +225,9 @@ class TokenClassificationTask(Task):
     def features(self, data: ConllSplit) -> TokenFeatures:
         """The windows of `data` (built on first use)."""
         if data.features is None:
-            # Prediction needs no tags (and the file may have none).
-            tags = [s.tags for s in data.rows] if data.split != "predict" else None
+            # Training and evaluation read tags; prediction needs none (and the file
+            # may have none), nor does untagged text (a distillation's transfer file).
+            tags = [s.tags for s in data.rows] if data.split in ("train", "dev") else None
             data.features = self.encoder.cached(
                 data, {"task": "token_classification", "labels": self.labels,
                        "doc_stride": self.doc_stride, "tagged": tags is not None,
