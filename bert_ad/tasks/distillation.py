@@ -167,8 +167,8 @@ class DistillationTask(Task):
             self, labels=labels, student=self.student.with_labels(labels),
             teacher=None if self.teacher is None else self.teacher.with_labels(labels))
 
-    def with_compute_dtype(self, dtype) -> "DistillationTask":
-        return dataclasses.replace(self, student=self.student.with_compute_dtype(dtype))
+    def with_encoder(self, **changes) -> "DistillationTask":
+        return dataclasses.replace(self, student=self.student.with_encoder(**changes))
 
     def with_answer_settings(self, values, where: str) -> "DistillationTask":
         return dataclasses.replace(self, student=self.student.with_answer_settings(values,
