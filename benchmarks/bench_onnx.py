@@ -251,7 +251,7 @@ def worker_command(impl: str, paths: dict, seq: int, round_dir: str) -> list:
         return bench.worker_command(WORKER_MODULE, impl, hf_dir=paths["hf_dir"], **flags)
     flags["output_dir"] = os.path.join(round_dir, impl)
     if impl == "tf":
-        from bert_ad.parallel.checkpoints import step_checkpoints
+        from bert_ad.parallel.checkpoint_files import step_checkpoints
         return bench.worker_command(WORKER_MODULE, impl, **flags,
                                     checkpoint=step_checkpoints(paths["output"])[-1],
                                     model_flags=" ".join(paths["model_flags"]))

@@ -27,24 +27,23 @@ import contextlib
 import dataclasses
 import logging
 import os
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, Optional
 
 import numpy as np
 
 from bert_ad.compat import tf
 from bert_ad.data.batching import prefetch
-from bert_ad.data.processors import load_label_list, save_label_list
+from bert_ad.data.processors import save_label_list
 from bert_ad.errors import UserError, fail
 from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
                                 non_finite_warnings, record_dev_choice,
                                 recorded_answer_settings, score, scoring_checkpoint)
 from bert_ad import files
-from bert_ad.files import remove_stale_temporaries, write_key_values, write_results
-from bert_ad.folders import remove_stale_staging
+from bert_ad.files import write_key_values
 from bert_ad.locks import OutputDirLock
-from bert_ad.parallel.checkpoints import checkpoint_step, step_checkpoints
+from bert_ad.parallel.checkpoint_files import checkpoint_step
 from bert_ad.parallel.learning_rate import scale_learning_rate
-from bert_ad.parallel.loop import LoopSettings, TrainResult, remove_partial_save, train_loop
+from bert_ad.parallel.loop import LoopSettings, TrainResult, train_loop
 from bert_ad.parallel.train_graph import TrainGraph, TrainSettings, build_train_graph
 # RunSettings and Placement are the driver's vocabulary: callers (bert_ad/cli,
 # tests, benchmarks) name them through it.
@@ -53,14 +52,14 @@ from bert_ad.run_settings import RunSettings, derive  # noqa: F401
 from bert_ad.serving.export import (ExportSettings, export_dir_for, export_model,
                                     refuse_existing)
 from bert_ad.serving.layout import ExportMetadata, read_metadata
-from bert_ad.serving.load import check_compatible
+from bert_ad.serving.compatibility import check_compatible
+from bert_ad.run_outputs import (EVAL_RESULTS_FILE, LABELS_FILE, TRAIN_RESULTS_FILE,
+                                 refuse_outputs_over_inputs, remove_leftovers,
+                                 resolve_labels, write_predictions)
 from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")
 
-LABELS_FILE = "labels.txt"
-TRAIN_RESULTS_FILE = "train_results.txt"
-EVAL_RESULTS_FILE = "eval_results.txt"
 
 
 # --- the schedule ---------------------------------------------------------------------
@@ -254,42 +253,11 @@ def predict(task: Task, data: SplitData, settings: RunSettings, placement: Place
     if outputs is None:
         outputs = score(task, data, settings.predict_batch_size, settings, placement,
                         export, checkpoint)
-    files = task.prediction_files(data, outputs)
-    # One set: a failure leaves every earlier result file as it was.
-    write_results(settings.output_dir, files)
-    log.info("predict: wrote %d rows to %s in %s", len(data), ", ".join(files),
-             settings.output_dir)
+    write_predictions(task, data, outputs, settings.output_dir)
     return outputs
 
 
 # --- the whole run -------------------------------------------------------------------
-
-def resolve_labels(task: Task, train: Optional[SplitData], settings: RunSettings,
-                   export: Optional[ExportMetadata] = None) -> Optional[List[str]]:
-    """The run's label list: the training data's (or the task's), else
-    labels.txt's, else those of the export predictions are made with
-    (`export`); None for a task without one.
-
-    The label list of an output_dir that holds a checkpoint is fixed: the
-    head's rows follow it, so another list (other names, or the same names in
-    another order) is refused before anything is written; so is a list other
-    than the export's.
-    """
-    path = os.path.join(settings.output_dir, LABELS_FILE)
-    saved = load_label_list(path) if os.path.isfile(path) else None
-    labels = task.resolve_labels(train, saved if saved is not None or export is None
-                                 else export.labels)
-    if labels is not None and saved is not None and labels != saved \
-            and step_checkpoints(settings.output_dir):
-        fail(f"{path} lists the labels {', '.join(saved)} but this run's are "
-             f"{', '.join(labels)}: the checkpoints in --output_dir were trained with "
-             "the saved list, in that order; use a new --output_dir for other labels")
-    if export is not None and labels != export.labels:
-        fail(f"--predict_from_export={settings.predict_from_export} predicts the labels "
-             f"{', '.join(export.labels or ['(none)'])} but this run's are "
-             f"{', '.join(labels or ['(none)'])}; score it from a fresh --output_dir")
-    return labels
-
 
 def export(task: Task, settings: RunSettings, export_settings: ExportSettings,
            checkpoint: Optional[str] = None, dev: Optional[SplitData] = None) -> str:
@@ -412,24 +380,6 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     return 0
 
 
-def output_files(task: Task, output_dir: str) -> List[Tuple[str, str]]:
-    """(what, path) of the files a run writes in output_dir besides checkpoints: its
-    results and the task's prediction files."""
-    names = (LABELS_FILE, TRAIN_RESULTS_FILE, EVAL_RESULTS_FILE) + tuple(
-        task.prediction_file_names()) + tuple(task.model_files())
-    return [("the result file", os.path.join(output_dir, name)) for name in names]
-
-
-def refuse_outputs_over_inputs(task: Task, output_dir: str, inputs: List[SplitData]) -> None:
-    """An input file this run would write over (NER's --predict_file=OUTPUT_DIR/predict.txt
-    renamed the input aside and replaced it with the output), however its path is
-    spelled (a symlink, a hard link): one line, nothing written."""
-    files.refuse_outputs_over_inputs(
-        output_files(task, output_dir),
-        [(f"the {data.split} file", source) for data in inputs for source in data.sources()],
-        advice="give another --output_dir or move the input")
-
-
 DURING_TRAINING = ("--eval_every_steps and --keep_best_checkpoint score the dev set "
                    "while training")
 INT8_EXPORT = "--export_precision=int8 measures the int8 model against fp32 on the dev set"
@@ -441,15 +391,3 @@ def _read_dev_for(task: Task, why: str) -> SplitData:
         return task.read("dev")
     except UserError as e:
         raise UserError(f"{e} ({why})") from None
-
-
-def remove_leftovers(output_dir: str) -> None:
-    """Temporary files a killed run left in output_dir (ours, and TensorFlow's
-    `*.tempstate*` of a torn checkpoint save): the lock says no one writes them."""
-    for name in remove_stale_temporaries(output_dir):
-        log.info("removed %s, left by an earlier run that was stopped while writing", name)
-    for name in remove_partial_save(output_dir):
-        log.info("removed %s, left by a checkpoint save that did not finish", name)
-    for folder in (output_dir, os.path.join(output_dir, "export")):
-        for path in remove_stale_staging(folder):
-            log.info("cleaned up %s, left by an earlier run stopped while writing", path)

@@ -26,8 +26,8 @@ from bert_ad.errors import fail
 from bert_ad.files import atomic_open
 from bert_ad.folders import staging_directory
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
-from bert_ad.parallel.checkpoints import (checkpoint_problem, checkpoint_step,
-                                         latest_checkpoint, step_checkpoints)
+from bert_ad.parallel.checkpoint_files import checkpoint_step, step_checkpoints
+from bert_ad.parallel.checkpoints import checkpoint_problem, latest_checkpoint
 from bert_ad.parallel.scoring import Scorer
 from bert_ad.parallel.streaming import rows_in_order, stack_rows
 from bert_ad.placement import Placement

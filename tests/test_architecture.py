@@ -41,7 +41,8 @@ LAYERS = [
     {"bert_ad.serving"},
     # The driver, with what a run asks for (run_settings) and how a split is
     # scored (evaluation).
-    {"bert_ad.driver", "bert_ad.placement", "bert_ad.evaluation"},
+    {"bert_ad.driver", "bert_ad.placement", "bert_ad.evaluation", "bert_ad.run_outputs",
+     "bert_ad.onnx_predict"},
     {"bert_ad.cli", "bert_ad.tools", "bert_ad.__main__",
      # `python -m bert_ad.convert / .assets / .vocab`: shims over the tools.
      "bert_ad.convert", "bert_ad.assets", "bert_ad.vocab"},

@@ -23,7 +23,8 @@ from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.files import read_key_values
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
-from bert_ad.parallel.checkpoints import checkpoint_step, latest_checkpoint
+from bert_ad.parallel.checkpoint_files import checkpoint_step
+from bert_ad.parallel.checkpoints import latest_checkpoint
 from bert_ad.parallel.towers import plan_devices
 
 from test_driver import ToyRegressionTask, settings, toy_rows

@@ -12,8 +12,8 @@ launcher (in this process), then:
   embeddings, rewrite scores;
 * `--do_predict --predict_from_export=ONNX` writes the checkpoint's result
   files (and `bert-ad features` its vectors);
-* a fresh Python process scores every task's ONNX export with the same
-  tokenizer, batches and result code and then holds no TensorFlow module;
+* every task's command line scores its ONNX export in a fresh Python process
+  where TensorFlow cannot be imported, and writes the checkpoint's files;
 * an int8 export is quantized (fused kernels, int8 matmuls), measured on the
   dev split (its fp32 accuracy is the checkpoint's, computed here from
   predict.txt) and stays close;
@@ -46,8 +46,8 @@ from bert_ad.errors import UserError
 from bert_ad.serving import layout
 
 import onnx_tasks
-from helpers import (REPO, SAMPLE_SENTIMENT, basic_words, run_main, sample_sentiment_texts,
-                     tiny_model, tree_digest)
+from helpers import (REPO, SAMPLE_SENTIMENT, basic_words, flag_args, run_main,
+                     sample_sentiment_texts, tiny_model, tree_digest)
 
 HAVE_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime", "tf2onnx"))
 needs_onnx = pytest.mark.skipif(
@@ -183,25 +183,26 @@ def export(s: Setup, key: str, fmt: str, precision: str = "fp32") -> str:
     return s.exports[name]
 
 
-def predict(s: Setup, key: str, name: str, **more) -> dict:
-    """{file name: lines} a launcher wrote scoring the task's rows (`more`: with an
-    export); features: {"embedding": vector lines}."""
-    out = os.path.join(s.root, "predictions", f"{key}_{name}")
+def prediction_flags(s: Setup, key: str, out: str, **more) -> dict:
+    """The flags of a launcher scoring the task's rows into `out` (`more`: with an
+    export: then the model flags come from it)."""
     if key == "features":
-        vectors = out + ".npy"
-        flags = task_flags(s, key, output_file=vectors, **more)
-        if "predict_from_export" in more:
-            for model_flag in ("init_checkpoint", "vocab_file", "bert_config_file",
-                               "max_seq_length"):
-                flags.pop(model_flag)
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        assert run_main(features_cli, flags) == 0
-        return {"embedding": [" ".join(f"{v:.7f}" for v in row) for row in np.load(vectors)]}
-    flags = task_flags(s, key, do_predict=True, output_dir=out, **more)
+        flags = task_flags(s, key, output_file=out + ".npy", **more)
+        dropped = ("init_checkpoint", "vocab_file", "bert_config_file", "max_seq_length")
+    else:
+        flags = task_flags(s, key, do_predict=True, output_dir=out, **more)
+        dropped = ("init_checkpoint", "vocab_file", "bert_config_file", "labels")
     if "predict_from_export" in more:
-        for model_flag in ("init_checkpoint", "vocab_file", "bert_config_file", "labels"):
+        for model_flag in dropped:
             flags.pop(model_flag, None)
-    assert run_main(CLIS[key], flags) == 0
+    return flags
+
+
+def prediction_files(key: str, out: str) -> dict:
+    """{file name: lines} a launcher wrote into `out`; features: {"embedding": vector
+    lines}."""
+    if key == "features":
+        return {"embedding": [" ".join(f"{v:.7f}" for v in row) for row in np.load(out + ".npy")]}
     names = sorted(n for n in os.listdir(out) if n.startswith(("predict", "test_results",
                                                                "nbest", "null_odds")))
     result = {}
@@ -209,6 +210,15 @@ def predict(s: Setup, key: str, name: str, **more) -> dict:
         with open(os.path.join(out, name), encoding="utf-8") as f:
             result[name] = f.read().splitlines()
     return result
+
+
+def predict(s: Setup, key: str, name: str, **more) -> dict:
+    """{file name: lines} a launcher wrote scoring the task's rows (`more`: with an
+    export); features: {"embedding": vector lines}."""
+    out = os.path.join(s.root, "predictions", f"{key}_{name}")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    assert run_main(CLIS[key], prediction_flags(s, key, out, **more)) == 0
+    return prediction_files(key, out)
 
 
 @pytest.fixture(scope="module")
@@ -348,43 +358,35 @@ def _answers(lines: list):
 # ---------------------------------------------------------------------------
 # 3. Scoring with ONNX Runtime imports no TensorFlow.
 
-NO_TENSORFLOW_SCRIPT = r"""
-import json, sys
-import onnx_tasks
-from bert_ad.serving import layout, onnx_scoring
-
-job = json.load(open(sys.argv[1]))
-results = {}
-for key, export_dir in job["exports"].items():
-    metadata = layout.read_metadata(export_dir)
-    task = onnx_tasks.build(key, onnx_scoring.export_encoder(export_dir, metadata), job["data"])
-    split = task.read("predict")
-    outputs = onnx_scoring.score(task, split, 4, export_dir, metadata)
-    results[key] = onnx_tasks.prediction_lines(task, split, outputs)
-results["modules"] = sorted(name for name in sys.modules
-                            if name.split(".")[0] in ("tensorflow", "keras", "tf2onnx"))
-json.dump(results, open(sys.argv[2], "w"))
+# A machine without TensorFlow: importing it (or the converter) fails, then
+# `python -m bert_ad COMMAND ...` runs as a user types it.
+WITHOUT_TENSORFLOW = r"""
+import runpy, sys
+for name in ("tensorflow", "tf2onnx", "keras"):
+    sys.modules[name] = None
+sys.argv = ["bert-ad"] + sys.argv[1:]
+runpy.run_module("bert_ad", run_name="__main__")
 """
+COMMANDS = {"classifier": "classifier", "windows": "classifier", "ner": "ner",
+            "squad": "squad", "features": "features", "rewrite": "rewrite"}
 
 
 @needs_onnx
-def test_scoring_with_onnx_runtime_imports_no_tensorflow(setup, checkpoint_files):
-    exports = {key: export(setup, key, "onnx") for key in onnx_tasks.TASKS}
-    job, out = os.path.join(setup.root, "job.json"), os.path.join(setup.root, "result.json")
-    with open(job, "w") as f:
-        json.dump({"exports": exports, "data": setup.data}, f)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.environ.get("PYTHONPATH", REPO), os.path.join(REPO, "tests")]))
-    done = subprocess.run([sys.executable, "-c", NO_TENSORFLOW_SCRIPT, job, out], env=env,
-                          cwd=setup.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    with open(out) as f:
-        results = json.load(f)
-    assert results.pop("modules") == []
+def test_the_command_lines_score_an_onnx_export_without_tensorflow(setup, checkpoint_files):
+    """Every task's `--do_predict --predict_from_export=ONNX` (and `bert-ad features`)
+    on a machine where TensorFlow cannot be imported writes the checkpoint's files."""
     for key in onnx_tasks.TASKS:
-        assert sorted(results[key]) == sorted(checkpoint_files[key]), key
-        for name, lines in results[key].items():
+        out = os.path.join(setup.root, "no_tensorflow", key)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        flags = prediction_flags(setup, key, out,
+                                 predict_from_export=export(setup, key, "onnx"))
+        done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, COMMANDS[key]]
+                              + flag_args(flags), cwd=setup.root, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+        assert done.returncode == 0, (key, done.stderr[-3000:])
+        files = prediction_files(key, out)
+        assert sorted(files) == sorted(checkpoint_files[key]), key
+        for name, lines in files.items():
             assert_same_lines(key, name, lines, checkpoint_files[key][name])
 
 

@@ -27,7 +27,7 @@ from bert_ad.cli import create_pretraining_data as create_cli
 from bert_ad.cli import ner as ner_cli
 from bert_ad.errors import UserError
 from bert_ad.files import read_key_values
-from bert_ad.parallel.checkpoints import step_checkpoints
+from bert_ad.parallel.checkpoint_files import step_checkpoints
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.serving.layout import read_metadata
 from helpers import (SAMPLE_SENTIMENT, run_main, tiny_model,

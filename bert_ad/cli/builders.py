@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from bert_ad.cli.flag_checks import ModelText, cache_dir_from_flags
+from bert_ad.cli.flag_checks import ModelText, text_encoder
 from bert_ad.compat import session_config
 from bert_ad.distributed.cluster import ClusterRuntime
 from bert_ad.distributed.cluster_config import resolve_cluster
@@ -137,17 +137,9 @@ def encoder_from_flags(f: flags.FlagValues) -> Encoder:
 
 
 def text_encoder_from_flags(f: flags.FlagValues, text: ModelText) -> TextEncoder:
-    """The encoder of a text task: the checked config and tokenizer, how batches are
-    padded and cached, and how it runs (--precision, --remove_padding)."""
-    fixed_padding = "padding" in f and f.padding != "dynamic"
-    return TextEncoder(
-        config=text.config, tokenizer=text.tokenizer, vocab_file=text.vocab_file,
-        do_lower_case=text.do_lower_case, max_seq_length=f.max_seq_length,
-        padding=f.max_seq_length if fixed_padding else "dynamic",
-        bucket_by_length="bucket_by_length" in f and f.bucket_by_length,
-        cache_dir=cache_dir_from_flags(f),
-        compute_dtype=compute_dtype(f.precision),
-        remove_padding=remove_padding_from_flags(f))
+    """The encoder of a text task (flag_checks.text_encoder) and how it runs
+    (--precision, --remove_padding)."""
+    return text_encoder(f, text, compute_dtype(f.precision), remove_padding_from_flags(f))
 
 
 def remove_padding_from_flags(f: flags.FlagValues) -> bool:

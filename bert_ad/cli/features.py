@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Optional
 
 from absl import flags
 
@@ -125,12 +126,12 @@ def build(f: flags.FlagValues, encoder):
     return FeatureExtractionTask(encoder, f.input_file or "", embedding_settings_from_flags(f))
 
 
-def run(task, f: flags.FlagValues, placement: Placement) -> int:
+def run(task, f: flags.FlagValues, placement: Optional[Placement]) -> int:
     """Embed --input_file into --output_file (with --init_checkpoint or
     --predict_from_export), then export (--do_export); an int8 export is measured
-    on --input_file."""
+    on --input_file. `placement` is None when an ONNX export scores (no towers)."""
     from bert_ad.serving.layout import read_metadata
-    from bert_ad.serving.load import ExportScorer, check_compatible
+    from bert_ad.serving.compatibility import check_compatible
     data = task.read("predict") if f.input_file else None
     if f.predict_from_export:
         export_dir = f.predict_from_export
@@ -138,9 +139,10 @@ def run(task, f: flags.FlagValues, placement: Placement) -> int:
         check_compatible(export_dir, metadata, task)
 
         def scorer():
-            if metadata.format == "onnx":  # ONNX Runtime
+            if metadata.format == "onnx":  # ONNX Runtime, no TensorFlow (placement None)
                 from bert_ad.serving import onnx_scoring
                 return onnx_scoring.OnnxScorer(export_dir, metadata)
+            from bert_ad.serving.load import ExportScorer
             return ExportScorer(export_dir, metadata, placement.local_session_config())
 
         extract(task, data, f.output_file, scorer, 1, f.batch_size)

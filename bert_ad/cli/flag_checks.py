@@ -24,6 +24,7 @@ from bert_ad.errors import fail
 from bert_ad.model.config import BertConfig
 from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
 from bert_ad.serving import layout
+from bert_ad.tasks.base import TextEncoder
 
 EXPORT_DETAILS = ("export_dir", "export_format", "export_precision")
 
@@ -192,6 +193,21 @@ def model_text_from_flags(f: flags.FlagValues) -> ModelText:
              "the vocab the model was trained with")
     return ModelText(config, tokenizer, f.vocab_file or f.spm_model_file or "",
                      do_lower_case)
+
+
+def text_encoder(f: flags.FlagValues, text: ModelText, compute_dtype=None,
+                 remove_padding: bool = False) -> TextEncoder:
+    """The encoder of a text task: the checked config and tokenizer, how batches are
+    padded and cached. How its graph runs (`compute_dtype`, `remove_padding`) is
+    bert_ad/cli/builders.py's to add; scoring an ONNX export needs neither."""
+    fixed_padding = "padding" in f and f.padding != "dynamic"
+    return TextEncoder(
+        config=text.config, tokenizer=text.tokenizer, vocab_file=text.vocab_file,
+        do_lower_case=text.do_lower_case, max_seq_length=f.max_seq_length,
+        padding=f.max_seq_length if fixed_padding else "dynamic",
+        bucket_by_length="bucket_by_length" in f and f.bucket_by_length,
+        cache_dir=cache_dir_from_flags(f), compute_dtype=compute_dtype,
+        remove_padding=remove_padding)
 
 
 def cache_dir_from_flags(f: flags.FlagValues) -> str:

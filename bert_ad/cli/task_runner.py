@@ -10,6 +10,8 @@ inputs the same way before anything is written:
   3. the task's own early check, then the shared flags (bert_ad/cli/flag_checks.py)
      and the model's config and vocabulary
   -- everything above runs without TensorFlow (this module imports none); --
+     (predicting with an ONNX export and nothing else runs without it to the end:
+     bert_ad/onnx_predict.py)
   4. placement: towers, and a cluster's server (its agreed flags)
   5. the encoder (bert_ad/cli/builders.py) and the task
   6. RunSettings, then bert_ad/driver.py runs it
@@ -26,12 +28,16 @@ from typing import Optional, Sequence
 
 from absl import flags
 
+from bert_ad import onnx_predict
 from bert_ad.cli import flag_checks, flag_groups
 from bert_ad.cli.registry import TaskCommand
 from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import run_launcher
+from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.errors import fail
 from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.run_outputs import output_files
+from bert_ad.run_settings import RunSettings
 
 log = logging.getLogger("bert_ad")
 
@@ -73,6 +79,8 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
         command.check_flags(f)
     flag_checks.check_training_flags(f, *command.positive_flags)
     text = flag_checks.model_text_from_flags(f) if command.text else None
+    if text is not None and predicts_from_onnx_only(command, f):
+        return predict_from_onnx(command, f, text)
     # The flags are sound: from here on TensorFlow is imported.
     from bert_ad import driver
     from bert_ad.cli import builders
@@ -84,7 +92,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     encoder = (builders.text_encoder_from_flags(f, text) if text is not None
                else builders.encoder_from_flags(f))
     task = command.build(f, encoder)
-    refuse_outputs_over_inputs(driver.output_files(task, f.output_dir), flag_inputs(f),
+    refuse_outputs_over_inputs(output_files(task, f.output_dir), flag_inputs(f),
                                advice="give another --output_dir or move the input")
     settings = builders.run_settings_from_flags(f, placement, getattr(task.encoder, "config",
                                                                       None))
@@ -98,6 +106,28 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
                       export_settings)
 
 
+def predicts_from_onnx_only(command: TaskCommand, f: flags.FlagValues) -> bool:
+    """Predicting is all the command line asks for, with an ONNX export, on one
+    machine: a run that needs no TensorFlow (bert_ad/onnx_predict.py)."""
+    others = [action for action in command.actions if action != "do_predict"
+              and f[action].value]
+    return ("do_predict" in command.actions and f.do_predict and not others
+            and bool(f.predict_from_export)
+            and onnx_predict.is_onnx_export(f.predict_from_export)
+            and resolve_cluster(f.worker_hosts, f.task_index) is None)
+
+
+def predict_from_onnx(command: TaskCommand, f: flags.FlagValues,
+                      text: flag_checks.ModelText) -> int:
+    """The task built from checked flags, its predict rows scored by ONNX Runtime."""
+    task = command.build(f, flag_checks.text_encoder(f, text))
+    refuse_outputs_over_inputs(output_files(task, f.output_dir), flag_inputs(f),
+                               advice="give another --output_dir or move the input")
+    return onnx_predict.run(task, RunSettings(output_dir=f.output_dir,
+                                              predict_from_export=f.predict_from_export,
+                                              predict_batch_size=f.predict_batch_size))
+
+
 def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     """An inference-only command: its check, the shared ones, the towers, the
     encoder and the task, then the command's own run (exit code)."""
@@ -107,6 +137,10 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     flag_checks.check_inference_flags(f)
     flag_checks.check_export_flags(f)
     text = flag_checks.model_text_from_flags(f)
+    if (f.predict_from_export and not ("do_export" in f and f.do_export)
+            and onnx_predict.is_onnx_export(f.predict_from_export)):
+        # ONNX Runtime scores on its own threads: no towers, no TensorFlow.
+        return command.run(command.build(f, flag_checks.text_encoder(f, text)), f, None)
     from bert_ad.cli import builders  # TensorFlow from here on
     placement = builders.inference_placement_from_flags(f)
     task = command.build(f, builders.text_encoder_from_flags(f, text))

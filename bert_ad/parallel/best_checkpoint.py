@@ -33,7 +33,7 @@ from typing import Callable, List, Optional, Tuple
 from bert_ad.errors import fail
 from bert_ad.files import atomic_open
 from bert_ad.folders import replace_directory, restore_directory
-from bert_ad.parallel.checkpoints import step_checkpoints
+from bert_ad.parallel.checkpoint_files import step_checkpoints
 
 log = logging.getLogger("bert_ad")
 

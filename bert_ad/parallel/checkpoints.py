@@ -18,12 +18,12 @@ import numpy as np
 
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.errors import fail
+from bert_ad.parallel.checkpoint_files import checkpoint_step, step_checkpoints
 from bert_ad.model.modeling import BertConfig
 from bert_ad.model.variable_shapes import config_fields_of, google_variable_shapes
 
 log = logging.getLogger("bert_ad")
 
-_STEP_RE = re.compile(r"model\.ckpt-(\d+)\.index$")
 
 
 def checkpoint_prefix(path: str) -> str:
@@ -126,15 +126,6 @@ def non_finite_summary(value) -> str | None:
             f"the first at {first}")
 
 
-def step_checkpoints(directory: str) -> list:
-    """Every `model.ckpt-N` prefix in `directory`, oldest step first."""
-    if not os.path.isdir(directory):
-        return []
-    steps = sorted(int(m.group(1)) for m in map(_STEP_RE.match, os.listdir(directory))
-                   if m)
-    return [os.path.join(directory, f"model.ckpt-{step}") for step in steps]
-
-
 def latest_checkpoint(directory: str, warn: bool = True) -> str | None:
     """Newest readable `model.ckpt-N` prefix in `directory` by step number, or None.
 
@@ -176,11 +167,6 @@ def set_aside_newer(directory: str, resumed: str) -> list:
                 moved.append(target)
         log.warning("warning: kept the unreadable %s as %s.broken-%d.*", prefix, base, k)
     return moved
-
-
-def checkpoint_step(prefix: str) -> int:
-    match = re.search(r"-(\d+)$", prefix)
-    return int(match.group(1)) if match else 0
 
 
 def variable_name(variable) -> str:

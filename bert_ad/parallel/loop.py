@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 from bert_ad.compat import tf
 from bert_ad.errors import Stopped, UserError, fail
 from bert_ad.files import cannot_write, fsync_path
+from bert_ad.parallel.checkpoint_files import remove_partial_save
 from bert_ad.parallel.checkpoints import (WarmStart, latest_checkpoint, require_variables,
                                           set_aside_newer, step_checkpoints)
 from bert_ad.parallel.train_graph import TrainGraph
@@ -439,14 +440,6 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         restore_signal_handlers(self.previous)
-
-
-def remove_partial_save(output_dir: str) -> list:
-    """Remove what a failed or killed Saver.save left behind (`*.tempstate*` files)."""
-    names = [n for n in os.listdir(output_dir) if ".tempstate" in n]
-    for name in names:
-        os.remove(os.path.join(output_dir, name))
-    return names
 
 
 def _stop_not_finite(loss: float, grad_norm: float, step: int,

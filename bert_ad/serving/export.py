@@ -40,7 +40,8 @@ from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer
 from bert_ad.errors import fail
 from bert_ad.files import cannot_write
 from bert_ad.folders import staging_directory
-from bert_ad.parallel.checkpoints import checkpoint_step, require_variables, variable_name
+from bert_ad.parallel.checkpoint_files import checkpoint_step
+from bert_ad.parallel.checkpoints import require_variables, variable_name
 from bert_ad.data.feature_cache import file_digest
 from bert_ad.serving import layout, onnx_export, quantization
 # What --do_export asks for; in layout.py, which imports no TensorFlow (the flags read it).

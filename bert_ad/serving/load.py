@@ -9,8 +9,8 @@ load in graph mode through tf.compat.v1 (TF 1.15 and TF 2.x alike): a
 SavedModel with `saved_model.loader.load`, a frozen graph with
 `import_graph_def`.
 
-`check_compatible` refuses an export that does not belong to the run's task
-or tokenizer before anything is scored.
+Whether an export belongs to the run's task and tokenizer is checked before
+(bert_ad/serving/compatibility.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from typing import Dict, List
 
 from bert_ad.compat import TF_VERSION, tf
 from bert_ad.errors import fail
-from bert_ad.data.feature_cache import file_digest
 from bert_ad.serving import layout
-from bert_ad.tasks.base import Task
 
 
 class ExportScorer:
@@ -105,38 +103,3 @@ class ExportScorer:
 def _first_line(error: BaseException) -> str:
     text = str(getattr(error, "message", "") or error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def check_compatible(export_dir: str, metadata: layout.ExportMetadata, task: Task) -> None:
-    """UserError (one line) unless the export can score this run's rows.
-
-    The export must be of the same task, cut text into rows as the run does
-    (Task.serving_settings), take every input the task feeds, and have been
-    trained with the run's tokenizer (the same vocab file
-    content, casing and max_seq_length).
-    """
-    where = f"--predict_from_export={export_dir}"
-    if metadata.task != task.name:
-        fail(f"{where} is an export of the {metadata.task} task, not {task.name}; "
-             "score it with that task's launcher")
-    # How text became rows (truncation, windows) must match, or the rows
-    # scored are not the ones the export was trained on.
-    mine = task.serving_settings()
-    for key, value in metadata.settings.items():
-        if mine.get(key) != value:
-            fail(f"{where} was exported with --{key}={value} but this run has "
-                 f"--{key}={mine.get(key)}; set --{key}={value}")
-    missing = [name for name in task.serving_inputs if name not in metadata.inputs]
-    if missing:
-        fail(f"{where} does not take the input(s) {', '.join(missing)}")
-    encoder = task.encoder
-    if encoder is None:
-        return
-    if file_digest(encoder.vocab_file) != metadata.vocab_sha256:
-        fail(f"{where} was trained with another vocab than {encoder.vocab_file}; leave "
-             "--vocab_file/--spm_model_file out to use the export's own")
-    for key, value in (("do_lower_case", bool(encoder.do_lower_case)),
-                       ("max_seq_length", encoder.max_seq_length)):
-        if getattr(metadata, key) != value:
-            fail(f"{where} was exported with {key}={getattr(metadata, key)} but this run "
-                 f"has --{key}={value}; leave --{key} out to use the export's")

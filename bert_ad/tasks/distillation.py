@@ -41,6 +41,7 @@ import numpy as np
 
 from bert_ad.compat import list_checkpoint_variables, tf
 from bert_ad.data.batching import TokenizedExamples, concatenate
+from bert_ad.data.features import split_labels
 from bert_ad.data.transfer_text import read_sentences, read_texts
 from bert_ad.errors import fail
 from bert_ad.model.distillation_losses import (hidden_mse, soft_target_loss,
@@ -250,12 +251,28 @@ class DistillationTask(Task):
         teacher = set(self.teacher_labels)
         for label in found:
             if label not in teacher:
-                source, line = _first_row_with(gold, label)
+                source, line = self._first_row_with(gold, label)
                 fail(f"{source} line {line}: label {label!r} is not one of the teacher's "
                      f"labels {self.teacher_labels} ({self.teacher_labels_source}): the "
                      "student learns the teacher's labels; fix the file, or distill a "
                      "teacher fine-tuned with that label")
         return list(self.teacher_labels)
+
+    def _first_row_with(self, gold: SplitData, label: str) -> Tuple[str, int]:
+        """(file, line) of the first row of `gold` with `label` (a word's tag, one of a
+        multi-label row's labels)."""
+        for row in gold.rows:
+            if getattr(row, "tags", None) is not None:
+                for tag, line in zip(row.tags, row.line_numbers):
+                    if tag == label:
+                        return gold.source, line
+            elif getattr(row, "label", None) is not None:
+                labels = (split_labels(row.label, self.student.label_separator)
+                          if getattr(self.student, "target", "") == "multi_label"
+                          else [row.label])
+                if label in labels:
+                    return row.source, row.line
+        return gold.source, 0
 
     def check_labels(self, data: SplitData) -> None:
         if isinstance(data, DistillationSplit):
@@ -435,15 +452,3 @@ def _frozen(getter, name, *args, **kwargs):
     kwargs["trainable"] = False
     kwargs["collections"] = [tf.GraphKeys.LOCAL_VARIABLES]
     return getter(name, *args, **kwargs)
-
-
-def _first_row_with(gold: SplitData, label: str) -> Tuple[str, int]:
-    """(file, line) of the first row of `gold` holding `label` (a tag for a sentence)."""
-    for row in gold.rows:
-        if getattr(row, "tags", None) is not None:
-            for tag, line in zip(row.tags, row.line_numbers):
-                if tag == label:
-                    return gold.source, line
-        elif getattr(row, "label", None) is not None and label in str(row.label):
-            return row.source, row.line
-    return gold.source, 0
