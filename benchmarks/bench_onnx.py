@@ -13,7 +13,7 @@ google2hf); a predict file of running text (Pang & Lee's reviews for MiniLM,
 People's Daily for the Chinese model) whose every row fills max_seq_length.
 
 Each round runs two workers at the same time, one core each
-(bert_ad.tools.benchmarking.run_workers_side_by_side), then again with the
+(benchmarks/measuring.py: run_workers_side_by_side), then again with the
 cores swapped: one of ours beside Hugging Face.
 
 * ours (`tf`, `onnx_fp32`, `onnx_int8`): one whole `bert-ad classifier
@@ -21,10 +21,8 @@ cores swapped: one of ours beside Hugging Face.
   batches of 32. Its rate is the rows over the process's whole life (Python
   start, imports, the tokenizer, loading the model, scoring, the result
   files), and also over the time inside the scorer's `run` alone ("model").
-* onnx_int8_no_tf: the same int8 export scored as `--predict_from_export`
-  will once the command line imports no TensorFlow (the task built from the
-  export's files, bert_ad/serving/onnx_scoring.py, predict.txt and
-  test_results.tsv written); the process never imports TensorFlow.
+  The ONNX processes import no TensorFlow (bert_ad/onnx_predict.py; the
+  worker fails if one did), as on a scoring machine without it.
 * hf: BertForSequenceClassification (transformers, PyTorch CPU) in eval mode
   under torch.inference_mode, batches of 32 of the same token ids, after one
   untimed batch: rows over the forward passes ("model"), and over the
@@ -48,10 +46,7 @@ from benchmarks.measuring import checkout_env, hf_dir_for, peak_rss_mb
 
 WORKER_MODULE = "benchmarks.bench_onnx"
 MODELS = ("minilm", "chinese")
-# onnx_int8_no_tf: the int8 export scored as the command line will once it imports
-# no TensorFlow (worker_ours_without_tensorflow).
-NO_TENSORFLOW = "_no_tf"
-OURS = ("tf", "onnx_fp32", "onnx_int8", "onnx_int8" + NO_TENSORFLOW)
+OURS = ("tf", "onnx_fp32", "onnx_int8")
 BATCH = 32
 # Rows scored per worker: one to three minutes of Hugging Face on one core.
 ROWS = {128: 480, 512: 96}
@@ -133,7 +128,6 @@ def prepare(name: str, seq: int, args) -> dict:
 def worker_ours(args) -> dict:
     """One whole --do_predict process (this one), timed from its start."""
     from bert_ad.cli import classifier
-    from bert_ad.parallel import scoring
     from bert_ad.serving import onnx_scoring
 
     inside = [0.0]
@@ -147,8 +141,11 @@ def worker_ours(args) -> dict:
                 inside[0] += time.perf_counter() - started
         return wrapper
 
-    scoring.Scorer.run = timed(scoring.Scorer.run)
-    onnx_scoring.OnnxScorer.run = timed(onnx_scoring.OnnxScorer.run)
+    if args.variant == "tf":
+        from bert_ad.parallel import scoring  # (TensorFlow)
+        scoring.Scorer.run = timed(scoring.Scorer.run)
+    else:
+        onnx_scoring.OnnxScorer.run = timed(onnx_scoring.OnnxScorer.run)
     argv = ["bench", "--task_name=sentiment", f"--data_dir={args.data}", "--do_predict",
             f"--predict_batch_size={BATCH}", f"--output_dir={args.output_dir}"]
     if args.variant == "tf":
@@ -167,41 +164,15 @@ def worker_ours(args) -> dict:
     result = {"impl": args.variant, "rows": rows, "process_sec": wall,
               "rows_per_sec": rows / wall, "model_rows_per_sec": rows / inside[0],
               "peak_rss_mb": peak_rss_mb(), "threads": len(os.sched_getaffinity(0))}
+    tensorflow = sorted(name for name in sys.modules if name.split(".")[0] == "tensorflow")
     if args.variant == "tf":
         result["onednn"] = bench.onednn_state()
     else:
+        if tensorflow:  # the ONNX path of the command line imports none
+            raise RuntimeError(f"TensorFlow was imported: {tensorflow[:3]}")
         import onnxruntime
         result["onnxruntime"] = onnxruntime.__version__
     return result
-
-
-def worker_ours_without_tensorflow(args) -> dict:
-    """What `--predict_from_export` runs once the command line imports no TensorFlow:
-    the task built from the export's own files, scored by ONNX Runtime, predict.txt
-    and test_results.tsv written; this process never imports TensorFlow."""
-    from bert_ad.data.processors import get_task
-    from bert_ad.files import write_results
-    from bert_ad.serving import layout, onnx_scoring
-    from bert_ad.tasks.classification import ClassificationTask
-
-    metadata = layout.read_metadata(args.export)
-    encoder = onnx_scoring.export_encoder(args.export, metadata,
-                                          os.path.join(args.output_dir, "cache"))
-    task = ClassificationTask(encoder, get_task("sentiment"), args.data).with_labels(
-        metadata.labels)
-    data = task.read("predict")
-    started = time.perf_counter()
-    outputs = onnx_scoring.score(task, data, BATCH, args.export, metadata)
-    inside = time.perf_counter() - started
-    write_results(args.output_dir, task.prediction_files(data, outputs))
-    if any(name.startswith("tensorflow") for name in sys.modules):
-        raise RuntimeError("TensorFlow was imported")
-    import onnxruntime
-    wall = process_seconds()
-    return {"impl": args.variant, "rows": len(data), "process_sec": wall,
-            "rows_per_sec": len(data) / wall, "model_rows_per_sec": len(data) / inside,
-            "peak_rss_mb": peak_rss_mb(), "threads": len(os.sched_getaffinity(0)),
-            "onnxruntime": onnxruntime.__version__}
 
 
 def worker_hf(args) -> dict:
@@ -255,7 +226,7 @@ def worker_command(impl: str, paths: dict, seq: int, round_dir: str) -> list:
         return bench.worker_command(WORKER_MODULE, impl, **flags,
                                     checkpoint=step_checkpoints(paths["output"])[-1],
                                     model_flags=" ".join(paths["model_flags"]))
-    # onnx_PRECISION[_no_tf]
+    # onnx_PRECISION
     return bench.worker_command(WORKER_MODULE, impl, **flags,
                                 export=paths["exports"][impl.split("_")[1]])
 
@@ -318,7 +289,7 @@ def table(rounds: list) -> str:
 
 
 WORKERS = {"hf": worker_hf, "tf": worker_ours, "onnx_fp32": worker_ours,
-           "onnx_int8": worker_ours, "onnx_int8" + NO_TENSORFLOW: worker_ours_without_tensorflow}
+           "onnx_int8": worker_ours}
 
 
 def main(argv=None) -> int:

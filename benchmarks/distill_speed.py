@@ -25,8 +25,8 @@ import statistics
 import sys
 import time
 
-import measuring
-from measuring import loadavg
+from benchmarks import measuring
+from benchmarks.measuring import loadavg
 
 WORKER_MODULE = "benchmarks.distill_speed"
 WARMUP_BATCHES = 3

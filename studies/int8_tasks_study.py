@@ -1,0 +1,214 @@
+"""int8 against fp32 on People's Daily NER (CRF) and MRC, the Chinese tasks (issue #44).
+
+    python -m studies.int8_tasks_study ner mrc
+    python -m studies.int8_tasks_study --report_only
+
+Each task's fine-tuned model is exported from its output folder as ONNX fp32
+and as ONNX int8 (`--do_export --export_format=onnx --export_precision=...`,
+the launcher's own export), and all three score the same test split with
+`--do_predict`: the checkpoint (TensorFlow), then each export
+(`--predict_from_export`, which runs without TensorFlow). The figures come
+from the result files against the gold file, the same code for all three:
+
+  ner  the distillation study's NER teacher (studies/distill_study.py ner: the
+       Chinese default fine-tuned with run_ner_mgpu.py --use_crf on 4,000
+       People's Daily sentences); entity F1 (bert_ad.metrics.entities) of
+       predict.txt's tags against test.txt's, every test sentence.
+  mrc  People's Daily MRC as studies/squad_run.py --quick makes it (2,000
+       training questions, 800 test questions, the Chinese default, 1 tower x
+       32, 1 epoch, max_seq_length 128), trained here once with
+       run_squad_mgpu.py --version_2_with_negative; exact match and F1 (CMRC
+       2018 style, bert_ad.metrics.squad) of predictions.json against test.json.
+
+One record per task and model goes to --runs (docs/int8_runs.jsonl, beside
+the classifier's); a task already recorded is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from benchmarks import measuring
+from benchmarks.measuring import REPO, append_run, load_runs, run_launcher
+from bert_ad.data.conll import read_conll
+from bert_ad.metrics.entities import entity_metrics
+from bert_ad.metrics.squad import detect_style, score_answers
+from bert_ad.parallel.checkpoint_files import step_checkpoints
+from bert_ad.resources.assets import cache_dir
+
+NER = os.path.join(REPO, "run_ner_mgpu.py")
+SQUAD = os.path.join(REPO, "run_squad_mgpu.py")
+MODELS = ("checkpoint", "onnx fp32", "onnx int8")
+# What --export_precision=int8 measures itself on (the dev split's first rows);
+# the figures here are the whole test split's.
+INT8_DEV_ROWS = 300
+
+
+def model_flags(model_dir: str) -> List[str]:
+    return [f"--vocab_file={model_dir}/pieces.tsv",
+            f"--bert_config_file={model_dir}/bert_config.json"]
+
+
+def ner_setup(args) -> dict:
+    """The NER teacher's folder (trained by the distillation study) and its flags."""
+    output_dir = os.path.join(args.distill_dir, "ner-teacher")
+    if not step_checkpoints(output_dir):
+        sys.exit(f"error: {output_dir} holds no checkpoint: run "
+                 "`python -m studies.distill_study ner` first")
+    return {"launcher": NER, "output_dir": output_dir, "gold": os.path.join(
+        args.ner_dir, "test.txt"), "flags": model_flags(args.model_dir) + [
+        f"--data_dir={args.ner_dir}", "--max_seq_length=128", "--use_crf=true",
+        "--predict_file=test.txt", "--predict_batch_size=32"]}
+
+
+def mrc_setup(args) -> dict:
+    """The MRC model, fine-tuned here once (squad_run --quick's data and settings)."""
+    output_dir = os.path.join(args.work_dir, "mrc")
+    flags = model_flags(args.model_dir) + [
+        f"--predict_file={args.mrc_dir}/test.json", "--version_2_with_negative",
+        "--max_seq_length=128", "--doc_stride=64", "--max_query_length=16",
+        "--predict_batch_size=64"]
+    if not step_checkpoints(output_dir):
+        run = run_launcher([sys.executable, SQUAD] + flags + [
+            f"--init_checkpoint={args.model_dir}/bert_model.ckpt",
+            f"--train_file={args.mrc_dir}/train.json", "--do_train", "--n_gpus=1",
+            "--train_batch_size=32", "--learning_rate=5e-5", "--num_train_epochs=1",
+            "--seed=12345", "--save_checkpoints_steps=100000", f"--output_dir={output_dir}"],
+            output_dir, log_name="log.txt", keep_checkpoints=True)
+        if not run.ok:
+            sys.exit(f"error: training the MRC model failed: {run.error}")
+    return {"launcher": SQUAD, "output_dir": output_dir,
+            "gold": os.path.join(args.mrc_dir, "test.json"), "flags": flags}
+
+
+def export(setup: dict, precision: str, work_dir: str) -> str:
+    """The fine-tuned folder's newest checkpoint exported as ONNX (once)."""
+    export_dir = os.path.join(work_dir, f"export_{precision}")
+    if not os.path.isfile(os.path.join(export_dir, "export.json")):
+        run = run_launcher([sys.executable, setup["launcher"]] + setup["flags"] + [
+            f"--output_dir={setup['output_dir']}", "--do_export", "--export_format=onnx",
+            f"--export_precision={precision}", f"--export_dir={export_dir}",
+            f"--max_eval_examples={INT8_DEV_ROWS}"],
+            os.path.join(work_dir, f"export_{precision}_log"), log_name="log.txt",
+            keep_checkpoints=True)
+        if not run.ok:
+            sys.exit(f"error: the {precision} export failed: {run.error}")
+    return export_dir
+
+
+def predict(setup: dict, model: str, exports: Dict[str, str], output_dir: str):
+    """`--do_predict` with the checkpoint or an export into output_dir (its LauncherRun)."""
+    if model == "checkpoint":
+        flags = setup["flags"] + [f"--output_dir={setup['output_dir']}", "--do_predict"]
+        # The teacher's folder is the checkpoint's: its result files are copied aside.
+        run = run_launcher([sys.executable, setup["launcher"]] + flags, output_dir,
+                           log_name="log.txt", keep_checkpoints=True)
+        return run, setup["output_dir"]
+    flags = [f for f in setup["flags"] if not f.startswith(("--vocab_file", "--bert_config"))]
+    run = run_launcher([sys.executable, setup["launcher"]] + flags + [
+        f"--output_dir={output_dir}", "--do_predict",
+        f"--predict_from_export={exports[model.split()[1]]}"], output_dir, log_name="log.txt")
+    return run, output_dir
+
+
+def ner_figures(gold_file: str, result_dir: str) -> dict:
+    gold = read_conll(gold_file)
+    predicted = read_conll(os.path.join(result_dir, "predict.txt"))
+    metrics = entity_metrics([s.tags for s in gold.sentences],
+                             [s.tags for s in predicted.sentences])
+    return {"f1": 100 * metrics["eval_f1"], "precision": 100 * metrics["eval_precision"],
+            "recall": 100 * metrics["eval_recall"], "sentences": len(gold.sentences)}
+
+
+def mrc_figures(gold_file: str, result_dir: str) -> dict:
+    with open(gold_file, encoding="utf-8") as f:
+        squad = json.load(f)["data"]
+    paragraphs = [p for article in squad for p in article["paragraphs"]]
+    golds = {q["id"]: [a["text"] for a in q.get("answers", [])]
+             for p in paragraphs for q in p["qas"]}
+    with open(os.path.join(result_dir, "predictions.json"), encoding="utf-8") as f:
+        predictions = json.load(f)
+    scores = score_answers(golds, predictions, detect_style([p["context"] for p in paragraphs]))
+    return {"exact_match": scores["exact_match"], "f1": scores["f1"],
+            "questions": scores["questions"]}
+
+
+def run_task(task: str, args) -> List[dict]:
+    setup = ner_setup(args) if task == "ner" else mrc_setup(args)
+    work_dir = os.path.join(args.work_dir, task)
+    exports = {p: export(setup, p, work_dir) for p in ("fp32", "int8")}
+    figures = ner_figures if task == "ner" else mrc_figures
+    records = []
+    for model in MODELS:
+        run, result_dir = predict(setup, model, exports, os.path.join(work_dir, model.replace(
+            " ", "_")))
+        record = {"study": "int8_tasks", "task": task, "model": model,
+                  "wall_seconds": run.wall_seconds, "peak_rss_mb": round(run.peak_rss_mb),
+                  "cpu": measuring.cpu_line(), "loadavg": measuring.loadavg()}
+        if not run.ok:
+            records.append(dict(record, status="failed", error=run.error))
+            continue
+        record.update(status="ok", **figures(setup["gold"], result_dir))
+        if model != "checkpoint":
+            with open(os.path.join(exports[model.split()[1]], "export.json")) as f:
+                record["megabytes"] = round(sum(
+                    os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(
+                        exports[model.split()[1]]) for name in names) / 1e6, 1)
+                record["int8"] = json.load(f).get("onnx", {}).get("int8")
+        records.append(record)
+    return records
+
+
+def report(records: Sequence[dict]) -> str:
+    rows = []
+    for task in ("ner", "mrc"):
+        mine = {r["model"]: r for r in records if r.get("study") == "int8_tasks"
+                and r["task"] == task and r.get("status") == "ok"}
+        base = mine.get("onnx fp32")
+        for model in MODELS:
+            r = mine.get(model)
+            if r is None:
+                continue
+            change = f"{r['f1'] - base['f1']:+.2f}" if base else "-"
+            rows.append([task, model, f"{r['f1']:.2f}", change,
+                         f"{r.get('exact_match', r.get('precision', 0)):.2f}",
+                         f"{r.get('megabytes', '-')}", f"{r['wall_seconds']:.0f}"])
+    return measuring.markdown_table(
+        ["task", "model", "F1", "F1 vs ONNX fp32", "EM (mrc) / precision (ner)",
+         "export MB", "predict wall s"], rows, align="llrrrrr")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("tasks", nargs="*", help="ner and/or mrc")
+    parser.add_argument("--model_dir", default=os.path.join(cache_dir(), "e5_small_zh_en"))
+    parser.add_argument("--ner_dir",
+                        default=os.path.join(cache_dir(), "data", "peoples_daily_ner"))
+    parser.add_argument("--mrc_dir", default=os.path.join(cache_dir(), "squad_run43"),
+                        help="train.json and test.json (studies/squad_run.py --quick's)")
+    parser.add_argument("--distill_dir", default=os.path.join(cache_dir(), "distill_study"))
+    parser.add_argument("--work_dir", default=os.path.join(cache_dir(), "int8_tasks_study"))
+    parser.add_argument("--runs", default=os.path.join(REPO, "docs", "int8_runs.jsonl"))
+    parser.add_argument("--report_only", action="store_true")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.tasks) - {"ner", "mrc"})
+    if unknown:
+        parser.error(f"unknown tasks {unknown}: choose ner and/or mrc")
+    done = {r["task"] for r in load_runs(args.runs)
+            if r.get("study") == "int8_tasks" and r.get("status") == "ok"}
+    for task in [] if args.report_only else args.tasks:
+        if task in done:
+            continue
+        for record in run_task(task, args):
+            append_run(args.runs, record)
+    print(measuring.cpu_line())
+    print(report(load_runs(args.runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
