@@ -33,7 +33,8 @@ from bert_ad.tasks.squad import SquadFiles, SquadTask
 from bert_ad.tasks.squad_answers import AnswerSettings
 from bert_ad.tools.convert import convert_google_to_hf
 
-from helpers import (REPO, TINY_CONFIG, assert_same_weights, assert_weights_moved,
+from helpers import (REPO, TINY_CONFIG, assert_head_learns_at_multiplied_rate,
+                     assert_same_weights, assert_weights_moved,
                      save_initial_weights, tiny_model, train_one_step)
 
 SAMPLES = os.path.join(REPO, "data", "sample_squad")
@@ -57,6 +58,24 @@ def sample_texts(path: str) -> list:
     return [text for article in data for p in article["paragraphs"]
             for text in [p["context"]] + [q["question"] for q in p["qas"]]]
 
+
+def test_the_span_head_learns_at_the_multiplied_rate(tmp_path):
+    """--head_learning_rate_multiplier: cls/squad/ takes factor x the step, the encoder
+    the same step as without it."""
+    model = tiny_model(str(tmp_path / "model"), sample_texts(EN), max_position_embeddings=64,
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    task = squad_task(model.bert_config(), model.vocab_file, EN, max_seq_length=48,
+                      cache_dir=str(tmp_path / "cache"))
+    task.head_learning_rate_multiplier = 10.0
+    assert task.learning_rate_multipliers() == {"^cls/squad/.*$": 10.0}
+    examples = task.features(task.read("train")).examples
+    batch = [[make_batch(examples, np.arange(8), "dynamic")]]
+    # The span bias's gradient is 0 but for rounding (the softmax over positions
+    # cancels it): compared with neither.
+    assert_head_learns_at_multiplied_rate(task, SPAN_FEATURE_SPEC, batch,
+                                          ["cls/squad/output_weights:0"], 10.0,
+                                          str(tmp_path / "init.ckpt"),
+                                          unchecked=["cls/squad/output_bias:0"])
 
 def test_two_towers_equal_one_tower_with_the_whole_batch(tmp_path):
     model = tiny_model(str(tmp_path / "model"), sample_texts(EN), max_position_embeddings=64,

@@ -105,9 +105,7 @@ def define_long_text_flags(fv: flags.FlagValues) -> None:
                       "real tokens: for models trained as sentence encoders, such as the "
                       "Chinese model of scripts/fetch_chinese_model.sh, which have no "
                       "pooler). Scoring and export must use the training's value.", **d)
-    flags.DEFINE_float("head_learning_rate_multiplier", 1.0,
-                       "The task's fresh output layer learns at this many times "
-                       "--learning_rate (1: Google's single rate).", **d)
+    flag_groups.define(fv, ("head_learning_rate_multiplier",))
 
 
 def check_flags(f: flags.FlagValues) -> None:

@@ -177,6 +177,11 @@ SHARED: Dict[str, Flag] = {
     "predict_file": Flag("string", "File to score with --do_predict.", None),
     "max_train_examples": Flag("integer", "Use only the first N training rows.", None),
     "max_eval_examples": Flag("integer", "Use only the first N dev rows.", None),
+    # A task's own default (classifier 1, NER 100, squad 1): its command passes it.
+    "head_learning_rate_multiplier": Flag(
+        "float", "The task's freshly initialised head (its output layer; a CRF's "
+        "transitions) learns at this many times --learning_rate (1: Google's single rate).",
+        1.0),
     "padding": Flag("enum", "Pad each batch to its longest row (dynamic) or to "
                     "max_seq_length.", "dynamic", ("dynamic", "max_length")),
     "bucket_by_length": Flag("bool", "Train on batches of similar lengths (less padding); "

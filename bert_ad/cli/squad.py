@@ -29,7 +29,7 @@ import math
 
 from absl import flags
 
-from bert_ad.cli import task_runner
+from bert_ad.cli import flag_groups, task_runner
 from bert_ad.cli.registry import register_task
 from bert_ad.data.squad_features import SquadWindowSettings
 from bert_ad.errors import fail
@@ -38,7 +38,8 @@ from bert_ad.tasks.squad_answers import AnswerSettings
 
 # The flags every worker of a cluster must agree on (how questions become training
 # windows; the files' paths may differ from machine to machine).
-AGREED_FLAGS = ("doc_stride", "max_query_length", "version_2_with_negative")
+AGREED_FLAGS = ("doc_stride", "max_query_length", "version_2_with_negative",
+                "head_learning_rate_multiplier")
 # max_seq_length: Google's run_squad.py default (the shared flag's is 128).
 # optimizer: bias-corrected Adam. On People's Daily MRC (10,000 questions, 368 steps)
 # Google's AdamWeightDecay, whose missing bias correction makes the early steps several
@@ -81,6 +82,9 @@ def define_task_flags(fv: flags.FlagValues) -> None:
                          "Start and end candidates per window, and answers kept in "
                          "nbest_predictions.json.", **d)
     flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in pieces.", **d)
+    flag_groups.define(fv, ("head_learning_rate_multiplier",),
+                       notes={"head_learning_rate_multiplier": "the span head, "
+                              "cls/squad/; see docs/squad.md"})
     flags.DEFINE_bool("version_2_with_negative", False,
                       "SQuAD v2.0: questions may have no answer (is_impossible).", **d)
     flags.DEFINE(ThresholdParser(), "null_score_diff_threshold", 0.0,
@@ -141,7 +145,8 @@ def build(f: flags.FlagValues, encoder):
     source = ("auto" if auto else "flag" if f["null_score_diff_threshold"].present
               else "default")
     return SquadTask(encoder, files, window_settings(f), answers, f.answer_metric,
-                     f.max_train_examples, f.max_eval_examples, threshold_source=source)
+                     f.max_train_examples, f.max_eval_examples, threshold_source=source,
+                     head_learning_rate_multiplier=f.head_learning_rate_multiplier)
 
 
 COMMAND = register_task(

@@ -47,10 +47,15 @@ from bert_ad.data.squad_json import SquadFile, read_squad_file
 from bert_ad.errors import fail
 from bert_ad.metrics.squad import STYLES, detect_style, find_best_thresh, score_answers
 from bert_ad.model.feature_specs import SPAN_FEATURE_SPEC
-from bert_ad.tasks.base import Batches, SplitData, Task, TextEncoder, serving_features
+from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
+                               check_head_learning_rate_multiplier, head_learning_rates,
+                               serving_features)
 from bert_ad.tasks.squad_answers import AnswerSettings, Answers, answers_from_logits
 
 log = logging.getLogger("bert_ad")
+
+# The span head's fresh variables (--head_learning_rate_multiplier).
+HEAD_VARIABLES = "^cls/squad/.*$"
 
 PREDICTIONS, NBEST, NULL_ODDS = "predictions.json", "nbest_predictions.json", "null_odds.json"
 THRESHOLD = "null_score_diff_threshold"
@@ -103,6 +108,8 @@ class SquadTask(Task):
       answer_metric: "auto" (cmrc2018 for Chinese contexts, else squad) or one
         of bert_ad.metrics.squad.STYLES.
       max_train_examples, max_eval_examples: only the first N questions.
+      head_learning_rate_multiplier: the span head (HEAD_VARIABLES) learns at this
+        many times the encoder's rate (1: Google's).
     """
 
     name = "squad"
@@ -112,7 +119,8 @@ class SquadTask(Task):
     def __init__(self, encoder: TextEncoder, files: SquadFiles, windows: SquadWindowSettings,
                  answers: AnswerSettings, answer_metric: str = "auto",
                  max_train_examples: Optional[int] = None,
-                 max_eval_examples: Optional[int] = None, threshold_source: str = "default"):
+                 max_eval_examples: Optional[int] = None, threshold_source: str = "default",
+                 head_learning_rate_multiplier: float = 1.0):
         if answer_metric not in ("auto",) + STYLES:
             raise ValueError(f"answer_metric must be auto or one of {STYLES}")
         if threshold_source not in THRESHOLD_SOURCES:
@@ -125,6 +133,8 @@ class SquadTask(Task):
         self.answer_metric = answer_metric
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
         self.threshold_source = threshold_source
+        self.head_learning_rate_multiplier = check_head_learning_rate_multiplier(
+            head_learning_rate_multiplier)
         self.chooses_on_dev = threshold_source == "auto" and answers.version_2_with_negative
         self._files: Dict[str, SquadFile] = {}
         self._splits: Dict[tuple, SquadSplit] = {}
@@ -198,6 +208,9 @@ class SquadTask(Task):
                         self.encoder.remove_padding)
         return {"loss": out.loss, "per_example_loss": out.per_example_loss,
                 "start_logits": out.start_logits, "end_logits": out.end_logits}
+
+    def learning_rate_multipliers(self) -> Dict[str, float]:
+        return head_learning_rates(HEAD_VARIABLES, self.head_learning_rate_multiplier)
 
     def serving_outputs(self, features):
         """`start_logits` and `end_logits` [batch, seq] float32 of each row
