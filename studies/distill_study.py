@@ -25,7 +25,9 @@ Test accuracy is read from predict.txt against test.tsv (all 1,736 reviews).
 ner: People's Daily NER (`bert-ad data prepare peoples_daily_ner`), the
 teacher run_ner_mgpu.py --use_crf on the first --ner_sentences training
 sentences (scripts/ner_demo.sh's chinese_crf settings), a 4-layer and a
-3-layer CRF student distilled on the same sentences; entity F1 on test.txt.
+3-layer CRF student distilled on the same sentences, and each again with the
+next --ner_transfer training sentences as unlabelled text (+transfer);
+entity F1 on test.txt.
 
 Every run is one launcher process (measuring.run_launcher, `nice` left to the
 caller); its record (accuracy or F1, training examples/sec, wall time, peak
@@ -139,12 +141,27 @@ def ner_commands(args, data_dir: str) -> Dict[str, List[str]]:
     commands = {"ner-teacher": [args.python, NER] + base + [
         f"--init_checkpoint={args.model_dir}/bert_model.ckpt", "--num_train_epochs=1",
         f"--learning_rate={TEACHER_LEARNING_RATE:g}", f"--output_dir={work}/ner-teacher"]}
+    transfer = prepare_ner_transfer(data_dir, work, args.ner_sentences, args.ner_transfer)
     for layers in (4, 3):
-        commands[f"ner-student{layers}"] = [args.python, DISTILL] + base + [
+        student = [args.python, DISTILL] + base + [
             f"--teacher_dir={work}/ner-teacher", f"--student_layers={layers}",
-            "--num_train_epochs=2", f"--learning_rate={STUDENT_LEARNING_RATE:g}",
-            f"--output_dir={work}/ner-student{layers}"]
+            "--num_train_epochs=2", f"--learning_rate={STUDENT_LEARNING_RATE:g}"]
+        commands[f"ner-student{layers}"] = student + [f"--output_dir={work}/ner-student{layers}"]
+        commands[f"ner-student{layers}+transfer"] = student + [
+            f"--transfer_file={transfer}", f"--output_dir={work}/ner-student{layers}+transfer"]
     return commands
+
+
+def prepare_ner_transfer(data_dir: str, work_dir: str, start: int, count: int) -> str:
+    """The training sentences after the labelled ones, without their tags: one sentence
+    a line, its tokens (characters) separated by spaces, as --transfer_file reads them."""
+    from bert_ad.data.conll import read_conll
+    sentences = read_conll(os.path.join(data_dir, "train.txt")).sentences[start:start + count]
+    path = os.path.join(work_dir, f"ner_transfer_{start}_{count}.txt")
+    os.makedirs(work_dir, exist_ok=True)
+    with atomic_open(path) as f:
+        f.write("".join(" ".join(s.tokens) + "\n" for s in sentences))
+    return path
 
 
 def test_accuracy(data_dir: str, output_dir: str) -> float:
@@ -225,6 +242,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="the next training reviews, as unlabelled transfer text")
     parser.add_argument("--dev", type=int, default=500, help="dev reviews scored")
     parser.add_argument("--ner_sentences", type=int, default=4000)
+    parser.add_argument("--ner_transfer", type=int, default=8000,
+                        help="the next training sentences, as unlabelled transfer text")
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")],
                         default=list(SEEDS))
     parser.add_argument("--only", default="", help="comma-separated run names")

@@ -61,17 +61,18 @@ def ner_setup(args) -> dict:
                  "`python -m studies.distill_study ner` first")
     return {"launcher": NER, "output_dir": output_dir, "gold": os.path.join(
         args.ner_dir, "test.txt"), "flags": model_flags(args.model_dir) + [
-        f"--data_dir={args.ner_dir}", "--max_seq_length=128", "--use_crf=true",
-        "--predict_file=test.txt", "--predict_batch_size=32"]}
+        f"--data_dir={args.ner_dir}", "--max_seq_length=128", "--use_crf=true"],
+        "export_flags": [], "predict_flags": ["--predict_file=test.txt",
+                                              "--predict_batch_size=32"]}
 
 
 def mrc_setup(args) -> dict:
     """The MRC model, fine-tuned here once (squad_run --quick's data and settings)."""
     output_dir = os.path.join(args.work_dir, "mrc")
     flags = model_flags(args.model_dir) + [
-        f"--predict_file={args.mrc_dir}/test.json", "--version_2_with_negative",
-        "--max_seq_length=128", "--doc_stride=64", "--max_query_length=16",
-        "--predict_batch_size=64"]
+        "--version_2_with_negative", "--max_seq_length=128", "--doc_stride=64",
+        "--max_query_length=16"]
+    predict_flags = [f"--predict_file={args.mrc_dir}/test.json", "--predict_batch_size=64"]
     if not step_checkpoints(output_dir):
         run = run_launcher([sys.executable, SQUAD] + flags + [
             f"--init_checkpoint={args.model_dir}/bert_model.ckpt",
@@ -81,15 +82,19 @@ def mrc_setup(args) -> dict:
             output_dir, log_name="log.txt", keep_checkpoints=True)
         if not run.ok:
             sys.exit(f"error: training the MRC model failed: {run.error}")
+    # An int8 export measures itself on the dev split: here the test file's first rows.
     return {"launcher": SQUAD, "output_dir": output_dir,
-            "gold": os.path.join(args.mrc_dir, "test.json"), "flags": flags}
+            "gold": os.path.join(args.mrc_dir, "test.json"), "flags": flags,
+            "export_flags": [f"--dev_file={args.mrc_dir}/test.json"],
+            "predict_flags": predict_flags}
 
 
 def export(setup: dict, precision: str, work_dir: str) -> str:
     """The fine-tuned folder's newest checkpoint exported as ONNX (once)."""
     export_dir = os.path.join(work_dir, f"export_{precision}")
     if not os.path.isfile(os.path.join(export_dir, "export.json")):
-        run = run_launcher([sys.executable, setup["launcher"]] + setup["flags"] + [
+        run = run_launcher([sys.executable, setup["launcher"]] + setup["flags"]
+                           + setup["export_flags"] + [
             f"--output_dir={setup['output_dir']}", "--do_export", "--export_format=onnx",
             f"--export_precision={precision}", f"--export_dir={export_dir}",
             f"--max_eval_examples={INT8_DEV_ROWS}"],
@@ -103,12 +108,14 @@ def export(setup: dict, precision: str, work_dir: str) -> str:
 def predict(setup: dict, model: str, exports: Dict[str, str], output_dir: str):
     """`--do_predict` with the checkpoint or an export into output_dir (its LauncherRun)."""
     if model == "checkpoint":
-        flags = setup["flags"] + [f"--output_dir={setup['output_dir']}", "--do_predict"]
+        flags = setup["flags"] + setup["predict_flags"] + [
+            f"--output_dir={setup['output_dir']}", "--do_predict"]
         # The teacher's folder is the checkpoint's: its result files are copied aside.
         run = run_launcher([sys.executable, setup["launcher"]] + flags, output_dir,
                            log_name="log.txt", keep_checkpoints=True)
         return run, setup["output_dir"]
-    flags = [f for f in setup["flags"] if not f.startswith(("--vocab_file", "--bert_config"))]
+    flags = [f for f in setup["flags"] + setup["predict_flags"]
+             if not f.startswith(("--vocab_file", "--bert_config"))]
     run = run_launcher([sys.executable, setup["launcher"]] + flags + [
         f"--output_dir={output_dir}", "--do_predict",
         f"--predict_from_export={exports[model.split()[1]]}"], output_dir, log_name="log.txt")
