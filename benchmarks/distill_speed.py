@@ -61,9 +61,15 @@ def worker(args) -> dict:
         outputs.pop("loss", None)
         return outputs
 
+    if args.export:  # the folder's ONNX export in ONNX Runtime, one thread
+        from bert_ad.serving import layout, onnx_scoring
+        scorer = onnx_scoring.OnnxScorer(args.export, layout.read_metadata(args.export),
+                                         threads=1)
+    else:
+        scorer = Scorer(plan, task.feature_spec, tower, latest_checkpoint(args.output_dir),
+                        session_config(1))
     scored = 0
-    with Scorer(plan, task.feature_spec, tower, latest_checkpoint(args.output_dir),
-                session_config(1)) as scorer:
+    with scorer:
         passes = list(batches.scoring(args.batch, 1))
         for _, tower_batches in passes[:WARMUP_BATCHES]:
             scorer.run(tower_batches)
@@ -78,11 +84,31 @@ def worker(args) -> dict:
             "onednn": measuring.onednn_state(), "loadavg": loadavg()}
 
 
-def command(args, output_dir: str) -> list:
+def command(args, output_dir: str, export: str = "") -> list:
     return measuring.worker_command(
         WORKER_MODULE, "score", output_dir=output_dir, vocab_file=args.vocab_file,
         bert_config_file=args.bert_config_file, data_dir=args.data_dir, rows=args.rows,
-        seq=args.seq, batch=args.batch, pooling=args.pooling)
+        seq=args.seq, batch=args.batch, pooling=args.pooling, export=export or None)
+
+
+def onnx_int8_export(args, output_dir: str) -> str:
+    """The fine-tuned folder's newest checkpoint as an ONNX int8 export (made once, by the
+    classifier's own --do_export, in output_dir/onnx_int8)."""
+    export_dir = os.path.join(output_dir, "onnx_int8")
+    if os.path.isfile(os.path.join(export_dir, "export.json")):
+        return export_dir
+    own = os.path.join(output_dir, "bert_config.json")
+    run = measuring.run_measured([
+        sys.executable, measuring.CLASSIFIER, "--task_name=sentiment",
+        f"--data_dir={args.data_dir}", f"--vocab_file={args.vocab_file}",
+        f"--bert_config_file={own if os.path.isfile(own) else args.bert_config_file}",
+        f"--max_seq_length={args.seq}", f"--pooling={args.pooling}",
+        f"--output_dir={output_dir}", "--do_export", "--export_format=onnx",
+        "--export_precision=int8", f"--export_dir={export_dir}"],
+        env=dict(os.environ, **measuring.checkout_env()))
+    if run.returncode != 0:
+        raise SystemExit(f"error: exporting {output_dir} as ONNX int8 failed")
+    return export_dir
 
 
 def main(argv=None) -> int:
@@ -99,10 +125,15 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=32, help="predict batch size")
     parser.add_argument("--pooling", default="cls")
     parser.add_argument("--repeats", type=int, default=2, help="rounds (cores swapped)")
+    parser.add_argument("--onnx_int8", action="store_true",
+                        help="score each folder's ONNX int8 export (made once) in ONNX Runtime")
+    parser.add_argument("--export", default="", help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args(argv)
     if args.worker:
         return measuring.serve_worker(args, {"score": worker})
-    commands = [command(args, args.teacher_dir), command(args, args.student_dir)]
+    folders = (args.teacher_dir, args.student_dir)
+    commands = [command(args, folder, onnx_int8_export(args, folder) if args.onnx_int8 else "")
+                for folder in folders]
     rounds = []
     for index in range(args.repeats):
         cores = [0, 1] if index % 2 == 0 else [1, 0]
@@ -116,8 +147,9 @@ def main(argv=None) -> int:
               f"{student['rows_per_sec']:.1f} rows/sec (load {teacher['loadavg']})",
               file=sys.stderr, flush=True)
     first = rounds[0][1]
-    print(f"### Scoring side by side: {first['rows']} test rows, max_seq_length {args.seq}, "
-          f"1 tower x {args.batch}, dynamic padding, one core each\n")
+    scorer = "ONNX Runtime, int8 exports" if args.onnx_int8 else "TensorFlow checkpoints"
+    print(f"### Scoring side by side ({scorer}): {first['rows']} test rows, max_seq_length "
+          f"{args.seq}, 1 tower x {args.batch}, dynamic padding, one core each\n")
     print(measuring.cpu_line(first["onednn"]) + "\n")
     table = []
     for cores, teacher, student in rounds:

@@ -29,11 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import subprocess
 import sys
+import time
 from typing import Dict, List, Optional, Sequence
 
 from benchmarks import measuring
-from benchmarks.measuring import REPO, append_run, load_runs, run_launcher
+from benchmarks.measuring import REPO, append_run, load_runs
 from bert_ad.data.conll import read_conll
 from bert_ad.metrics.entities import entity_metrics
 from bert_ad.metrics.squad import detect_style, score_answers
@@ -74,14 +77,14 @@ def mrc_setup(args) -> dict:
         "--max_query_length=16"]
     predict_flags = [f"--predict_file={args.mrc_dir}/test.json", "--predict_batch_size=64"]
     if not step_checkpoints(output_dir):
-        run = run_launcher([sys.executable, SQUAD] + flags + [
+        run = launch([sys.executable, SQUAD] + flags + [
             f"--init_checkpoint={args.model_dir}/bert_model.ckpt",
             f"--train_file={args.mrc_dir}/train.json", "--do_train", "--n_gpus=1",
             "--train_batch_size=32", "--learning_rate=5e-5", "--num_train_epochs=1",
             "--seed=12345", "--save_checkpoints_steps=100000", f"--output_dir={output_dir}"],
-            output_dir, log_name="log.txt", keep_checkpoints=True)
-        if not run.ok:
-            sys.exit(f"error: training the MRC model failed: {run.error}")
+            output_dir + ".log")
+        if not run["ok"]:
+            sys.exit(f"error: training the MRC model failed: {run['error']}")
     # An int8 export measures itself on the dev split: here the test file's first rows.
     return {"launcher": SQUAD, "output_dir": output_dir,
             "gold": os.path.join(args.mrc_dir, "test.json"), "flags": flags,
@@ -89,36 +92,50 @@ def mrc_setup(args) -> dict:
             "predict_flags": predict_flags}
 
 
+def launch(command: List[str], log_path: str) -> dict:
+    """Run a launcher to its end, its output in log_path: ok, wall time, peak RSS and
+    (failed) its last line."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    started = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        ran = measuring.run_measured(command, stdout=log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **measuring.checkout_env()))
+    with open(log_path, encoding="utf-8") as f:
+        error = measuring.last_error_line(f.read()) if ran.returncode else ""
+    return {"ok": ran.returncode == 0, "wall_seconds": round(time.time() - started, 1),
+            "peak_rss_mb": ran.peak_rss_mb, "error": error}
+
+
 def export(setup: dict, precision: str, work_dir: str) -> str:
     """The fine-tuned folder's newest checkpoint exported as ONNX (once)."""
     export_dir = os.path.join(work_dir, f"export_{precision}")
     if not os.path.isfile(os.path.join(export_dir, "export.json")):
-        run = run_launcher([sys.executable, setup["launcher"]] + setup["flags"]
-                           + setup["export_flags"] + [
+        shutil.rmtree(export_dir, ignore_errors=True)
+        run = launch([sys.executable, setup["launcher"]] + setup["flags"]
+                     + setup["export_flags"] + [
             f"--output_dir={setup['output_dir']}", "--do_export", "--export_format=onnx",
             f"--export_precision={precision}", f"--export_dir={export_dir}",
             f"--max_eval_examples={INT8_DEV_ROWS}"],
-            os.path.join(work_dir, f"export_{precision}_log"), log_name="log.txt",
-            keep_checkpoints=True)
-        if not run.ok:
-            sys.exit(f"error: the {precision} export failed: {run.error}")
+            os.path.join(work_dir, f"export_{precision}.log"))
+        if not run["ok"]:
+            sys.exit(f"error: the {precision} export failed: {run['error']}")
     return export_dir
 
 
 def predict(setup: dict, model: str, exports: Dict[str, str], output_dir: str):
-    """`--do_predict` with the checkpoint or an export into output_dir (its LauncherRun)."""
+    """`--do_predict` with the checkpoint (into its own folder) or an export (into
+    output_dir): (how the run went, the folder holding its result files)."""
     if model == "checkpoint":
         flags = setup["flags"] + setup["predict_flags"] + [
             f"--output_dir={setup['output_dir']}", "--do_predict"]
-        # The teacher's folder is the checkpoint's: its result files are copied aside.
-        run = run_launcher([sys.executable, setup["launcher"]] + flags, output_dir,
-                           log_name="log.txt", keep_checkpoints=True)
-        return run, setup["output_dir"]
+        return launch([sys.executable, setup["launcher"]] + flags,
+                      output_dir + ".log"), setup["output_dir"]
+    shutil.rmtree(output_dir, ignore_errors=True)
     flags = [f for f in setup["flags"] + setup["predict_flags"]
              if not f.startswith(("--vocab_file", "--bert_config"))]
-    run = run_launcher([sys.executable, setup["launcher"]] + flags + [
+    run = launch([sys.executable, setup["launcher"]] + flags + [
         f"--output_dir={output_dir}", "--do_predict",
-        f"--predict_from_export={exports[model.split()[1]]}"], output_dir, log_name="log.txt")
+        f"--predict_from_export={exports[model.split()[1]]}"], output_dir + ".log")
     return run, output_dir
 
 
@@ -154,10 +171,10 @@ def run_task(task: str, args) -> List[dict]:
         run, result_dir = predict(setup, model, exports, os.path.join(work_dir, model.replace(
             " ", "_")))
         record = {"study": "int8_tasks", "task": task, "model": model,
-                  "wall_seconds": run.wall_seconds, "peak_rss_mb": round(run.peak_rss_mb),
+                  "wall_seconds": run["wall_seconds"], "peak_rss_mb": round(run["peak_rss_mb"]),
                   "cpu": measuring.cpu_line(), "loadavg": measuring.loadavg()}
-        if not run.ok:
-            records.append(dict(record, status="failed", error=run.error))
+        if not run["ok"]:
+            records.append(dict(record, status="failed", error=run["error"]))
             continue
         record.update(status="ok", **figures(setup["gold"], result_dir))
         if model != "checkpoint":
