@@ -54,6 +54,7 @@ def worker(args) -> dict:
     from bert_ad.parallel.towers import plan_from_environment
     from bert_ad.serving.layout import read_metadata
     from bert_ad.serving.load import ExportScorer
+    from bert_ad.tasks.base import Encoder
 
     spec = processors.get_task("sentiment")
     examples = processors.read_examples(spec, args.data_dir, "test")[:args.rows]
@@ -69,7 +70,8 @@ def worker(args) -> dict:
         config = BertConfig.from_json_file(args.bert_config_file)
 
         def tower(placeholders, i):  # the classifier task's scoring tower
-            return {"probabilities": classifier(config, placeholders, len(labels),
+            bert = Encoder(config).model(placeholders, False)
+            return {"probabilities": classifier(bert, placeholders, len(labels),
                                                 False).probabilities}
 
         scorer = Scorer(plan, FEATURE_SPEC, tower, latest_checkpoint(args.output_dir),

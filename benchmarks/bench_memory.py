@@ -215,6 +215,7 @@ def worker_ours_predict(args) -> dict:
     from bert_ad.model.precision import compute_dtype
     from bert_ad.parallel.scoring import Scorer
     from bert_ad.parallel.towers import plan_from_environment
+    from bert_ad.tasks.base import Encoder
 
     steps = args.warmup + args.steps
     ids = full_windows(args.model, args.model_dir, args.seq, args.batch * steps)
@@ -223,8 +224,8 @@ def worker_ours_predict(args) -> dict:
     dtype = compute_dtype(args.precision)
 
     def tower(placeholders, i):
-        return {"probabilities": classifier(config, placeholders, 2, False,
-                                            dtype).probabilities}
+        bert = Encoder(config, dtype).model(placeholders, False)
+        return {"probabilities": classifier(bert, placeholders, 2, False).probabilities}
 
     checkpoint = os.path.join(args.model_dir, "bert_model.ckpt")
     stamps, start_rss = [], None

@@ -60,8 +60,10 @@ def make_checkpoint(model_dir: str, config, num_labels: int, output_dir: str) ->
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.compat import tf
     from bert_ad.parallel.train_graph import feature_placeholders
+    from bert_ad.tasks.base import Encoder
     with tf.Graph().as_default():
-        classifier(config, feature_placeholders(FEATURE_SPEC, 0), num_labels, False)
+        features = feature_placeholders(FEATURE_SPEC, 0)
+        classifier(Encoder(config).model(features, False), features, num_labels, False)
         warm = WarmStart(os.path.join(model_dir, "bert_model.ckpt"), tf.global_variables())
         saver = tf.train.Saver(tf.global_variables())
         with tf.Session() as session:
@@ -79,6 +81,7 @@ def worker(args, remove_padding: bool = True) -> dict:
     from bert_ad.model.modeling import BertConfig
     from bert_ad.data.tokenization import make_tokenizer
     from bert_ad.parallel.towers import plan_from_environment
+    from bert_ad.tasks.base import Encoder
 
     examples, labels = read_rows(args.data_dir, args.rows)
     config = BertConfig.from_json_file(os.path.join(args.model_dir, "bert_config.json"))
@@ -90,8 +93,8 @@ def worker(args, remove_padding: bool = True) -> dict:
     padding = "dynamic" if args.padding == "dynamic" else args.seq
 
     def tower(placeholders, i):  # the classification task's scoring tower
-        out = classifier(config, placeholders, len(labels), False,
-                         remove_padding=remove_padding)
+        bert = Encoder(config, remove_padding=remove_padding).model(placeholders, False)
+        out = classifier(bert, placeholders, len(labels), False)
         return {"probabilities": out.probabilities, "loss": out.per_example_loss}
 
     with tempfile.TemporaryDirectory(prefix="bench_predict_") as tmp:

@@ -249,13 +249,15 @@ def measure(config, layout: str, towers: int, batch: int, seq: int, warmup: int,
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.parallel.towers import plan_devices
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+    from bert_ad.tasks.base import Encoder
 
     plan = plan_devices(towers, os.environ.get("CUDA_VISIBLE_DEVICES"), list_gpu_count(),
                         variable_update=layout)
     settings = TrainSettings(num_train_steps=10 ** 6, train_batch_size=batch, seed=12345)
     with tf.Graph().as_default():
         graph = build_train_graph(
-            plan, FEATURE_SPEC, lambda f, i: classifier(config, f, 2, True).loss, settings)
+            plan, FEATURE_SPEC,
+            lambda f, i: classifier(Encoder(config).model(f, True), f, 2, True).loss, settings)
         init = [tf.global_variables_initializer(), tf.local_variables_initializer()]
         feed = synthetic_feed(graph.placeholders, config.vocab_size, batch, seq)
         proto = session_config(plan.num_cpu_devices,

@@ -281,6 +281,15 @@ def tiny_model(directory: str, texts: Optional[Iterable[str]] = None,
     return TinyModel(vocab_file, config_file, size)
 
 
+def head_graph(config, feature_spec, is_training: bool, head: Callable):
+    """head(bert, features) on tower 0's placeholders of `feature_spec`, `bert` being
+    BERT as a task's encoder builds it (Encoder(config): fp32, padding removed)."""
+    from bert_ad.parallel.train_graph import feature_placeholders
+    from bert_ad.tasks.base import Encoder
+    features = feature_placeholders(feature_spec, 0)
+    return head(Encoder(config).model(features, is_training), features)
+
+
 def save_initial_checkpoint(prefix: str, config, build: Optional[Callable] = None,
                             seed: Optional[int] = None) -> str:
     """Freshly initialised weights saved at checkpoint `prefix`; returns it.

@@ -264,3 +264,74 @@ def test_the_sys_path_check_finds_every_kind_of_edit():
         "print(sys.path, len(sys.path))",
     ])
     assert sys_path_edits(source) == [3, 4, 5, 6, 7, 8]
+
+
+# --- the task seam carries the encoder ------------------------------------------------------
+
+# How the encoder runs: the encoder record's fields (bert_ad/tasks/base.py), which
+# `encoder.model(...)` hands to BertModel so no task names them.
+_ENCODER_SETTINGS = {"compute_dtype", "remove_padding"}
+# Calls that change the encoder record itself (an export's dtype), not bypass it.
+_ENCODER_CHANGES = {"with_encoder", "replace"}
+
+
+def encoder_bypasses(source: str, filename: str = "<source>") -> list:
+    """(line, what) where `source` builds BertModel itself or names how the encoder
+    runs (a compute_dtype= / remove_padding= argument, or reading those fields)."""
+    tree = ast.parse(source, filename)
+    model_names = {"BertModel"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            model_names.update(alias.asname for alias in node.names
+                               if alias.name == "BertModel" and alias.asname)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else \
+                func.attr if isinstance(func, ast.Attribute) else ""
+            if name in model_names:
+                found.append((node.lineno, f"{name}("))
+            if name not in _ENCODER_CHANGES:
+                found += [(node.lineno, f"{k.arg}=") for k in node.keywords
+                          if k.arg in _ENCODER_SETTINGS]
+        elif isinstance(node, ast.Attribute) and node.attr in _ENCODER_SETTINGS:
+            found.append((node.lineno, f".{node.attr}"))
+    return sorted(found)
+
+
+def test_no_task_builds_bert_or_names_how_the_encoder_runs():
+    """Every task gets BERT from `self.encoder.model(...)` and hands it to its head:
+    a task that built BertModel, or passed the precision or padding removal on by
+    hand, could drop --precision or --remove_padding without an error."""
+    tasks = os.path.join(PACKAGE, "tasks")
+    found = []
+    for name in sorted(os.listdir(tasks)):
+        if not name.endswith(".py") or name == "base.py":  # base.py: the encoder itself
+            continue
+        path = os.path.join(tasks, name)
+        with open(path, encoding="utf-8") as f:
+            found += [f"bert_ad/tasks/{name}:{line}: {what}"
+                      for line, what in encoder_bypasses(f.read(), path)]
+    assert not found, ("a task builds BERT or names how the encoder runs; ask "
+                       "self.encoder.model(features, is_training) instead:\n"
+                       + "\n".join(found))
+
+
+def test_the_encoder_check_finds_every_bypass():
+    """The checker itself: each way around the encoder is found, asking it is not."""
+    source = "\n".join([
+        "from bert_ad.model.modeling import BertModel as Bert",
+        "from bert_ad.model import modeling",
+        "model = Bert(config, True, ids)",
+        "model = modeling.BertModel(config, True, ids)",
+        "out = classifier(model, features, 2, True, compute_dtype=tf.float16)",
+        "out = span_head(model, features, remove_padding=False)",
+        "dtype = self.encoder.compute_dtype",
+        "model = self.encoder.model(features, is_training)",
+        "task = self.with_encoder(compute_dtype=tf.float16, remove_padding=False)",
+        "encoder = dataclasses.replace(encoder, compute_dtype=tf.float16)",
+    ])
+    assert encoder_bypasses(source) == [(3, "Bert("), (4, "BertModel("),
+                                        (5, "compute_dtype="), (6, "remove_padding="),
+                                        (7, ".compute_dtype")]

@@ -65,6 +65,7 @@ def test_flops_scale_with_layers_and_ignore_padding_they_are_not_given():
 def _build_classifier(config: BertConfig, batch: int, seq: int, num_labels: int,
                       train: bool):
     from bert_ad.model.heads import classifier
+    from bert_ad.tasks.base import Encoder
     features = {
         "input_ids": tf.placeholder(tf.int32, [batch, seq]),
         "input_mask": tf.placeholder(tf.int32, [batch, seq]),
@@ -74,7 +75,8 @@ def _build_classifier(config: BertConfig, batch: int, seq: int, num_labels: int,
     }
     # The formula counts the padded batch's work: the graph that keeps the padding
     # (with it removed, the dense layers' row count is dynamic and smaller).
-    out = classifier(config, features, num_labels, train, remove_padding=False)
+    bert = Encoder(config, remove_padding=False).model(features, train)
+    out = classifier(bert, features, num_labels, train)
     if train:
         tf.gradients(out.loss, tf.trainable_variables())
 

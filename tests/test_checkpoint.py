@@ -15,6 +15,7 @@ from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.compat import tf
 from bert_ad.errors import UserError
 from bert_ad.model.modeling import BertConfig, BertModel
+from bert_ad.tasks.base import Encoder
 from bert_ad.parallel.train_graph import feature_placeholders
 
 SMALL = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -35,8 +36,9 @@ def save_encoder(path: str, vocab_size: int = 40) -> dict:
 
 
 def classifier_graph(vocab_size: int = 40):
-    classifier(BertConfig(vocab_size=vocab_size, **SMALL),
-               feature_placeholders(FEATURE_SPEC, 0), 3, False)
+    features = feature_placeholders(FEATURE_SPEC, 0)
+    bert = Encoder(BertConfig(vocab_size=vocab_size, **SMALL)).model(features, False)
+    classifier(bert, features, 3, False)
 
 
 def test_loads_by_name_and_reports_new_and_unused(tmp_path, caplog):

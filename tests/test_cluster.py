@@ -280,6 +280,7 @@ def _ops_behind(*targets) -> set:
 @pytest.mark.parametrize("pack_mb, packs", [(32.0, 1), (0.004, None)])
 def test_the_exchange_runs_once_per_applied_step_in_few_packs(pack_mb, packs):
     from bert_ad.model.heads import FEATURE_SPEC, classifier
+    from bert_ad.tasks.base import Encoder
     from bert_ad.compat import tf
     from bert_ad.model.modeling import BertConfig
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
@@ -290,7 +291,8 @@ def test_the_exchange_runs_once_per_applied_step_in_few_packs(pack_mb, packs):
     with tf.Graph().as_default():
         plan = runtime.plan(plan_devices(2, cuda_visible_devices=""))
         graph = build_train_graph(
-            plan, FEATURE_SPEC, lambda f, i: classifier(config, f, 2, True).loss,
+            plan, FEATURE_SPEC,
+            lambda f, i: classifier(Encoder(config).model(f, True), f, 2, True).loss,
             TrainSettings(gradient_accumulation_steps=3),
             cross_worker_reduce=runtime.gradient_reducer())
         reduces = [op for op in tf.get_default_graph().get_operations()

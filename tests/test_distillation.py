@@ -39,14 +39,14 @@ from bert_ad.model.modeling import BertConfig
 from bert_ad.model.student import source_name, student_config, teacher_layers
 from bert_ad.model.variable_shapes import google_variable_shapes
 from bert_ad.parallel.towers import plan_devices
-from bert_ad.parallel.train_graph import TrainSettings, build_train_graph, feature_placeholders
+from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.classification import ClassificationTask
 from bert_ad.tasks.distillation import (DistillationLosses, DistillationTask, StudentStart,
                                         teacher_task, without_labels)
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
 from helpers import (SAMPLE_SENTIMENT, assert_same_weights, assert_weights_moved,
-                     flag_args, run_bad_inputs_in_process,
+                     flag_args, head_graph, run_bad_inputs_in_process,
                      run_launcher_in_process, sample_sentiment_texts, save_initial_checkpoint,
                      save_initial_weights, tiny_model, train_one_step, write_config)
 
@@ -105,7 +105,8 @@ def setup(tmp_path_factory) -> Setup:
     s.vocab_file, s.config_file = model.vocab_file, model.config_file
     s.classifier_teacher = _save_teacher(
         os.path.join(s.root, "teacher"), s.config_file,
-        lambda c: classifier(c, feature_placeholders(FEATURE_SPEC, 0), 2, False), ["0", "1"])
+        lambda c: head_graph(c, FEATURE_SPEC, False,
+                             lambda bert, f: classifier(bert, f, 2, False)), ["0", "1"])
     s.transfer_file = write(os.path.join(s.root, "transfer.txt"), "".join(
         text + "\n" for text in sample_sentiment_texts(["test"])[:10]))
     # A CRF token classifier teacher on a tiny tagged language.
@@ -124,8 +125,8 @@ def setup(tmp_path_factory) -> Setup:
         " ".join(w for w, _ in sentence) + "\n" for sentence in ner_sentences(8, 4)))
     s.ner_teacher = _save_teacher(
         os.path.join(ner, "teacher"), s.ner_config,
-        lambda c: token_classifier(c, feature_placeholders(TOKEN_FEATURE_SPEC, 0),
-                                   len(TAGS), False, use_crf=True), TAGS)
+        lambda c: head_graph(c, TOKEN_FEATURE_SPEC, False, lambda bert, f: token_classifier(
+            bert, f, len(TAGS), False, use_crf=True)), TAGS)
     return s
 
 

@@ -186,12 +186,15 @@ def _toy_graph_ops(tmp_path, *argv):
 def test_the_encoder_brings_precision_and_padding_removal_to_a_task_that_names_neither(
         tmp_path):
     """tests/toy_task.py asks its encoder for BERT in one call; --precision and
-    --remove_padding reach its graph without the task naming them."""
+    --remove_padding (and --use_xla, which keeps the padding) reach its graph without
+    the task naming them."""
     from bert_ad.compat import IS_TF1
     plain_ops, plain_dtypes = _toy_graph_ops(tmp_path, "--noremove_padding")
     removed_ops, _ = _toy_graph_ops(tmp_path)  # --remove_padding is the default
     # Padding removal gathers the real tokens and scatters them back for attention.
     assert "ScatterNd" in removed_ops and "ScatterNd" not in plain_ops
+    xla_ops, _ = _toy_graph_ops(tmp_path, "--use_xla")  # one program per sequence length
+    assert "ScatterNd" not in xla_ops
     assert "bfloat16" not in plain_dtypes and "float16" not in plain_dtypes
     _, half_dtypes = _toy_graph_ops(tmp_path, "--precision=fp16")
     assert "float16" in half_dtypes

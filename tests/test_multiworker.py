@@ -37,8 +37,8 @@ import pytest
 from bert_ad.compat import IS_TF1, tf
 from helpers import (
     REPO, SAMPLE_SENTIMENT as SAMPLE, TIMEOUT, Processes, assert_one_error_line, flag_args,
-    launcher_env, logged_run, read_text, run_launcher_in_process, sample_sentiment_texts,
-    save_initial_checkpoint, tiny_model, wait)
+    head_graph, launcher_env, logged_run, read_text, run_launcher_in_process,
+    sample_sentiment_texts, save_initial_checkpoint, tiny_model, wait)
 
 TESTS = os.path.join(REPO, "tests")
 CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
@@ -280,7 +280,6 @@ class Setup:
 def setup(tmp_path_factory) -> Setup:
     """Tiny BERT without dropout, a vocab of the sample's words, a shared start."""
     from bert_ad.model.heads import FEATURE_SPEC, classifier
-    from bert_ad.parallel.train_graph import feature_placeholders
 
     s = Setup()
     s.root = str(tmp_path_factory.mktemp("multiworker"))
@@ -298,8 +297,8 @@ def setup(tmp_path_factory) -> Setup:
     # draw different initial values from the same seed).
     s.init_checkpoint = save_initial_checkpoint(
         os.path.join(s.root, "init", "model.ckpt"), model.bert_config(),
-        lambda config: classifier(config, feature_placeholders(FEATURE_SPEC, 0), 2,
-                                  is_training=True),
+        lambda config: head_graph(config, FEATURE_SPEC, True, lambda bert, f: classifier(
+            bert, f, 2, is_training=True)),
         seed=7)
     s.flags = {
         "task_name": "sentiment", "data_dir": s.data_dir, "vocab_file": s.vocab_file,
@@ -340,7 +339,6 @@ def pretraining_flags(root: str) -> dict:
 
     from bert_ad.model.modeling import BertConfig
     from bert_ad.tasks.pretraining import FEATURE_SPEC, pretraining_tower
-    from bert_ad.parallel.train_graph import feature_placeholders
 
     os.makedirs(os.path.join(root, "shards"))
     for shard in range(2):
@@ -352,8 +350,8 @@ def pretraining_flags(root: str) -> dict:
         json.dump(values, f)
     init_checkpoint = save_initial_checkpoint(
         os.path.join(root, "init", "model.ckpt"), BertConfig.from_dict(values),
-        lambda bert_config: pretraining_tower(
-            bert_config, feature_placeholders(FEATURE_SPEC, 0), True, True),
+        lambda bert_config: head_graph(bert_config, FEATURE_SPEC, True, lambda bert, f:
+                                       pretraining_tower(bert, f, True)),
         seed=7)
     return {"bert_config_file": config, "input_file": os.path.join(root, "shards"),
             "init_checkpoint": init_checkpoint,

@@ -16,6 +16,7 @@ from helpers import (
     save_initial_checkpoint, tree_digest)
 from bert_ad.files import read_key_values
 from bert_ad.pretraining.records import decode_record, stack_batch
+from bert_ad.tasks.base import Encoder
 from bert_ad.tasks.pretraining import FEATURE_SPEC, pretraining_tower
 
 CONFIG = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -92,7 +93,8 @@ def test_head_variables_have_googles_names():
     with tf.Graph().as_default():
         features = {name: tf.placeholder(dtype, shape) for name, (dtype, shape)
                     in FEATURE_SPEC.items()}
-        pretraining_tower(BertConfig(**CONFIG), features, True, use_nsp=True)
+        pretraining_tower(Encoder(BertConfig(**CONFIG)).model(features, True), features,
+                          use_nsp=True)
         names = {v.name.split(":")[0]: v.shape.as_list() for v in tf.global_variables()}
     assert names["cls/predictions/transform/dense/kernel"] == [16, 16]
     assert names["cls/predictions/transform/LayerNorm/gamma"] == [16]

@@ -27,6 +27,7 @@ from bert_ad.model.modeling import (BertConfig, SeededDropout, TokenLayout,
                                     transformer_layer)
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from bert_ad.tasks.base import Encoder
 from helpers import (SAMPLE_SENTIMENT, StepGraph, assert_same_weights, classifier_rows,
                      run_main, slice_rows, tiny_model, train_one_step)
 
@@ -93,7 +94,8 @@ def build(n_towers: int, recompute: bool, mode: str = "parameter_server", cards:
                              seed=1, recompute_activations=recompute)
     graph = build_train_graph(
         plan, FEATURE_SPEC,
-        lambda f, i: classifier(config, f, NUM_LABELS, is_training=True).loss, settings)
+        lambda f, i: classifier(Encoder(config).model(f, True), f, NUM_LABELS, True).loss,
+        settings)
     return plan, graph
 
 

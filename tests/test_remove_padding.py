@@ -15,6 +15,7 @@ from bert_ad.cli.builders import remove_padding_from_flags
 from bert_ad.compat import tf
 from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.model.modeling import BertConfig, BertModel
+from bert_ad.tasks.base import Encoder
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from helpers import assert_same_weights, assert_weights_moved, save_initial_weights, \
@@ -74,7 +75,8 @@ def test_a_training_step_is_the_same(tmp_path):
 
     def build(remove_padding):
         def loss(features, _):
-            return classifier(config, features, 2, True, remove_padding=remove_padding).loss
+            bert = Encoder(config, remove_padding=remove_padding).model(features, True)
+            return classifier(bert, features, 2, True).loss
 
         def graph():
             plan = plan_devices(1, cuda_visible_devices="")

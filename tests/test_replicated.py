@@ -29,6 +29,7 @@ from bert_ad.model.heads import FEATURE_SPEC, classifier
 from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from bert_ad.tasks.base import Encoder
 from helpers import (StepGraphs, assert_one_error_line, assert_same_weights,
                      assert_weights_moved, classifier_rows, run_launcher, slice_rows,
                      train_one_step, variable_values)
@@ -59,7 +60,8 @@ def build(n_towers: int, mode: str = "parameter_server", accumulation: int = 1,
                              seed=1, learning_rate_multipliers=multipliers)
     graph = build_train_graph(
         plan, FEATURE_SPEC,
-        lambda f, i: classifier(config, f, NUM_LABELS, is_training=True).loss, settings)
+        lambda f, i: classifier(Encoder(config).model(f, True), f, NUM_LABELS, True).loss,
+        settings)
     return plan, graph
 
 

@@ -137,7 +137,7 @@ def our_logits(task: SquadTask, encoder_checkpoint: str, checkpoint: str) -> tup
         tf.set_random_seed(3)
         inputs = {name: tf.placeholder(tf.int32, [None, None])
                   for name in ("input_ids", "input_mask", "segment_ids")}
-        start, end = span_logits(task.encoder.config, inputs, is_training=False)
+        start, end = span_logits(task.encoder.model(inputs, False), inputs)
         with tf.Session() as session:
             session.run(tf.global_variables_initializer())
             if encoder_checkpoint:

@@ -24,7 +24,7 @@ from bert_ad.metrics.classification import multi_label_metrics
 from bert_ad.metrics.regression import regression_metrics
 from bert_ad.model.heads import FEATURE_SPEC, TARGET_FEATURES, classifier
 from bert_ad.model.modeling import BertConfig
-from bert_ad.tasks.base import SplitData, TextEncoder
+from bert_ad.tasks.base import Encoder, SplitData, TextEncoder
 from bert_ad.tasks.classification import ClassificationTask
 
 from helpers import REPO, flag_args, run_launcher_in_process, sample_sentiment_texts, tiny_model
@@ -58,8 +58,8 @@ def run_head(objective: str, batch: dict, num_outputs: int) -> dict:
     with tf.Graph().as_default():
         tf.set_random_seed(1)
         features = {name: tf.constant(batch[name]) for name in spec}
-        out = classifier(CONFIG, features, num_outputs, is_training=False,
-                         objective=objective)
+        out = classifier(Encoder(CONFIG).model(features, False), features, num_outputs,
+                         is_training=False, objective=objective)
         with tf.Session() as session:
             session.run(tf.global_variables_initializer())
             return session.run({"logits": out.logits, "per_example_loss": out.per_example_loss,

@@ -40,7 +40,7 @@ from bert_ad.model.heads import PIECE_TOKEN_FEATURE_SPEC, token_classifier
 from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
-from bert_ad.tasks.base import TextEncoder
+from bert_ad.tasks.base import Encoder, TextEncoder
 from bert_ad.tasks.token_classification import (HEAD_VARIABLES, ConllFormat,
                                                 TokenClassificationTask)
 from bert_ad.cli import ner as ner_cli
@@ -218,8 +218,8 @@ def test_without_offset_vectors_a_softmax_tags_a_piece_once(setup):
         with tf.Graph().as_default():
             tf.set_random_seed(3)
             features = {name: tf.constant(batch[name]) for name in PIECE_TOKEN_FEATURE_SPEC}
-            out = token_classifier(config, features, len(task.labels), False,
-                                   piece_offsets=piece_offsets)
+            out = token_classifier(Encoder(config).model(features, False), features,
+                                   len(task.labels), False, piece_offsets=piece_offsets)
             with tf.Session() as session:
                 session.run(tf.global_variables_initializer())
                 if piece_offsets:  # as if trained: offset k pushes towards tag k

@@ -14,6 +14,7 @@ from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.towers import (PARAMETER_SERVER_ON_GPUS, parse_cuda_visible_devices,
                                      plan_devices)
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from bert_ad.tasks.base import Encoder
 
 CONFIG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                     num_attention_heads=2, intermediate_size=32,
@@ -134,7 +135,8 @@ def placed_graph():
         plan = plan_devices(4, "3,5")
         settings = TrainSettings(num_train_steps=10, gradient_accumulation_steps=2)
         build_train_graph(plan, FEATURE_SPEC,
-                          lambda f, i: classifier(CONFIG, f, 2, True).loss, settings)
+                          lambda f, i: classifier(Encoder(CONFIG).model(f, True), f, 2,
+                                                 True).loss, settings)
     return graph
 
 

@@ -15,6 +15,7 @@ from bert_ad.compat import session_config, tf
 from bert_ad.model.modeling import BertConfig
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
+from bert_ad.tasks.base import Encoder
 from helpers import (StepGraphs, assert_same_weights, assert_weights_moved, classifier_rows,
                      slice_rows, variable_values)
 
@@ -40,7 +41,8 @@ def build(n_towers: int, accumulation: int = 1, optimizer: str = "adamw"):
                              seed=1)
     graph = build_train_graph(
         plan, FEATURE_SPEC,
-        lambda f, i: classifier(config, f, NUM_LABELS, is_training=True).loss, settings)
+        lambda f, i: classifier(Encoder(config).model(f, True), f, NUM_LABELS, True).loss,
+        settings)
     return plan, graph
 
 
@@ -140,7 +142,8 @@ def build_fp16():
     settings = TrainSettings(learning_rate=1e-3, num_train_steps=1000, precision="fp16")
     graph = build_train_graph(
         plan, FEATURE_SPEC,
-        lambda f, i: classifier(config, f, NUM_LABELS, True, tf.float16).loss, settings)
+        lambda f, i: classifier(Encoder(config, tf.float16).model(f, True), f, NUM_LABELS,
+                                True).loss, settings)
     assert graph.loss_scale is not None
     return plan, graph
 
@@ -210,7 +213,8 @@ def test_pretraining_towers_equal_one_tower_with_the_whole_batch(tmp_path):
             plan = plan_devices(n_towers, cuda_visible_devices="")
             graph = build_train_graph(
                 plan, PRETRAIN_SPEC,
-                lambda f, i: pretraining_tower(config, f, True, use_nsp=True)["loss"],
+                lambda f, i: pretraining_tower(Encoder(config).model(f, True), f,
+                                               use_nsp=True)["loss"],
                 TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1))
             with tf.Session(config=session_config(plan.num_cpu_devices)) as session:
                 session.run(tf.global_variables_initializer())
@@ -242,8 +246,8 @@ def loss_of(initial_checkpoint: str, precision: str, use_xla: bool) -> float:
         plan = plan_devices(1, cuda_visible_devices="")
         graph = build_train_graph(
             plan, FEATURE_SPEC,
-            lambda f, i: classifier(config, f, NUM_LABELS, True,
-                                    compute_dtype(precision)).loss,
+            lambda f, i: classifier(Encoder(config, compute_dtype(precision)).model(f, True),
+                                    f, NUM_LABELS, True).loss,
             TrainSettings(num_train_steps=10, precision=precision))
         with tf.Session(config=session_config(1, use_xla=use_xla)) as session:
             session.run([tf.global_variables_initializer(),

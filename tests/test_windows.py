@@ -227,8 +227,8 @@ def test_two_towers_split_a_document_and_pool_it_as_one(setup, tmp_path, pooling
     batch = batches.document_batch(np.arange(len(data)))
     with tf.Graph().as_default():
         features = {name: tf.constant(batch[name]) for name in task.feature_spec}
-        out = classifier(task.encoder.config, features, 2, False, objective="softmax",
-                         window_pooling=pooling)
+        out = classifier(task.encoder.model(features, False), features, 2, False,
+                         objective="softmax", window_pooling=pooling)
         with tf.Session() as session:
             tf.train.Saver().restore(session, checkpoint)
             probabilities, losses = session.run([out.probabilities, out.per_example_loss])

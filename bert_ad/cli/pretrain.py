@@ -55,9 +55,8 @@ def build(f: flags.FlagValues, encoder):
                    if f.do_train or f.input_file else [])
     eval_files = (expand_record_files(f.eval_input_file, "--eval_input_file")
                   if f.do_eval else [])
-    task = PretrainingTask(config, train_files, eval_files, f.max_seq_length,
-                           f.max_predictions_per_seq, f.nsp, f.max_eval_steps,
-                           encoder.compute_dtype, encoder.remove_padding)
+    task = PretrainingTask(encoder, train_files, eval_files, f.max_seq_length,
+                           f.max_predictions_per_seq, f.nsp, f.max_eval_steps)
     log.info("objective: %s", task.describe())
     return task
 

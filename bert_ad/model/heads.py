@@ -13,6 +13,11 @@
   pretraining heads, so continued-pretraining checkpoints stay Google's.
 * `token_classifier`: one tag per word from the piece it reads, softmax or a
   linear-chain CRF (token classification, run_ner_mgpu.py).
+
+A head takes the encoder already built over its features (a task's
+`encoder.model(...)`, bert_ad/tasks/base.py) and never builds BERT itself:
+the run's precision and padding removal reach every head without it naming
+them.
 """
 
 from __future__ import annotations
@@ -50,16 +55,18 @@ class ClassifierOutputs:
         self.window_scores = window_scores
 
 
-def classifier(config: BertConfig, features: dict, num_labels: int,
-               is_training: bool, compute_dtype=tf.float32, objective: str = "softmax",
-               window_pooling: str = "", pooling: str = "cls",
-               remove_padding: bool = True, model: BertModel = None) -> ClassifierOutputs:
+def classifier(model: BertModel, features: dict, num_labels: int, is_training: bool,
+               objective: str = "softmax", window_pooling: str = "") -> ClassifierOutputs:
     """BERT pooled output -> dropout -> dense -> [pool windows] -> the objective's loss.
 
     `loss` is the mean over real rows (example_weights > 0). The encoder runs
-    in `compute_dtype`; the head and the loss in float32.
+    in whatever dtype it was built with (--precision); the head and the loss
+    in float32.
 
     Args:
+      model: the encoder built over `features` (a task's `encoder.model(...)`,
+        bert_ad/tasks/base.py: the run's precision, padding removal and
+        pooling); the head reads its pooled output and config.
       features: FEATURE_SPEC's inputs plus TARGET_FEATURES[objective] (and
         WINDOW_FEATURES with window_pooling); label_ids, example_weights and
         the targets are per document when windows are pooled.
@@ -67,20 +74,10 @@ def classifier(config: BertConfig, features: dict, num_labels: int,
       objective: one of OBJECTIVES.
       window_pooling: "" (a row is a whole text) or one of
         bert_ad.model.windows.WINDOW_POOLINGS.
-      pooling: how a row becomes one vector (bert_ad.model.modeling.POOLINGS).
-      remove_padding: see BertModel.
-      model: the encoder already built over `features` (`encoder.model(...)`,
-        bert_ad/tasks/base.py), whose other layers the caller reads too
-        (distillation); None: built here from config, compute_dtype, pooling
-        and remove_padding.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if model is None:
-        model = BertModel(config, is_training, features["input_ids"],
-                          features["input_mask"], features["segment_ids"],
-                          compute_dtype=compute_dtype, pooling=pooling,
-                          remove_padding=remove_padding)
+    config = model.config
     pooled = tf.cast(model.get_pooled_output(), tf.float32)  # [batch, hidden]
     hidden = config.hidden_size
     output_weights = tf.get_variable("output_weights", [num_labels, hidden],
@@ -194,10 +191,9 @@ def offset_vectors(offsets, hidden: int):
     return tf.gather(rows, tf.minimum(offsets, PIECE_OFFSET_ROWS))
 
 
-def token_classifier(config: BertConfig, features: dict, num_tags: int, is_training: bool,
-                     use_crf: bool = False, compute_dtype=tf.float32,
-                     remove_padding: bool = True, piece_offsets: bool = False,
-                     model: BertModel = None) -> TokenClassifierOutputs:
+def token_classifier(model: BertModel, features: dict, num_tags: int, is_training: bool,
+                     use_crf: bool = False, piece_offsets: bool = False
+                     ) -> TokenClassifierOutputs:
     """BERT sequence output at the piece each word reads [+ its offset's vector]
     -> dropout -> dense -> tags.
 
@@ -220,13 +216,10 @@ def token_classifier(config: BertConfig, features: dict, num_tags: int, is_train
     its windows. A mean over rows, like the classifier's, is what makes N
     towers x B rows train exactly like 1 tower x N*B: the towers' gradients
     are averaged with equal weights, which a per-tower mean over words (towers
-    hold different word counts) would break. remove_padding: see BertModel.
-    model: the encoder already built over `features` (see `classifier`).
+    hold different word counts) would break. model: the encoder built over
+    `features` (see `classifier`); the head reads its sequence output.
     """
-    if model is None:
-        model = BertModel(config, is_training, features["input_ids"],
-                          features["input_mask"], features["segment_ids"],
-                          compute_dtype=compute_dtype, remove_padding=remove_padding)
+    config = model.config
     sequence = tf.cast(model.get_sequence_output(), tf.float32)  # [batch, seq, hidden]
     positions = features["word_positions"]                        # [batch, words]
     batch, words = tf.shape(positions)[0], tf.shape(positions)[1]

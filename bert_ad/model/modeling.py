@@ -65,7 +65,8 @@ class BertModel:
     """The BERT encoder and pooler, built once per tower.
 
     Variables are fetched with `tf.get_variable` under `scope` ("bert"), so
-    towers built under a reusing variable scope share them.
+    towers built under a reusing variable scope share them. `config` is kept:
+    a head on the model reads its width and dropout rate there.
     """
 
     def __init__(self, config: BertConfig, is_training: bool, input_ids,
@@ -90,6 +91,7 @@ class BertModel:
         """
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.config = config
         hidden_dropout = config.hidden_dropout_prob if is_training else 0.0
         attention_dropout = config.attention_probs_dropout_prob if is_training else 0.0
         batch_size, seq_length = get_shape_list(input_ids, expected_rank=2)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bert_ad.compat import tf
 from bert_ad.model.feature_specs import SPAN_FEATURE_SPEC  # noqa: F401 (its inputs)
-from bert_ad.model.modeling import BertConfig, BertModel, create_initializer
+from bert_ad.model.modeling import BertModel, create_initializer
 
 # Added to the logits of padding positions.
 PADDING_LOGIT = -10000.0
@@ -36,12 +36,12 @@ class SpanOutputs:
         self.loss = loss
 
 
-def span_logits(config: BertConfig, features: dict, is_training: bool,
-                compute_dtype=tf.float32, remove_padding: bool = True) -> tuple:
-    """(start_logits, end_logits), each [batch, seq] float32, padding at PADDING_LOGIT."""
-    model = BertModel(config, is_training, features["input_ids"], features["input_mask"],
-                      features["segment_ids"], compute_dtype=compute_dtype,
-                      remove_padding=remove_padding)
+def span_logits(model: BertModel, features: dict) -> tuple:
+    """(start_logits, end_logits), each [batch, seq] float32, padding at PADDING_LOGIT.
+
+    `model`: the encoder built over `features` (a task's `encoder.model(...)`).
+    """
+    config = model.config
     sequence = tf.cast(model.get_sequence_output(), tf.float32)  # [batch, seq, hidden]
     batch, seq = tf.shape(sequence)[0], tf.shape(sequence)[1]
     hidden = config.hidden_size
@@ -58,12 +58,14 @@ def span_logits(config: BertConfig, features: dict, is_training: bool,
     return start_logits, end_logits
 
 
-def span_head(config: BertConfig, features: dict, is_training: bool,
-              compute_dtype=tf.float32, remove_padding: bool = True) -> SpanOutputs:
+def span_head(model: BertModel, features: dict) -> SpanOutputs:
     """The logits and Google's loss: (CE(start) + CE(end)) / 2 per row, against
-    `start_positions` / `end_positions` (0 = [CLS]: no answer in this window)."""
-    start_logits, end_logits = span_logits(config, features, is_training, compute_dtype,
-                                           remove_padding)
+    `start_positions` / `end_positions` (0 = [CLS]: no answer in this window).
+
+    `model`: the encoder built over `features` (a task's `encoder.model(...)`);
+    the head has no dropout of its own (Google's neither).
+    """
+    start_logits, end_logits = span_logits(model, features)
 
     def cross_entropy(logits, positions):
         log_probs = tf.nn.log_softmax(logits, axis=-1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from bert_ad.data.feature_cache import file_digest
 from bert_ad.errors import fail
 from bert_ad.serving import layout
-from bert_ad.tasks.base import Task
+from bert_ad.tasks.base import Task, TextEncoder
 
 
 def check_compatible(export_dir: str, metadata: layout.ExportMetadata, task: Task) -> None:
@@ -33,7 +33,7 @@ def check_compatible(export_dir: str, metadata: layout.ExportMetadata, task: Tas
     if missing:
         fail(f"{where} does not take the input(s) {', '.join(missing)}")
     encoder = task.encoder
-    if encoder is None:
+    if not isinstance(encoder, TextEncoder):
         return
     if file_digest(encoder.vocab_file) != metadata.vocab_sha256:
         fail(f"{where} was trained with another vocab than {encoder.vocab_file}; leave "

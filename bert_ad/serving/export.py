@@ -46,7 +46,7 @@ from bert_ad.data.feature_cache import file_digest
 from bert_ad.serving import layout, onnx_export, quantization
 # What --do_export asks for; in layout.py, which imports no TensorFlow (the flags read it).
 from bert_ad.serving.layout import ExportSettings  # noqa: F401
-from bert_ad.tasks.base import SplitData, Task
+from bert_ad.tasks.base import SplitData, Task, TextEncoder
 
 log = logging.getLogger("bert_ad")
 
@@ -77,7 +77,7 @@ def refuse_existing(export_dir: str) -> None:
 
 
 def check_exportable(task: Task) -> None:
-    if task.encoder is None:
+    if not isinstance(task.encoder, TextEncoder):  # pretraining's reads token ids
         fail(f"the {task.name} task cannot be exported: it has no text encoder "
              "(--do_export is for fine-tuned tasks)")
 

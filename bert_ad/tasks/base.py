@@ -79,7 +79,8 @@ class Task(abc.ABC):
       encoder: the task's encoder: a TextEncoder for a text task (model config,
         tokenizer, max_seq_length; a task needs one to be exported), an Encoder
         for one that reads token ids; `encoder.model(features, is_training)`
-        builds BERT with the run's precision and padding removal.
+        builds BERT with the run's precision and padding removal, and a task
+        hands that model to its head (it never builds BertModel itself).
       serving_inputs: the names in feature_spec an export's signature takes
         (the rest of feature_spec is filled with stand-ins when serving).
       main_metric: the eval figure that picks the best checkpoint when
@@ -315,7 +316,8 @@ def serving_features(features: Dict[str, object], feature_spec: Mapping[str, tup
 
 class _BuildsTheEncoder:
     """What every encoder record answers: the BERT graph over a batch, built with the
-    run's precision and padding removal, so no task names them."""
+    run's precision and padding removal, so no task names them. This is the only
+    place a task's BertModel is built (tests/test_architecture.py checks tasks/)."""
 
     def model(self, features: Mapping[str, object], is_training: bool,
               pooling: str = "cls"):
@@ -324,6 +326,13 @@ class _BuildsTheEncoder:
         Its get_pooled_output() ([batch, hidden], `pooling`: bert_ad.choices.POOLINGS),
         get_sequence_output() ([batch, seq, hidden]) and get_all_encoder_layers()
         are in the encoder's compute dtype (--precision); cast to float32 for a head.
+        The heads (bert_ad/model/heads.py, span_head.py) take this model.
+
+        Recomputation and XLA reach the graph outside the task, as they must for
+        every task: --recompute_activations is the `recomputed_layers` block the
+        training graph builds each tower in (parallel/train_graph.py), read by
+        BertModel; --use_xla is the session's config (placement.py), and here
+        only turns padding removal off (cli/builders.remove_padding_from_flags).
         """
         from bert_ad.compat import tf  # graph code: imported when a graph is built
         from bert_ad.model.modeling import BertModel

@@ -291,9 +291,8 @@ class ClassificationTask(Task):
 
     def build_model(self, features, is_training):
         from bert_ad.model.heads import classifier  # graph code: tasks/base.py
-        out = classifier(self.encoder.config, features, self.num_outputs, is_training,
-                         self.encoder.compute_dtype, self.objective, self.window_pooling,
-                         self.pooling, self.encoder.remove_padding)
+        out = classifier(self.encoder.model(features, is_training, self.pooling), features,
+                         self.num_outputs, is_training, self.objective, self.window_pooling)
         outputs = {"loss": out.loss, "per_example_loss": out.per_example_loss}
         if self.windows is not None:
             # Scoring: one window a row; the task pools them per document.
@@ -333,9 +332,8 @@ class ClassificationTask(Task):
         complete = serving_features(features, self.feature_spec)
         if self.windows is not None:
             return self._window_serving_outputs(complete)
-        out = classifier(self.encoder.config, complete, self.num_outputs, False,
-                         self.encoder.compute_dtype, self.objective, pooling=self.pooling,
-                         remove_padding=self.encoder.remove_padding)
+        out = classifier(self.encoder.model(complete, False, self.pooling), complete,
+                         self.num_outputs, False, self.objective)
         return self._served_predictions(out.logits, out.probabilities)
 
     def _served_predictions(self, logits, probabilities) -> Dict[str, object]:
@@ -364,9 +362,8 @@ class ClassificationTask(Task):
         from bert_ad.model.windows import pool_request_windows
         rows = tf.shape(features["input_ids"])[0]
         features["window_document"] = tf.range(rows)    # each window its own segment
-        out = classifier(self.encoder.config, features, self.num_outputs, False,
-                         self.encoder.compute_dtype, self.objective, self.window_pooling,
-                         self.pooling, self.encoder.remove_padding)
+        out = classifier(self.encoder.model(features, False, self.pooling), features,
+                         self.num_outputs, False, self.objective, self.window_pooling)
         documents = features["document_index"]
         logits = pool_request_windows(out.logits, out.window_scores, documents,
                                       self.window_pooling)

@@ -399,13 +399,12 @@ def head_outputs(task: Task, features, is_training: bool) -> HeadOutputs:
     encoder = task.encoder
     if isinstance(task, TokenClassificationTask):
         model = encoder.model(features, is_training)
-        out = token_classifier(encoder.config, features, len(task.labels), is_training,
-                               task.use_crf, piece_offsets=task.segmentation == "sentence",
-                               model=model)
+        out = token_classifier(model, features, len(task.labels), is_training, task.use_crf,
+                               piece_offsets=task.segmentation == "sentence")
     else:
         model = encoder.model(features, is_training, task.pooling)
-        out = classifier(encoder.config, features, task.num_outputs, is_training,
-                         objective=task.objective, pooling=task.pooling, model=model)
+        out = classifier(model, features, task.num_outputs, is_training,
+                         objective=task.objective)
     return HeadOutputs(out.logits, out.per_example_loss, model)
 
 

@@ -185,13 +185,8 @@ class FeatureExtractionTask(Task):
         layer_output_J [batch, seq, hidden] per named layer; float32, no dropout."""
         del is_training  # features are always read with dropout off
         from bert_ad.compat import tf  # graph code: tasks/base.py
-        from bert_ad.model.modeling import BertModel
-        encoder = self.encoder
-        model = BertModel(encoder.config, False, features["input_ids"],
-                          features["input_mask"], features["segment_ids"],
-                          compute_dtype=encoder.compute_dtype or tf.float32,
-                          pooling="mean", remove_padding=encoder.remove_padding)
-        layers = model.get_all_encoder_layers()
+        # "mean": no pooler variables (the task pools the layers it reads itself).
+        layers = self.encoder.model(features, False, pooling="mean").get_all_encoder_layers()
         if not self.settings.pooled:
             return {layer_output_name(j): tf.cast(layers[index], tf.float32)
                     for j, index in enumerate(self.settings.layers)}

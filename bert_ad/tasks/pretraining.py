@@ -26,9 +26,9 @@ from bert_ad.compat import tf
 from bert_ad.errors import fail
 from bert_ad.model.heads import masked_lm_head, next_sentence_head
 from bert_ad.model.losses import weighted_mean
-from bert_ad.model.modeling import BertConfig, BertModel
+from bert_ad.model.modeling import BertModel
 from bert_ad.pretraining.records import RecordBatches, inspect_records
-from bert_ad.tasks.base import Batches, SplitData, Task
+from bert_ad.tasks.base import Batches, Encoder, SplitData, Task
 
 # Per-tower inputs. Sequences are trimmed to the batch's longest real row.
 FEATURE_SPEC = {
@@ -43,17 +43,14 @@ FEATURE_SPEC = {
 }
 
 
-def pretraining_tower(config: BertConfig, features: dict, is_training: bool,
-                      use_nsp: bool, compute_dtype=tf.float32,
-                      remove_padding: bool = True) -> dict:
-    """Losses and per-position outputs of one tower.
+def pretraining_tower(model: BertModel, features: dict, use_nsp: bool) -> dict:
+    """Losses and per-position outputs of one tower, on `model`: the encoder built
+    over `features` (the task's `encoder.model(...)`).
 
     Returns {loss, masked_lm_loss [B, P], masked_lm_predictions [B, P],
     masked_lm_weights [B, P], next_sentence_loss [B], next_sentence_predictions [B]}.
     """
-    model = BertModel(config, is_training, features["input_ids"],
-                      features["input_mask"], features["segment_ids"],
-                      compute_dtype=compute_dtype, remove_padding=remove_padding)
+    config = model.config
     positions = features["masked_lm_positions"]
     # The heads and losses run in float32 whatever the encoder's precision.
     log_probs = masked_lm_head(config, tf.cast(model.get_sequence_output(), tf.float32),
@@ -88,13 +85,12 @@ class PretrainingTask(Task):
     """Masked LM (+ NSP) on record shards.
 
     Args:
-      config: the model.
+      encoder: the BERT encoder and how it runs (--precision, --remove_padding).
       train_files, eval_files: shard files (eval: held out, never a training file).
       max_seq_length, max_predictions_per_seq: as the data was made with
         (checked against the first record).
       nsp: "auto" (on unless the data is MLM-only), "true" or "false".
       max_eval_steps: eval batches (global) at most.
-      compute_dtype: the encoder's activation dtype.
     """
 
     name = "pretraining"
@@ -102,11 +98,11 @@ class PretrainingTask(Task):
     feature_spec = FEATURE_SPEC
     scores_released_checkpoints = True
 
-    def __init__(self, config: BertConfig, train_files: Sequence[str],
+    def __init__(self, encoder: Encoder, train_files: Sequence[str],
                  eval_files: Sequence[str], max_seq_length: int,
-                 max_predictions_per_seq: int, nsp: str = "auto", max_eval_steps: int = 100,
-                 compute_dtype=tf.float32, remove_padding: bool = True):
-        self.config = config
+                 max_predictions_per_seq: int, nsp: str = "auto", max_eval_steps: int = 100):
+        self.encoder = encoder
+        config = encoder.config
         self.files = {"train": list(train_files), "dev": list(eval_files)}
         overlap = set(map(os.path.realpath, eval_files)) & set(
             map(os.path.realpath, train_files))
@@ -115,8 +111,6 @@ class PretrainingTask(Task):
                  "evaluate on held-out shards")
         self.max_seq_length = max_seq_length
         self.max_eval_steps = max_eval_steps
-        self.compute_dtype = compute_dtype
-        self.remove_padding = remove_padding
         has_nsp = False
         for files, flag in ((train_files, "--input_file"), (eval_files, "--eval_input_file")):
             if files:
@@ -138,8 +132,8 @@ class PretrainingTask(Task):
                              max_scoring_batches=self.max_eval_steps)
 
     def build_model(self, features, is_training):
-        outputs = pretraining_tower(self.config, features, is_training, self.use_nsp,
-                                    self.compute_dtype, self.remove_padding)
+        outputs = pretraining_tower(self.encoder.model(features, is_training), features,
+                                    self.use_nsp)
         if not is_training:
             for name in ("masked_lm_ids", "next_sentence_labels"):
                 outputs[name] = features[name]

@@ -121,9 +121,8 @@ class RewriteTask(Task):
 
     def build_model(self, features, is_training):
         from bert_ad.model.heads import classifier  # graph code: tasks/base.py
-        out = classifier(self.encoder.config, features, len(LABELS), is_training,
-                         self.encoder.compute_dtype,
-                         remove_padding=self.encoder.remove_padding)
+        out = classifier(self.encoder.model(features, is_training), features, len(LABELS),
+                         is_training)
         return {"loss": out.loss, "probabilities": out.probabilities,
                 "score": out.probabilities[:, 1],
                 "per_example_loss": out.per_example_loss,

@@ -204,8 +204,7 @@ class SquadTask(Task):
 
     def build_model(self, features, is_training):
         from bert_ad.model.span_head import span_head  # graph code: tasks/base.py
-        out = span_head(self.encoder.config, features, is_training, self.encoder.compute_dtype,
-                        self.encoder.remove_padding)
+        out = span_head(self.encoder.model(features, is_training), features)
         return {"loss": out.loss, "per_example_loss": out.per_example_loss,
                 "start_logits": out.start_logits, "end_logits": out.end_logits}
 
@@ -218,8 +217,7 @@ class SquadTask(Task):
         turns them into an answer."""
         from bert_ad.model.span_head import span_logits
         complete = serving_features(features, self.feature_spec)
-        start, end = span_logits(self.encoder.config, complete, False,
-                                 self.encoder.compute_dtype, self.encoder.remove_padding)
+        start, end = span_logits(self.encoder.model(complete, False), complete)
         return {"start_logits": start, "end_logits": end}
 
     # --- the null threshold -------------------------------------------------------

@@ -250,9 +250,8 @@ class TokenClassificationTask(Task):
 
     def build_model(self, features, is_training):
         from bert_ad.model.heads import token_classifier  # graph code: tasks/base.py
-        out = token_classifier(self.encoder.config, features, len(self.labels), is_training,
-                               self.use_crf, self.encoder.compute_dtype,
-                               self.encoder.remove_padding,
+        out = token_classifier(self.encoder.model(features, is_training), features,
+                               len(self.labels), is_training, self.use_crf,
                                piece_offsets=self.segmentation == "sentence")
         return {"loss": out.loss, "predicted": out.predicted,
                 "per_example_loss": out.per_example_loss}
@@ -270,10 +269,9 @@ class TokenClassificationTask(Task):
         ones (bert_ad/data/token_features.py makes all three)."""
         from bert_ad.model.heads import token_classifier
         features = dict(features, word_tag_ids=features["word_mask"] * 0)  # loss only
-        out = token_classifier(self.encoder.config,
-                               serving_features(features, self.feature_spec),
+        complete = serving_features(features, self.feature_spec)
+        out = token_classifier(self.encoder.model(complete, False), complete,
                                len(self.labels), False, self.use_crf,
-                               self.encoder.compute_dtype, self.encoder.remove_padding,
                                piece_offsets=self.segmentation == "sentence")
         return {"predicted": out.predicted, "logits": out.logits}
 
