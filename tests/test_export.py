@@ -605,7 +605,9 @@ def test_minilm_export_equals_test_results_on_the_movie_reviews(
                                rtol=0, atol=ATOL)
     assert served["fp32"]["label_ids"] == [
         int(x) for x in read_lines(os.path.join(output_dir, "predict.txt"))]
-    # docs/serving.md states this bound for MiniLM in fp16.
+    # docs/serving.md states this bound for MiniLM in fp16. Above 1e-6: the fp32 export
+    # repeats the checkpoint's probabilities to about 1e-7, so a difference this size
+    # says fp16 ran (TF 1.15's one row, near 0.5 after 2 steps, differed by 6e-6).
     difference = np.abs(np.array(served["fp16"]["probabilities"])
                         - expected[:MINILM_FP16_ROWS]).max()
-    assert 1e-5 < difference < MINILM_FP16_BOUND, difference
+    assert 1e-6 < difference < MINILM_FP16_BOUND, difference
