@@ -78,26 +78,52 @@ def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
                                      hidden_size=hidden_size, opt_level=0)
     fusions = {op: count for op, count in fused.get_fused_operator_statistics().items()
                if count}
+    graph = fused.model.graph
+    if _undefined_inputs(graph):
+        # The optimizer drops outer nodes whose outputs only a loop's body reads (the
+        # CRF's Viterbi loops): then quantize the model as exported, without fusions.
+        log.info("int8: the fused model lost what its loops read (%s); quantizing the "
+                 "unfused model", ", ".join(sorted(_undefined_inputs(graph))[:3]))
+        graph, fusions, fused = onnx.load(fp32_path).graph, {}, None
+    initializers = {tensor.name for tensor in graph.initializer}
     names = []
-    for node in fused.model.graph.node:
-        weights = any(fused.get_initializer(name) is not None for name in node.input)
+    for node in graph.node:
+        weights = any(name in initializers for name in node.input)
         if node.op_type == "MatMul" and weights and (
                 node.name.startswith(ENCODER_PREFIX) or head):
             names.append(node.name)
         elif node.op_type == "Gather" and embeddings and weights \
                 and node.name.startswith(EMBEDDINGS_PREFIX):
             names.append(node.name)
-    # Saved first: the file gets the opset of the fused kernels' domain (com.microsoft).
-    fused_path = os.path.splitext(fp32_path)[0] + "_fused.onnx"
-    fused.save_model_to_file(fused_path)
+    source_path = fp32_path
+    if fused is not None:
+        # Saved first: the file gets the opset of the fused kernels' domain (com.microsoft).
+        source_path = os.path.splitext(fp32_path)[0] + "_fused.onnx"
+        fused.save_model_to_file(source_path)
     with _without_preprocessing_advice():
-        quantize_dynamic(fused_path, int8_path, weight_type=QuantType.QInt8,
+        quantize_dynamic(source_path, int8_path, weight_type=QuantType.QInt8,
                          per_channel=per_channel, nodes_to_quantize=names,
                          # Shape inference cannot type the fused kernels' outputs.
                          extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     return {"fusions": fusions, "quantized_nodes": len(names), "weights": "int8",
             "activations": "uint8, dynamic", "per_channel": per_channel,
             "embeddings_quantized": embeddings, "head_quantized": head}
+
+
+def _undefined_inputs(graph, outer: frozenset = frozenset()) -> set:
+    """Names a node or an output of `graph` (or of a loop's body in it, at any depth)
+    reads that neither it nor an enclosing graph defines."""
+    defined = set(outer) | {value.name for value in graph.input} | {
+        tensor.name for tensor in graph.initializer} | {
+        name for node in graph.node for name in node.output}
+    read = [name for node in graph.node for name in node.input] + [
+        value.name for value in graph.output]
+    missing = {name for name in read if name and name not in defined}
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == attribute.GRAPH:
+                missing |= _undefined_inputs(attribute.g, frozenset(defined))
+    return missing
 
 
 class _PreprocessingAdvice(logging.Filter):
