@@ -446,6 +446,16 @@ def test_an_int8_export_of_a_crf_tagger_is_quantized_without_fusions(setup):
     b = np.concatenate([np.asarray(row, float).ravel() for row in fp32["logits"]])
     assert 1e-6 < np.max(np.abs(a - b)) < 0.25 * np.max(np.abs(b))
     assert np.corrcoef(a, b)[0, 1] > 0.99
+    # Measured on the first dev sentences only (--max_eval_examples): their lines alone
+    # (the tags of the first 2 sentences, where it failed with a traceback).
+    limited = os.path.join(setup.root, "exports", "ner_int8_first_2")
+    assert run_main(ner_cli, task_flags(
+        setup, "ner", do_export=True, export_dir=limited, export_format="onnx",
+        export_precision="int8", max_eval_examples=2,
+        output_dir=os.path.join(setup.root, "export_runs", "ner_int8_first_2"))) == 0
+    with open(os.path.join(limited, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
+        report = json.load(f)
+    assert report["rows"] == 2 and report["fp32"]["eval_sentences"] == 2
 
 
 # ---------------------------------------------------------------------------

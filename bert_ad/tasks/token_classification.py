@@ -310,7 +310,7 @@ class TokenClassificationTask(Task):
                                 "entities": span_records(sentence.tokens, tags, separator)},
                                ensure_ascii=False)
                     for index, (sentence, tags) in enumerate(zip(data.rows, predicted))]
-        return {"predict.txt": prediction_lines(data.conll, predicted),
+        return {"predict.txt": prediction_lines(_limited(data), predicted),
                 "predict_entities.jsonl": entities}
 
     def metric_names(self) -> List[str]:
@@ -328,10 +328,13 @@ class TokenClassificationTask(Task):
 
 
 def _limited(data: ConllSplit) -> ConllFile:
-    """data.conll restricted to the sentences in use (--max_*_examples)."""
+    """data.conll restricted to the sentences in use (--max_*_examples: the first N)
+    and the lines up to the last of them."""
     if len(data.rows) == len(data.conll.sentences):
         return data.conll
-    return dataclasses.replace(data.conll, sentences=list(data.rows))
+    last_line = data.rows[-1].line_numbers[-1] if data.rows else 0
+    return dataclasses.replace(data.conll, sentences=list(data.rows),
+                               lines=data.conll.lines[:last_line])
 
 
 def _split_sentences(features: TokenFeatures) -> int:
