@@ -42,6 +42,7 @@ from bert_ad.metrics.entities import entity_metrics
 from bert_ad.metrics.squad import detect_style, score_answers
 from bert_ad.parallel.checkpoint_files import step_checkpoints
 from bert_ad.resources.assets import cache_dir
+from bert_ad.serving import layout
 
 NER = os.path.join(REPO, "run_ner_mgpu.py")
 SQUAD = os.path.join(REPO, "run_squad_mgpu.py")
@@ -109,7 +110,7 @@ def launch(command: List[str], log_path: str) -> dict:
 def export(setup: dict, precision: str, work_dir: str) -> str:
     """The fine-tuned folder's newest checkpoint exported as ONNX (once)."""
     export_dir = os.path.join(work_dir, f"export_{precision}")
-    if not os.path.isfile(os.path.join(export_dir, "export.json")):
+    if not os.path.isfile(layout.metadata_path(export_dir)):
         shutil.rmtree(export_dir, ignore_errors=True)
         run = launch([sys.executable, setup["launcher"]] + setup["flags"]
                      + setup["export_flags"] + [
@@ -178,11 +179,10 @@ def run_task(task: str, args) -> List[dict]:
             continue
         record.update(status="ok", **figures(setup["gold"], result_dir))
         if model != "checkpoint":
-            with open(os.path.join(exports[model.split()[1]], "export.json")) as f:
-                record["megabytes"] = round(sum(
-                    os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(
-                        exports[model.split()[1]]) for name in names) / 1e6, 1)
-                record["int8"] = json.load(f).get("onnx", {}).get("int8")
+            export_dir = exports[model.split()[1]]
+            record["megabytes"] = round(os.path.getsize(
+                os.path.join(export_dir, layout.ONNX_FILE)) / 1e6, 1)
+            record["int8"] = layout.read_metadata(export_dir).onnx.get("int8")
         records.append(record)
     return records
 
@@ -203,7 +203,7 @@ def report(records: Sequence[dict]) -> str:
                          f"{r.get('megabytes', '-')}", f"{r['wall_seconds']:.0f}"])
     return measuring.markdown_table(
         ["task", "model", "F1", "F1 vs ONNX fp32", "EM (mrc) / precision (ner)",
-         "export MB", "predict wall s"], rows, align="llrrrrr")
+         "model.onnx MB", "predict wall s"], rows, align="llrrrrr")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
