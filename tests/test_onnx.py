@@ -458,6 +458,22 @@ def test_an_int8_export_of_a_crf_tagger_is_quantized_without_fusions(setup):
     assert report["rows"] == 2 and report["fp32"]["eval_sentences"] == 2
 
 
+@needs_onnx
+def test_an_int8_export_of_a_question_answerer_is_measured_on_its_dev_file(setup):
+    """squad's --dev_file is read by an int8 export (it was refused unless --do_eval)."""
+    target = os.path.join(setup.root, "exports", "squad_int8_dev")
+    flags = task_flags(setup, "squad", do_export=True, export_dir=target,
+                       export_format="onnx", export_precision="int8",
+                       dev_file=setup.data["squad"],
+                       output_dir=os.path.join(setup.root, "export_runs", "squad_int8_dev"))
+    flags.pop("predict_file")
+    assert run_main(squad_cli, flags) == 0
+    with open(os.path.join(target, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
+        report = json.load(f)
+    assert report["split"] == "dev" and report["source"] == flags["dev_file"]
+    assert report["fp32"]["eval_questions"] == report["rows"] > 0
+
+
 # ---------------------------------------------------------------------------
 # 5. Bad input: one line.
 

@@ -113,12 +113,15 @@ def check_flags(f: flags.FlagValues) -> None:
              "or leave --train_file out")
     if f.do_predict and not f.predict_file:
         fail("--do_predict needs --predict_file (a SQuAD json file)")
-    scores_dev = f.do_eval or f.eval_every_steps
+    # An int8 export measures itself on the dev file too (docs/serving.md).
+    int8_export = f.do_export and f.export_precision == "int8"
+    scores_dev = f.do_eval or f.eval_every_steps or int8_export
     if scores_dev and not (f.dev_file or (f.do_predict and f.predict_file)):
-        fail("--do_eval and --eval_every_steps score --dev_file (default: --predict_file "
-             "with --do_predict): set one of them")
+        fail("--do_eval, --eval_every_steps and --export_precision=int8 score --dev_file "
+             "(default: --predict_file with --do_predict): set one of them")
     if f.dev_file and not scores_dev:
-        fail(f"--dev_file={f.dev_file} is only read with --do_eval or --eval_every_steps")
+        fail(f"--dev_file={f.dev_file} is only read with --do_eval, --eval_every_steps or "
+             "--export_precision=int8")
     if f["null_score_diff_threshold"].present and not f.version_2_with_negative:
         fail("--null_score_diff_threshold is for SQuAD v2.0: set --version_2_with_negative "
              "too")
