@@ -66,7 +66,7 @@ def ner_setup(args) -> dict:
     return {"launcher": NER, "output_dir": output_dir, "gold": os.path.join(
         args.ner_dir, "test.txt"), "flags": model_flags(args.model_dir) + [
         f"--data_dir={args.ner_dir}", "--max_seq_length=128", "--use_crf=true"],
-        "export_flags": [], "predict_flags": ["--predict_file=test.txt",
+        "int8_flags": [], "predict_flags": ["--predict_file=test.txt",
                                               "--predict_batch_size=32"]}
 
 
@@ -89,7 +89,7 @@ def mrc_setup(args) -> dict:
     # An int8 export measures itself on the dev split: here the test file's first rows.
     return {"launcher": SQUAD, "output_dir": output_dir,
             "gold": os.path.join(args.mrc_dir, "test.json"), "flags": flags,
-            "export_flags": [f"--dev_file={args.mrc_dir}/test.json"],
+            "int8_flags": [f"--dev_file={args.mrc_dir}/test.json"],
             "predict_flags": predict_flags}
 
 
@@ -108,15 +108,16 @@ def launch(command: List[str], log_path: str) -> dict:
 
 
 def export(setup: dict, precision: str, work_dir: str) -> str:
-    """The fine-tuned folder's newest checkpoint exported as ONNX (once)."""
+    """The fine-tuned folder's newest checkpoint exported as ONNX (once); int8 measures
+    itself on the dev split's first INT8_DEV_ROWS rows."""
     export_dir = os.path.join(work_dir, f"export_{precision}")
     if not os.path.isfile(layout.metadata_path(export_dir)):
         shutil.rmtree(export_dir, ignore_errors=True)
-        run = launch([sys.executable, setup["launcher"]] + setup["flags"]
-                     + setup["export_flags"] + [
+        int8_flags = setup["int8_flags"] + [f"--max_eval_examples={INT8_DEV_ROWS}"]
+        run = launch([sys.executable, setup["launcher"]] + setup["flags"] + [
             f"--output_dir={setup['output_dir']}", "--do_export", "--export_format=onnx",
-            f"--export_precision={precision}", f"--export_dir={export_dir}",
-            f"--max_eval_examples={INT8_DEV_ROWS}"],
+            f"--export_precision={precision}", f"--export_dir={export_dir}"]
+            + (int8_flags if precision == "int8" else []),
             os.path.join(work_dir, f"export_{precision}.log"))
         if not run["ok"]:
             sys.exit(f"error: the {precision} export failed: {run['error']}")
