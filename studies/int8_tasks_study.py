@@ -14,11 +14,11 @@ from the result files against the gold file, the same code for all three:
        Chinese default fine-tuned with run_ner_mgpu.py --use_crf on 4,000
        People's Daily sentences); entity F1 (bert_ad.metrics.entities) of
        predict.txt's tags against test.txt's, every test sentence.
-  mrc  People's Daily MRC as studies/squad_run.py --quick makes it (2,000
-       training questions, 800 test questions, the Chinese default, 1 tower x
-       32, 1 epoch, max_seq_length 128), trained here once with
-       run_squad_mgpu.py --version_2_with_negative; exact match and F1 (CMRC
-       2018 style, bert_ad.metrics.squad) of predictions.json against test.json.
+  mrc  People's Daily MRC: docs/squad.md's 10,000-question run (the Chinese
+       default, run_squad_mgpu.py --version_2_with_negative, 1 tower x 32, 368
+       steps, the span head at 30x; --mrc_model), scored on its 4,000 test
+       questions; exact match and F1 (CMRC 2018 style, bert_ad.metrics.squad)
+       of predictions.json against test.json.
 
 One record per task and model goes to --runs (docs/int8_runs.jsonl, beside
 the classifier's); a task already recorded is skipped.
@@ -71,8 +71,9 @@ def ner_setup(args) -> dict:
 
 
 def mrc_setup(args) -> dict:
-    """The MRC model, fine-tuned here once (squad_run --quick's data and settings)."""
-    output_dir = os.path.join(args.work_dir, "mrc")
+    """The MRC model: --mrc_model (docs/squad.md's 10,000-question run, the span head at
+    30x), else fine-tuned here once on --mrc_dir/train.json."""
+    output_dir = args.mrc_model or os.path.join(args.work_dir, "mrc")
     flags = model_flags(args.model_dir) + [
         "--version_2_with_negative", "--max_seq_length=128", "--doc_stride=64",
         "--max_query_length=16"]
@@ -213,8 +214,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--model_dir", default=os.path.join(cache_dir(), "e5_small_zh_en"))
     parser.add_argument("--ner_dir",
                         default=os.path.join(cache_dir(), "data", "peoples_daily_ner"))
-    parser.add_argument("--mrc_dir", default=os.path.join(cache_dir(), "squad_run43"),
-                        help="train.json and test.json (studies/squad_run.py --quick's)")
+    parser.add_argument("--mrc_dir", default=os.path.join(cache_dir(), "squad_run10k_43"),
+                        help="train.json and test.json (studies/squad_run.py's, "
+                        "--train_questions=10000 --test_questions=4000)")
+    parser.add_argument("--mrc_model", default=os.path.join(
+        cache_dir(), "squad_run10k_43", "ours1-adam-head30"),
+        help="a fine-tuned MRC output folder (docs/squad.md's 10,000-question run); "
+        "empty or without a checkpoint: trained here on --mrc_dir")
     parser.add_argument("--distill_dir", default=os.path.join(cache_dir(), "distill_study"))
     parser.add_argument("--work_dir", default=os.path.join(cache_dir(), "int8_tasks_study"))
     parser.add_argument("--runs", default=os.path.join(REPO, "docs", "int8_runs.jsonl"))
