@@ -495,20 +495,15 @@ def test_sigterm_under_load_answers_what_it_received_and_exits_0(models, tmp_pat
         served = start_server(processes, str(tmp_path / "server.log"),
                               {"features": models.exports["features"]}, "--max_batch_size=8")
 
-        outstanding = []   # one entry per request sent and not yet answered
-
         def client() -> None:
             while True:
                 sent = time.time()
-                outstanding.append(sent)
                 try:
                     status, answer = served.post("/v1/models/features:predict",
                                                  {"instances": instances}, timeout=60)
                 except OSError as e:   # refused or closed once it stopped
                     results.append((sent, None, repr(e)))
                     return
-                finally:
-                    outstanding.remove(sent)
                 results.append((sent, status, answer))
                 if status != 200 or stop_at:
                     return
@@ -517,12 +512,12 @@ def test_sigterm_under_load_answers_what_it_received_and_exits_0(models, tmp_pat
         for thread in threads:
             thread.start()
         time.sleep(3.0)
-        # The signal when requests are surely in the server (a loaded machine can leave
-        # the clients between requests at any one moment).
+        # The signal while the server holds requests (its in-flight gauge): it answers
+        # faster than the clients send, so at any one moment it may hold none.
         deadline = time.time() + 60
-        while len([t for t in outstanding if t < time.time() - 0.5]) < 4 \
-                and time.time() < deadline:
-            time.sleep(0.05)
+        while time.time() < deadline and metric_values(served.get("/metrics")[1]).get(
+                "bert_ad_serve_in_flight_requests", 0) < 2:
+            time.sleep(0.005)
         stop_at.append(time.time())
         served.process.send_signal(signal.SIGTERM)
         for thread in threads:
