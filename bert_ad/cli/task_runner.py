@@ -92,8 +92,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     encoder = (builders.text_encoder_from_flags(f, text) if text is not None
                else builders.encoder_from_flags(f))
     task = command.build(f, encoder)
-    refuse_outputs_over_inputs(output_files(task, f.output_dir), flag_inputs(f),
-                               advice="give another --output_dir or move the input")
+    refuse_outputs_over_flag_inputs(task, f)
     settings = builders.run_settings_from_flags(f, placement, getattr(task.encoder, "config",
                                                                       None))
     log.info("%s", placement.plan.describe())
@@ -104,6 +103,12 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
                        if "do_export" in command.actions else None)
     return driver.run(task, settings, placement, f.do_train, f.do_eval, do_predict,
                       export_settings)
+
+
+def refuse_outputs_over_flag_inputs(task, f: flags.FlagValues) -> None:
+    """No result file of the task may be a file the flags name (one error line)."""
+    refuse_outputs_over_inputs(output_files(task, f.output_dir), flag_inputs(f),
+                               advice="give another --output_dir or move the input")
 
 
 def predicts_from_onnx_only(command: TaskCommand, f: flags.FlagValues) -> bool:
@@ -121,8 +126,7 @@ def predict_from_onnx(command: TaskCommand, f: flags.FlagValues,
                       text: flag_checks.ModelText) -> int:
     """The task built from checked flags, its predict rows scored by ONNX Runtime."""
     task = command.build(f, flag_checks.text_encoder(f, text))
-    refuse_outputs_over_inputs(output_files(task, f.output_dir), flag_inputs(f),
-                               advice="give another --output_dir or move the input")
+    refuse_outputs_over_flag_inputs(task, f)
     return onnx_predict.run(task, RunSettings(output_dir=f.output_dir,
                                               predict_from_export=f.predict_from_export,
                                               predict_batch_size=f.predict_batch_size))
