@@ -497,14 +497,13 @@ def test_sigterm_under_load_answers_what_it_received_and_exits_0(models, tmp_pat
 
         def client() -> None:
             while True:
-                sent = time.time()
                 try:
                     status, answer = served.post("/v1/models/features:predict",
                                                  {"instances": instances}, timeout=60)
                 except OSError as e:   # refused or closed once it stopped
-                    results.append((sent, None, repr(e)))
+                    results.append((time.time(), None, repr(e)))
                     return
-                results.append((sent, status, answer))
+                results.append((time.time(), status, answer))
                 if status != 200 or stop_at:
                     return
 
@@ -525,21 +524,24 @@ def test_sigterm_under_load_answers_what_it_received_and_exits_0(models, tmp_pat
         assert wait(served.process, 120) == 0, read_text(served.process.log_path)
     log = read_text(served.process.log_path)
     assert "serve: stopping on SIGTERM" in log, log
-    in_flight = re.search(r"(\d+) request\(s\) in flight will be answered", log)
-    assert int(in_flight.group(1)) >= 1, log
-    before = [r for r in results if r[0] < stop_at[0] - 0.05]
-    assert len(before) >= 8
-    for _, status, answer in before:   # every request sent before the signal: answered
-        assert status == 200, (status, answer, log[-2000:])
+    in_flight = int(re.search(r"(\d+) request\(s\) in flight will be answered", log).group(1))
+    assert in_flight >= 1, log
+    answered = int(re.search(r"stopped after answering (\d+) predict request", log).group(1))
+    # Judged by what the server received, not by when a client began sending: on 2
+    # busy cores a request can leave the client well before the server reads it.
+    # Every request the server took in reached its client answered in full ...
+    ok = [r for r in results if r[1] == 200]
+    assert len(ok) == answered, (len(ok), answered, log[-2000:])
+    for _, _, answer in ok:
         np.testing.assert_allclose([p["embedding"] for p in answer["predictions"]],
                                    expected[order], atol=ATOL)
-    # Sent after it: answered in full while draining, or refused (503, or no connection).
-    for sent, status, answer in results:
-        if status == 200:
-            np.testing.assert_allclose([p["embedding"] for p in answer["predictions"]],
-                                       expected[order], atol=ATOL)
-        else:
-            assert sent > stop_at[0] - 0.05 and status in (503, None), (status, answer)
+    assert len([r for r in ok if r[0] < stop_at[0]]) >= 8
+    # ... those in flight at the signal among them, answered after it ...
+    assert len([r for r in ok if r[0] > stop_at[0]]) >= in_flight, (results, log[-2000:])
+    # ... and the rest were refused (503, or no connection) only once it was stopping.
+    for finished, status, answer in results:
+        if status != 200:
+            assert finished > stop_at[0] and status in (503, None), (status, answer)
 
 
 def test_a_folder_that_is_not_an_export_is_one_error_line(tmp_path, models):
