@@ -390,8 +390,8 @@ class LauncherRun(NamedTuple):
     ok: bool
     wall_seconds: float
     error: str = ""                              # failed: the last line it printed
-    evaluated: Dict[str, str] = {}               # ok: eval_results.txt
-    trained: Dict[str, str] = {}                 # ok: train_results.txt
+    evaluated: Dict[str, str] = {}               # ok: eval_results.txt ({}: none written)
+    trained: Dict[str, str] = {}                 # ok: train_results.txt ({}: none written)
     peak_rss_mb: float = 0.0                     # the launcher process's own peak RSS
 
 
@@ -408,30 +408,43 @@ def run_launcher(command: Sequence[str], output_dir: str, log_name: Optional[str
     hundreds of MB a run) deleted unless `keep_checkpoints`.
     """
     shutil.rmtree(output_dir, ignore_errors=True)
-    started = time.time()
     if log_name:
         os.makedirs(output_dir)
-        log_path = os.path.join(output_dir, log_name)
-        with open(log_path, "w", encoding="utf-8") as log:
-            returncode, peak_rss, _ = run_measured(command, stdout=log,
-                                                   stderr=subprocess.STDOUT, env=env)
-        with open(log_path, encoding="utf-8") as f:
-            output = f.read()
+        ended = launch_logged(command, os.path.join(output_dir, log_name), env)
     else:
+        started = time.time()
         with tempfile.TemporaryFile("w+", encoding="utf-8") as err:
             returncode, peak_rss, _ = run_measured(command, stdout=subprocess.DEVNULL,
                                                    stderr=err, env=env)
             err.seek(0)
-            output = err.read()
-    wall_seconds = round(time.time() - started, 1)
-    if returncode != 0:
-        return LauncherRun(False, wall_seconds, last_error_line(output),
-                           peak_rss_mb=peak_rss)
-    evaluated = read_key_values(os.path.join(output_dir, "eval_results.txt"))
-    trained = read_key_values(os.path.join(output_dir, "train_results.txt"))
+            error = last_error_line(err.read()) if returncode else ""
+        ended = LauncherRun(returncode == 0, round(time.time() - started, 1), error,
+                            peak_rss_mb=peak_rss)
+    if not ended.ok:
+        return ended
+    # A predict-only run writes no train_results.txt, a train-only one no eval_results.txt.
+    evaluated, trained = (read_key_values(path) if os.path.exists(path) else {}
+                          for path in (os.path.join(output_dir, "eval_results.txt"),
+                                       os.path.join(output_dir, "train_results.txt")))
     if not keep_checkpoints:
         remove_checkpoints(output_dir)
-    return LauncherRun(True, wall_seconds, "", evaluated, trained, peak_rss)
+    return ended._replace(evaluated=evaluated, trained=trained)
+
+
+def launch_logged(command: Sequence[str], log_path: str,
+                  env: Optional[Dict[str, str]] = None) -> LauncherRun:
+    """Run a launcher to its end, its stdout and stderr in log_path (nothing else is
+    touched: the caller decides what its output_dir holds); a failure's error is the
+    log's last line. Its result files are the caller's to read."""
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    started = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        returncode, peak_rss, _ = run_measured(command, stdout=log,
+                                               stderr=subprocess.STDOUT, env=env)
+    with open(log_path, encoding="utf-8") as f:
+        error = last_error_line(f.read()) if returncode else ""
+    return LauncherRun(returncode == 0, round(time.time() - started, 1), error,
+                       peak_rss_mb=peak_rss)
 
 
 def last_error_line(output: str) -> str:

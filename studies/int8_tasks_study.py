@@ -30,9 +30,7 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from typing import Dict, List, Optional, Sequence
 
 from benchmarks import measuring
@@ -85,8 +83,8 @@ def mrc_setup(args) -> dict:
             "--train_batch_size=32", "--learning_rate=5e-5", "--num_train_epochs=1",
             "--seed=12345", "--save_checkpoints_steps=100000", f"--output_dir={output_dir}"],
             output_dir + ".log")
-        if not run["ok"]:
-            sys.exit(f"error: training the MRC model failed: {run['error']}")
+        if not run.ok:
+            sys.exit(f"error: training the MRC model failed: {run.error}")
     # An int8 export measures itself on the dev split: here the test file's first rows.
     return {"launcher": SQUAD, "output_dir": output_dir,
             "gold": os.path.join(args.mrc_dir, "test.json"), "flags": flags,
@@ -94,18 +92,10 @@ def mrc_setup(args) -> dict:
             "predict_flags": predict_flags}
 
 
-def launch(command: List[str], log_path: str) -> dict:
-    """Run a launcher to its end, its output in log_path: ok, wall time, peak RSS and
-    (failed) its last line."""
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    started = time.time()
-    with open(log_path, "w", encoding="utf-8") as log:
-        ran = measuring.run_measured(command, stdout=log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, **measuring.checkout_env()))
-    with open(log_path, encoding="utf-8") as f:
-        error = measuring.last_error_line(f.read()) if ran.returncode else ""
-    return {"ok": ran.returncode == 0, "wall_seconds": round(time.time() - started, 1),
-            "peak_rss_mb": ran.peak_rss_mb, "error": error}
+def launch(command: List[str], log_path: str) -> measuring.LauncherRun:
+    """A launcher run to its end from this checkout, its output in log_path."""
+    return measuring.launch_logged(command, log_path,
+                                   env=dict(os.environ, **measuring.checkout_env()))
 
 
 def export(setup: dict, precision: str, work_dir: str) -> str:
@@ -120,8 +110,8 @@ def export(setup: dict, precision: str, work_dir: str) -> str:
             f"--export_precision={precision}", f"--export_dir={export_dir}"]
             + (int8_flags if precision == "int8" else []),
             os.path.join(work_dir, f"export_{precision}.log"))
-        if not run["ok"]:
-            sys.exit(f"error: the {precision} export failed: {run['error']}")
+        if not run.ok:
+            sys.exit(f"error: the {precision} export failed: {run.error}")
     return export_dir
 
 
@@ -174,10 +164,10 @@ def run_task(task: str, args) -> List[dict]:
         run, result_dir = predict(setup, model, exports, os.path.join(work_dir, model.replace(
             " ", "_")))
         record = {"study": "int8_tasks", "task": task, "model": model,
-                  "wall_seconds": run["wall_seconds"], "peak_rss_mb": round(run["peak_rss_mb"]),
+                  "wall_seconds": run.wall_seconds, "peak_rss_mb": round(run.peak_rss_mb),
                   "cpu": measuring.cpu_line(), "loadavg": measuring.loadavg()}
-        if not run["ok"]:
-            records.append(dict(record, status="failed", error=run["error"]))
+        if not run.ok:
+            records.append(dict(record, status="failed", error=run.error))
             continue
         record.update(status="ok", **figures(setup["gold"], result_dir))
         if model != "checkpoint":

@@ -18,7 +18,10 @@ Runs, each in a fresh process, one JSON record each in --records
   ours1, ours2  run_squad_mgpu.py --version_2_with_negative on 1 tower x B and
                 2 towers x B/2 (the same global batch B, the same steps), train
                 -> predict -> eval on the test questions; examples/sec from its
-                train_results.txt (windows per second of the training loop)
+                train_results.txt (windows per second of the training loop); the
+                span head at --head_learning_rate_multiplier (run_squad_mgpu.py's
+                default, 30x, unless given; records before issue 43 carry no such
+                setting: their head trained at 1x)
   hf            transformers' BertForQuestionAnswering on PyTorch CPU, the
                 encoder converted from the same checkpoint (bert_ad.convert
                 google2hf; its fresh qa_outputs head drawn by PyTorch), trained
@@ -90,6 +93,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--doc_stride", type=int, default=64)
     p.add_argument("--max_query_length", type=int, default=16)
     p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--head_learning_rate_multiplier", type=float, default=None,
+                   help="ours' span head rate (default: run_squad_mgpu.py's, 30x since "
+                        "issue 43); Hugging Face's head always trains at the encoder's rate")
     p.add_argument("--quick", action="store_true",
                    help="2,000 training and 800 test questions")
     p.add_argument("--report_only", action="store_true")
@@ -149,8 +155,14 @@ def vocab_of(model_dir: str) -> tuple:
 
 def settings_of(args, model_dir: str, train: str, test: str) -> dict:
     vocab, lower = vocab_of(model_dir)
-    from bert_ad.data.tokenization import make_tokenizer  # (no TensorFlow import)
+    from bert_ad.cli.squad import FLAG_DEFAULTS  # (neither imports TensorFlow)
+    from bert_ad.data.tokenization import make_tokenizer
+    head = args.head_learning_rate_multiplier
+    if head is None:
+        head = dict(FLAG_DEFAULTS)["head_learning_rate_multiplier"]
+    # Records before issue 43 carry no head_learning_rate_multiplier: ours' head at 1x.
     return {"hf_pad_id": make_tokenizer(vocab, lower).pad_id,
+            "head_learning_rate_multiplier": head,
             "model_dir": model_dir, "vocab_file": vocab, "do_lower_case": lower,
             "train_file": train, "test_file": test, "epochs": args.epochs,
             "batch": args.batch, "learning_rate": args.learning_rate,
@@ -178,7 +190,8 @@ def run_ours(s: dict, run: str, work_dir: str) -> dict:
                f"--num_train_epochs={s['epochs']}", f"--max_seq_length={s['max_seq_length']}",
                f"--doc_stride={s['doc_stride']}", f"--max_query_length={s['max_query_length']}",
                f"--seed={s['seed']}", f"--output_dir={output_dir}",
-               "--save_checkpoints_steps=100000", f"--optimizer={optimizer}"]
+               "--save_checkpoints_steps=100000", f"--optimizer={optimizer}",
+               f"--head_learning_rate_multiplier={s['head_learning_rate_multiplier']}"]
     run = run_launcher(command, output_dir, log_name="log.txt")
     if not run.ok:
         return {"status": "failed", "error": run.error, "command": command}

@@ -140,6 +140,37 @@ def test_run_worker_returns_the_emitted_result_and_reports_failures(tmp_path):
     assert "about to fail" in str(error.value)
 
 
+def test_run_launcher_starts_fresh_and_launch_logged_touches_nothing_but_its_log(tmp_path):
+    # A stand-in launcher: writes eval_results.txt and a checkpoint into argv[1], or fails.
+    script = tmp_path / "launcher.py"
+    script.write_text(
+        "import os, sys\n"
+        "out = sys.argv[1]\n"
+        "os.makedirs(out, exist_ok=True)\n"
+        "print('training')\n"
+        "if sys.argv[2] == 'fail':\n"
+        "    sys.exit('error: --flag=x: give y')\n"
+        "open(os.path.join(out, 'eval_results.txt'), 'w').write('eval_f1 = 91.5\\n')\n"
+        "open(os.path.join(out, 'model.ckpt-3.index'), 'w').write('x')\n")
+    output_dir = tmp_path / "run"
+    output_dir.mkdir()
+    (output_dir / "earlier.txt").write_text("an earlier attempt")
+    run = measuring.run_launcher([sys.executable, str(script), str(output_dir), "ok"],
+                                 str(output_dir), log_name="log.txt")
+    assert run.ok and run.evaluated == {"eval_f1": "91.5"} and run.peak_rss_mb > 0
+    assert sorted(os.listdir(output_dir)) == ["eval_results.txt", "log.txt"]
+    assert (output_dir / "log.txt").read_text() == "training\n"
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "model.ckpt-9.index").write_text("the user's")
+    failed = measuring.launch_logged([sys.executable, str(script), str(kept), "fail"],
+                                     str(tmp_path / "logs" / "failed.log"))
+    assert not failed.ok and failed.error == "error: --flag=x: give y"
+    assert sorted(os.listdir(kept)) == ["model.ckpt-9.index"]
+    assert (tmp_path / "logs" / "failed.log").read_text().startswith("training\n")
+
+
 def test_matmul_measurements_return_wall_and_cpu_rates():
     for rates in (flops.measure_numpy_matmul(n=32, repeats=2),
                   flops.measure_tf_matmul(16, 8, 4, repeats=2)):
