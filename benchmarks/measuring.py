@@ -492,16 +492,22 @@ def write_json(path: str, payload) -> None:
 NO_DECAY = ("bias", "LayerNorm.weight")
 
 
-def hf_adamw(model, learning_rate: float, weight_decay: float):
-    """torch's AdamW (eps 1e-6, Google's) decaying every weight but NO_DECAY's.
-    (Imports torch: for the PyTorch workers only.)"""
+def hf_adamw(model, learning_rate: float, weight_decay: float, head_prefix: str = "",
+             head_multiplier: float = 1.0):
+    """torch's AdamW (eps 1e-6, Google's) decaying every weight but NO_DECAY's; with
+    head_prefix, the parameters named so learn at head_multiplier x the rate (ours'
+    --head_learning_rate_multiplier). (Imports torch: for the PyTorch workers only.)"""
     import torch
-    named = list(model.named_parameters())
-    groups = [{"params": [p for n, p in named if not any(k in n for k in NO_DECAY)],
-               "weight_decay": weight_decay},
-              {"params": [p for n, p in named if any(k in n for k in NO_DECAY)],
-               "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=learning_rate, eps=1e-6)
+    groups = []
+    for in_head in ((False, True) if head_prefix else (False,)):
+        named = [(n, p) for n, p in model.named_parameters()
+                 if not head_prefix or n.startswith(head_prefix) == in_head]
+        rate = learning_rate * (head_multiplier if in_head else 1.0)
+        groups += [{"params": [p for n, p in named if not any(k in n for k in NO_DECAY)],
+                    "weight_decay": weight_decay, "lr": rate},
+                   {"params": [p for n, p in named if any(k in n for k in NO_DECAY)],
+                    "weight_decay": 0.0, "lr": rate}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, eps=1e-6)
 
 
 def hf_apply_update(model, optimizer, loss, clip_norm: float, scheduler=None) -> None:

@@ -38,6 +38,9 @@ Runs, each in a fresh process, one JSON record each in --records
                 peak * (1 - step / steps), as run_squad_mgpu.py), where `hf` uses
                 transformers' (decay from the peak at the end of warmup: about
                 1/0.9 of Google's rate after warmup)
+  hf-adam-head  hf-adam with its span head (qa_outputs) at ours' head rate
+                (--head_learning_rate_multiplier): issue 43's cause, tried on the
+                reference
 
 The report: EM/F1 (CMRC2018's definitions, overall / with an answer / without)
 at the default null threshold (0) and at the best one, and training
@@ -71,7 +74,7 @@ CACHE = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad"
 # On request (--runs=...): ours1-adam / ours2-adam (bias-corrected Adam, the task's
 # default) and hf-adam (Hugging Face with exactly that update and Google's schedule).
 RUNS = ("ours1", "ours2", "hf")
-HF_RUNS = ("hf", "hf-adam")
+HF_RUNS = ("hf", "hf-adam", "hf-adam-head")
 WEIGHT_DECAY, CLIP_NORM, WARMUP = 0.01, 1.0, 0.1
 FEW_UNANSWERABLE_SHARE = 0.1
 
@@ -316,9 +319,11 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     pad_id = s["hf_pad_id"]
     model = BertForQuestionAnswering.from_pretrained(hf_dir, pad_token_id=pad_id)
     assert model.bert.embeddings.word_embeddings.padding_idx == pad_id
-    same_update_as_ours_adam = run == "hf-adam"  # our `adam` decays no weight
+    same_update_as_ours_adam = run != "hf"  # our `adam` decays no weight
+    head_multiplier = s["head_learning_rate_multiplier"] if run == "hf-adam-head" else 1.0
     optimizer = measuring.hf_adamw(model, s["learning_rate"],
-                                   0.0 if same_update_as_ours_adam else WEIGHT_DECAY)
+                                   0.0 if same_update_as_ours_adam else WEIGHT_DECAY,
+                                   head_prefix="qa_outputs.", head_multiplier=head_multiplier)
     steps = int(np.ceil(len(examples) * s["epochs"] / s["batch"]))
     if same_update_as_ours_adam:
         scheduler = torch.optim.lr_scheduler.LambdaLR(

@@ -400,6 +400,29 @@ def test_squad_run_hf_adam_follows_our_learning_rate_schedule_step_for_step():
     assert factor(0) == 0.0 and factor(warmup) == pytest.approx(1 - warmup / total)
 
 
+def test_hf_adamw_puts_the_head_at_its_multiplied_rate_under_the_schedule():
+    torch = pytest.importorskip("torch", reason="PyTorch is only in the TF2 lane")
+    model = torch.nn.ModuleDict({"bert": torch.nn.ModuleDict({
+        "dense": torch.nn.Linear(4, 4), "LayerNorm": torch.nn.LayerNorm(4)}),
+        "qa_outputs": torch.nn.Linear(4, 2)})
+    optimizer = measuring.hf_adamw(model, 1e-3, 0.01, head_prefix="qa_outputs.",
+                                   head_multiplier=30.0)
+    # The schedule scales each group from its own rate (run_squad_mgpu.py's graph
+    # multiplies the head's update by the same factor at every step).
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5)
+    named = dict(model.named_parameters())
+    rate = {name: (group["lr"], group["weight_decay"]) for group in optimizer.param_groups
+            for name, p in named.items() if any(p is q for q in group["params"])}
+    assert sorted(rate) == sorted(named)
+    assert rate == {"bert.dense.weight": (5e-4, 0.01), "bert.dense.bias": (5e-4, 0.0),
+                    "bert.LayerNorm.weight": (5e-4, 0.0), "bert.LayerNorm.bias": (5e-4, 0.0),
+                    "qa_outputs.weight": (pytest.approx(0.015), 0.01),
+                    "qa_outputs.bias": (pytest.approx(0.015), 0.0)}
+    assert scheduler.get_last_lr()[0] == 5e-4
+    plain = measuring.hf_adamw(model, 1e-3, 0.0)
+    assert {g["lr"] for g in plain.param_groups} == {1e-3}
+
+
 def test_squad_run_pads_hugging_face_batches_with_the_padding_piece():
     # Padding with id 0 put <s> ([CLS] of the Chinese default's piece list) on every
     # padding position of the reference's batches (issue 43).
