@@ -98,7 +98,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--head_learning_rate_multiplier", type=float, default=None,
                    help="ours' span head rate (default: run_squad_mgpu.py's, 30x since "
-                        "issue 43); Hugging Face's head always trains at the encoder's rate")
+                        "issue 43), and hf-adam-head's; hf and hf-adam train their head at "
+                        "the encoder's rate")
     p.add_argument("--quick", action="store_true",
                    help="2,000 training and 800 test questions")
     p.add_argument("--report_only", action="store_true")
