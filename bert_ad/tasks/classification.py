@@ -12,11 +12,10 @@ Google's `create_model` (bert_ad/model/heads.py) with one of three targets
                 threshold (--multi_label_threshold)
   regression    one number a row (STS-B, ratings); one output, squared error
 
-A long text is truncated (head, tail, head+tail) or, with windows
-(--long_text=windows), cut into overlapping windows whose logits are pooled
-per document (bert_ad/model/windows.py; training: a document's windows in
-one tower and one step; scoring: windows dealt as rows to every tower, pooled
-afterwards on the host, bert_ad/model/scored_windows.py). Results in
+A long text is truncated (head, tail, head+tail) or, with windows (--long_text=windows),
+cut into overlapping windows whose logits are pooled per document (bert_ad/model/windows.py;
+training: a document's windows in one tower and one step; scoring: windows dealt as rows to
+every tower, pooled afterwards on the host, bert_ad/model/scored_windows.py). Results in
 output_dir, one line per input row, in input order:
 
   predict.txt       single_label: the predicted label's index in labels.txt;
@@ -25,11 +24,10 @@ output_dir, one line per input row, in input order:
                     threshold); regression: the value (6 decimals)
   test_results.tsv  the probabilities of each row, one column per label
                     (single_label and multi_label)
-  eval_results.txt  single_label: eval_accuracy, per-class precision/recall/F1,
-                    eval_macro_f1; multi_label: eval_micro_f1, eval_macro_f1,
-                    eval_subset_accuracy, f1_<label>; regression: eval_pearson,
-                    eval_spearman, eval_mse; and eval_loss, eval_examples,
-                    global_step
+  eval_results.txt  single_label: eval_accuracy, per-class precision/recall/F1, eval_macro_f1;
+                    multi_label: eval_micro_f1, eval_macro_f1, eval_subset_accuracy,
+                    f1_<label>; regression: eval_pearson, eval_spearman, eval_mse; and
+                    eval_loss, eval_examples, global_step
 """
 
 from __future__ import annotations
@@ -289,10 +287,15 @@ class ClassificationTask(Task):
 
     # --- model ------------------------------------------------------------------
 
-    def build_model(self, features, is_training):
+    def head(self, features, is_training):
+        """(the head's outputs, the BERT under it): build_model's and distillation's."""
         from bert_ad.model.heads import classifier  # graph code: tasks/base.py
-        out = classifier(self.encoder.model(features, is_training, self.pooling), features,
-                         self.num_outputs, is_training, self.objective, self.window_pooling)
+        model = self.encoder.model(features, is_training, self.pooling)
+        return classifier(model, features, self.num_outputs, is_training, self.objective,
+                          self.window_pooling), model
+
+    def build_model(self, features, is_training):
+        out, _ = self.head(features, is_training)
         outputs = {"loss": out.loss, "per_example_loss": out.per_example_loss}
         if self.windows is not None:
             # Scoring: one window a row; the task pools them per document.

@@ -46,7 +46,6 @@ from bert_ad.data.transfer_text import read_sentences, read_texts
 from bert_ad.errors import fail
 from bert_ad.model.distillation_losses import (hidden_mse, soft_target_loss,
                                                token_soft_target_loss)
-from bert_ad.model.heads import classifier, token_classifier
 from bert_ad.model.losses import weighted_mean
 from bert_ad.model.student import source_name
 from bert_ad.parallel.checkpoints import is_optimizer_state
@@ -395,16 +394,8 @@ class HeadOutputs:
 
 def head_outputs(task: Task, features, is_training: bool) -> HeadOutputs:
     """The head of `task` (a ClassificationTask or TokenClassificationTask) over its
-    own encoder, built with the run's precision and padding removal (encoder.model)."""
-    encoder = task.encoder
-    if isinstance(task, TokenClassificationTask):
-        model = encoder.model(features, is_training)
-        out = token_classifier(model, features, len(task.labels), is_training, task.use_crf,
-                               piece_offsets=task.segmentation == "sentence")
-    else:
-        model = encoder.model(features, is_training, task.pooling)
-        out = classifier(model, features, task.num_outputs, is_training,
-                         objective=task.objective)
+    own encoder, built with the run's precision and padding removal (task.head)."""
+    out, model = task.head(features, is_training)
     return HeadOutputs(out.logits, out.per_example_loss, model)
 
 

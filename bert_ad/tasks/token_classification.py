@@ -248,11 +248,16 @@ class TokenClassificationTask(Task):
 
     # --- model ------------------------------------------------------------------
 
-    def build_model(self, features, is_training):
+    def head(self, features, is_training):
+        """(the tagger head's outputs, the BERT model under it) over this task's encoder:
+        build_model's, serving's and what distillation compares."""
         from bert_ad.model.heads import token_classifier  # graph code: tasks/base.py
-        out = token_classifier(self.encoder.model(features, is_training), features,
-                               len(self.labels), is_training, self.use_crf,
-                               piece_offsets=self.segmentation == "sentence")
+        model = self.encoder.model(features, is_training)
+        return token_classifier(model, features, len(self.labels), is_training, self.use_crf,
+                                piece_offsets=self.segmentation == "sentence"), model
+
+    def build_model(self, features, is_training):
+        out, _ = self.head(features, is_training)
         return {"loss": out.loss, "predicted": out.predicted,
                 "per_example_loss": out.per_example_loss}
 
@@ -267,12 +272,8 @@ class TokenClassificationTask(Task):
         otherwise) and `logits` [batch, words, num_tags] float32 (the CRF's
         emissions) of the words `word_positions` names, `word_mask` 1 on real
         ones (bert_ad/data/token_features.py makes all three)."""
-        from bert_ad.model.heads import token_classifier
         features = dict(features, word_tag_ids=features["word_mask"] * 0)  # loss only
-        complete = serving_features(features, self.feature_spec)
-        out = token_classifier(self.encoder.model(complete, False), complete,
-                               len(self.labels), False, self.use_crf,
-                               piece_offsets=self.segmentation == "sentence")
+        out, _ = self.head(serving_features(features, self.feature_spec), False)
         return {"predicted": out.predicted, "logits": out.logits}
 
     def learning_rate_multipliers(self) -> Dict[str, float]:
