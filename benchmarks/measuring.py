@@ -412,14 +412,8 @@ def run_launcher(command: Sequence[str], output_dir: str, log_name: Optional[str
         os.makedirs(output_dir)
         ended = launch_logged(command, os.path.join(output_dir, log_name), env)
     else:
-        started = time.time()
         with tempfile.TemporaryFile("w+", encoding="utf-8") as err:
-            returncode, peak_rss, _ = run_measured(command, stdout=subprocess.DEVNULL,
-                                                   stderr=err, env=env)
-            err.seek(0)
-            error = last_error_line(err.read()) if returncode else ""
-        ended = LauncherRun(returncode == 0, round(time.time() - started, 1), error,
-                            peak_rss_mb=peak_rss)
+            ended = _launch(command, subprocess.DEVNULL, err, env)
     if not ended.ok:
         return ended
     # A predict-only run writes no train_results.txt, a train-only one no eval_results.txt.
@@ -437,12 +431,19 @@ def launch_logged(command: Sequence[str], log_path: str,
     touched: the caller decides what its output_dir holds); a failure's error is the
     log's last line. Its result files are the caller's to read."""
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    with open(log_path, "w+", encoding="utf-8") as log:
+        return _launch(command, log, log, env)
+
+
+def _launch(command: Sequence[str], stdout, output, env: Optional[Dict[str, str]]
+            ) -> LauncherRun:
+    """Run `command` to its end, stdout to `stdout`, stderr into `output` (a file
+    opened "w+"; the same file as stdout for one log); a failure's error is
+    output's last line."""
     started = time.time()
-    with open(log_path, "w", encoding="utf-8") as log:
-        returncode, peak_rss, _ = run_measured(command, stdout=log,
-                                               stderr=subprocess.STDOUT, env=env)
-    with open(log_path, encoding="utf-8") as f:
-        error = last_error_line(f.read()) if returncode else ""
+    returncode, peak_rss, _ = run_measured(command, stdout=stdout, stderr=output, env=env)
+    output.seek(0)
+    error = last_error_line(output.read()) if returncode else ""
     return LauncherRun(returncode == 0, round(time.time() - started, 1), error,
                        peak_rss_mb=peak_rss)
 
@@ -498,16 +499,15 @@ def hf_adamw(model, learning_rate: float, weight_decay: float, head_prefix: str 
     head_prefix, the parameters named so learn at head_multiplier x the rate (ours'
     --head_learning_rate_multiplier). (Imports torch: for the PyTorch workers only.)"""
     import torch
-    groups = []
-    for in_head in ((False, True) if head_prefix else (False,)):
-        named = [(n, p) for n, p in model.named_parameters()
-                 if not head_prefix or n.startswith(head_prefix) == in_head]
-        rate = learning_rate * (head_multiplier if in_head else 1.0)
-        groups += [{"params": [p for n, p in named if not any(k in n for k in NO_DECAY)],
-                    "weight_decay": weight_decay, "lr": rate},
-                   {"params": [p for n, p in named if any(k in n for k in NO_DECAY)],
-                    "weight_decay": 0.0, "lr": rate}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=learning_rate, eps=1e-6)
+    groups = {}   # (in the head, decays): its parameters, rate and decay
+    for name, parameter in model.named_parameters():
+        in_head = bool(head_prefix) and name.startswith(head_prefix)
+        decays = not any(k in name for k in NO_DECAY)
+        groups.setdefault((in_head, decays), {
+            "params": [], "weight_decay": weight_decay if decays else 0.0,
+            "lr": learning_rate * (head_multiplier if in_head else 1.0)
+        })["params"].append(parameter)
+    return torch.optim.AdamW(list(groups.values()), lr=learning_rate, eps=1e-6)
 
 
 def hf_apply_update(model, optimizer, loss, clip_norm: float, scheduler=None) -> None:

@@ -169,6 +169,10 @@ def test_run_launcher_starts_fresh_and_launch_logged_touches_nothing_but_its_log
     assert not failed.ok and failed.error == "error: --flag=x: give y"
     assert sorted(os.listdir(kept)) == ["model.ckpt-9.index"]
     assert (tmp_path / "logs" / "failed.log").read_text().startswith("training\n")
+    # Without a log: stdout dropped, the error from stderr.
+    unlogged = measuring.run_launcher([sys.executable, str(script), str(kept), "fail"],
+                                      str(tmp_path / "unlogged"))
+    assert not unlogged.ok and unlogged.error == "error: --flag=x: give y"
 
 
 def test_matmul_measurements_return_wall_and_cpu_rates():
