@@ -10,7 +10,7 @@ scratch folder with run_classifier_mgpu.py --do_export, then measures, each
 configuration in a fresh worker process, rounds alternating their order:
 
   checkpoint     bert_ad.parallel.scoring.Scorer, what --do_predict runs
-  saved_model    bert_ad.serving.load.ExportScorer, what --predict_from_export
+  saved_model    bert_ad.serving.tf_scorer.ExportScorer, what --predict_from_export
   frozen_graph   runs (same batches: dynamic padding, length-sorted, 1 tower)
   saved_model fp16
 
@@ -52,8 +52,8 @@ def worker(args) -> dict:
     from bert_ad.parallel.checkpoints import latest_checkpoint
     from bert_ad.parallel.scoring import Scorer
     from bert_ad.parallel.towers import plan_from_environment
-    from bert_ad.serving.layout import read_metadata
-    from bert_ad.serving.load import ExportScorer
+    from bert_ad.inference.layout import read_metadata
+    from bert_ad.serving.tf_scorer import ExportScorer
     from bert_ad.tasks.base import Encoder
 
     spec = processors.get_task("sentiment")

@@ -128,7 +128,7 @@ def prepare(name: str, seq: int, args) -> dict:
 def worker_ours(args) -> dict:
     """One whole --do_predict process (this one), timed from its start."""
     from bert_ad.cli import classifier
-    from bert_ad.serving import onnx_scoring
+    from bert_ad.inference import onnx_scorer
 
     inside = [0.0]
 
@@ -145,7 +145,7 @@ def worker_ours(args) -> dict:
         from bert_ad.parallel import scoring  # (TensorFlow)
         scoring.Scorer.run = timed(scoring.Scorer.run)
     else:
-        onnx_scoring.OnnxScorer.run = timed(onnx_scoring.OnnxScorer.run)
+        onnx_scorer.OnnxScorer.run = timed(onnx_scorer.OnnxScorer.run)
     argv = ["bench", "--task_name=sentiment", f"--data_dir={args.data}", "--do_predict",
             f"--predict_batch_size={BATCH}", f"--output_dir={args.output_dir}"]
     if args.variant == "tf":

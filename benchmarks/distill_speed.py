@@ -36,7 +36,7 @@ def worker(args) -> dict:
     from bert_ad.compat import session_config
     from bert_ad.data import processors
     from bert_ad.data.tokenization import decide_do_lower_case, make_tokenizer
-    from bert_ad.model.config import BertConfig
+    from bert_ad.bert_config import BertConfig
     from bert_ad.parallel.checkpoints import latest_checkpoint
     from bert_ad.parallel.scoring import Scorer
     from bert_ad.parallel.towers import plan_devices
@@ -62,8 +62,8 @@ def worker(args) -> dict:
         return outputs
 
     if args.export:  # the folder's ONNX export in ONNX Runtime, one thread
-        from bert_ad.serving import layout, onnx_scoring
-        scorer = onnx_scoring.OnnxScorer(args.export, layout.read_metadata(args.export),
+        from bert_ad.inference import layout, onnx_scorer
+        scorer = onnx_scorer.OnnxScorer(args.export, layout.read_metadata(args.export),
                                          threads=1)
     else:
         scorer = Scorer(plan, task.feature_spec, tower, latest_checkpoint(args.output_dir),

@@ -8,7 +8,7 @@ fine-tuned on the movie reviews); MR_DIR/test.tsv gives the texts. Two
 processes hold the model, each idle while the other works:
 
   ceiling     what --do_predict --predict_from_export runs on the same rows:
-              bert_ad.serving.load.ExportScorer over length-sorted batches of
+              bert_ad.serving.tf_scorer.ExportScorer over length-sorted batches of
               --batch rows (dynamic padding); one pass over the rows, rows/sec;
               and one forward pass (one row of median length, batch 1), median
               latency of 30
@@ -65,8 +65,8 @@ def ceiling_worker(args) -> None:
 
     from bert_ad.compat import TF_VERSION
     from bert_ad.data.batching import inference_batches, make_batch
-    from bert_ad.serving.predictions import ServeOptions
-    from bert_ad.serving.served_models import ModelSpec, load_model
+    from bert_ad.inference.predictions import ServeOptions
+    from bert_ad.inference.served_models import ModelSpec, load_model
 
     model = load_model(ModelSpec("ceiling", args.export_dir), ServeOptions())
     predictions = model.predictions

@@ -13,8 +13,8 @@ metrics and result files. Everything else is done here, once for every task:
     all towers every N steps, the best checkpoint kept in output_dir/best/
     and early stopping (bert_ad/parallel/best_checkpoint.py),
   * labels.txt, eval_results.txt and the task's prediction files, atomically,
-  * exports for serving (--do_export) and scoring with one
-    (--predict_from_export), through bert_ad/serving/.
+  * exports for serving (--do_export), through bert_ad/serving/ (scoring
+    with one, --predict_from_export, is bert_ad/export_predict.py's)
 
 The path of one training step: cli flags -> RunSettings + Placement + a Task
 -> `run` -> `train` (schedule, build_train_graph with the task's tower loss)
@@ -51,8 +51,6 @@ from bert_ad.placement import Placement  # noqa: F401
 from bert_ad.run_settings import RunSettings, derive  # noqa: F401
 from bert_ad.serving.export import (ExportSettings, export_dir_for, export_model,
                                     refuse_existing)
-from bert_ad.serving.layout import ExportMetadata, read_metadata
-from bert_ad.serving.compatibility import check_compatible
 from bert_ad.run_outputs import (EVAL_RESULTS_FILE, LABELS_FILE, TRAIN_RESULTS_FILE,
                                  refuse_outputs_over_inputs, remove_leftovers,
                                  resolve_labels, write_predictions)
@@ -242,17 +240,18 @@ def evaluate(task: Task, data: SplitData, settings: RunSettings,
 
 
 def predict(task: Task, data: SplitData, settings: RunSettings, placement: Placement,
-            export: Optional[ExportMetadata] = None, checkpoint: Optional[str] = None,
+            checkpoint: Optional[str] = None,
             outputs: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
-    """Score the predict rows (with `export`, else `checkpoint`, default
-    scoring_checkpoint) and write the task's prediction files.
+    """Score the predict rows (with `checkpoint`, default scoring_checkpoint) and
+    write the task's prediction files (an export predicts through
+    bert_ad/export_predict.py).
 
     `outputs`: the rows already scored with the same checkpoint (a dev split
     that is the predict split, scored first), used instead of scoring again.
     """
     if outputs is None:
         outputs = score(task, data, settings.predict_batch_size, settings, placement,
-                        export, checkpoint)
+                        checkpoint)
     write_predictions(task, data, outputs, settings.output_dir)
     return outputs
 
@@ -286,7 +285,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     # The flags were checked (bert_ad/cli/flag_checks.py); a caller of the driver
     # itself is held to the same.
     assert do_train or do_eval or do_predict or do_export, "nothing to do"
-    assert do_predict or not settings.predict_from_export, "predict_from_export needs do_predict"
+    assert not settings.predict_from_export, "an export predicts in bert_ad/export_predict.py"
     assert do_train or not settings.eval_every_steps, "eval_every_steps needs do_train"
     chief = placement.is_chief
     if not chief and not do_train:
@@ -302,21 +301,17 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     int8_dev = None  # what an int8 export's accuracy is measured on
     if do_export and chief and export_settings.precision == "int8":
         int8_dev = eval_data or during_training or _read_dev_for(task, INT8_EXPORT)
-    serving = None  # the export --do_predict scores with
-    if predict_data is not None and settings.predict_from_export:
-        serving = read_metadata(settings.predict_from_export)
-        check_compatible(settings.predict_from_export, serving, task)
     if do_export and chief and export_settings.export_dir:
         refuse_existing(export_settings.export_dir)
     checkpoint = None  # what export, predict and eval use without training: chosen once
     if train_data is None:
-        if do_eval or do_export or (do_predict and serving is None):
+        if do_eval or do_export or do_predict:
             checkpoint = scoring_checkpoint(settings, "export" if do_export else "score with")
             if do_export:
                 refuse_existing(export_dir_for(export_settings, settings.output_dir,
                                                checkpoint))
     # From here on the task is complete: its label list is part of it.
-    task = task.with_labels(resolve_labels(task, train_data, settings, serving))
+    task = task.with_labels(resolve_labels(task, train_data, settings))
     checked = []
     for data in (train_data, eval_data, predict_data, during_training, int8_dev):
         if data is not None and not any(data is seen for seen in checked):
@@ -348,12 +343,9 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             return 0
         # A task whose dev split is its predict split (the same object, e.g.
         # squad's --predict_file) is scored once, by the same checkpoint.
-        same = eval_data is predict_data and serving is None
+        same = eval_data is predict_data
         dev_outputs = None
-        if serving is not None:
-            task = task.with_answer_settings(
-                serving.answer_settings, f"--predict_from_export={settings.predict_from_export}")
-        elif eval_data is not None and task.chooses_on_dev:
+        if eval_data is not None and task.chooses_on_dev:
             # Answer settings chosen on the dev set (squad's
             # --null_score_diff_threshold=auto): known before anything answers.
             checkpoint = checkpoint or scoring_checkpoint(settings)
@@ -371,7 +363,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             export(task, settings, export_settings, checkpoint, int8_dev)
         predicted = None
         if predict_data is not None:
-            predicted = predict(task, predict_data, settings, placement, serving, checkpoint,
+            predicted = predict(task, predict_data, settings, placement, checkpoint,
                                 dev_outputs if same else None)
         if eval_data is not None:
             evaluate(task, eval_data, settings, placement, checkpoint,

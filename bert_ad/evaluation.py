@@ -1,8 +1,8 @@
 """Scoring a split on every tower, and the evaluation the training loop runs.
 
 `score` gives a task's per-row outputs for every row of a split, exactly
-once and in input order, from a checkpoint on all towers (or from an export,
-batch by batch); `scoring_checkpoint` says which checkpoint a run scores
+once and in input order, from a checkpoint on all towers (an export scores
+through bert_ad/export_predict.py); `scoring_checkpoint` says which checkpoint a run scores
 with. `DuringTrainingEvaluation` is the loop's hook for --eval_every_steps:
 the dev set scored with the current weights, the best kept in best/.
 Answer settings chosen on the dev set (squad's --null_score_diff_threshold=auto)
@@ -29,12 +29,9 @@ from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lo
 from bert_ad.parallel.checkpoint_files import checkpoint_step, step_checkpoints
 from bert_ad.parallel.checkpoints import checkpoint_problem, latest_checkpoint
 from bert_ad.parallel.scoring import Scorer
-from bert_ad.parallel.streaming import rows_in_order, stack_rows
+from bert_ad.data.scored_rows import score_rows
 from bert_ad.placement import Placement
 from bert_ad.run_settings import RunSettings
-from bert_ad.serving.layout import ExportMetadata
-from bert_ad.serving import onnx_scoring
-from bert_ad.serving.load import ExportScorer
 from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")
@@ -106,49 +103,30 @@ def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> st
 
 
 def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
-          placement: Placement, export: Optional[ExportMetadata] = None,
-          checkpoint: Optional[str] = None) -> Dict[str, np.ndarray]:
-    """The task's per-row outputs for every feature row of `data`, in input order.
-
-    With `export` (settings.predict_from_export's metadata) the rows are
-    scored by that export, batch by batch, and the outputs are its
-    signature's (an ONNX export in ONNX Runtime: serving/onnx_scoring.py);
-    otherwise by `checkpoint` (default: scoring_checkpoint) on every tower.
-    Which model scored is the caller's to know: it chose it.
+          placement: Placement, checkpoint: Optional[str] = None) -> Dict[str, np.ndarray]:
+    """The task's per-row outputs for every feature row of `data`, in input order,
+    scored by `checkpoint` (default: scoring_checkpoint) on every tower. (An
+    export scores through bert_ad/export_predict.py.)
 
     Rows whose outputs have different shapes from batch to batch (a sequence
     dimension under dynamic padding) come back as an object array of per-row
     arrays, each padded to its batch's length.
     """
-    if export is not None and export.format == "onnx":
-        return onnx_scoring.score(task, data, batch_size, settings.predict_from_export, export)
     batches = task.batches(data)
     rows = batches.num_examples if batches.num_examples is not None else "the"
-    if export is not None:
-        checkpoint = export.checkpoint
-        log.info("%s: scoring %s rows with the export %s (%s %s, step %d)", data.split,
-                 rows, settings.predict_from_export, export.format, export.precision,
-                 export.global_step)
-        scorer = ExportScorer(settings.predict_from_export, export,
-                              placement.local_session_config())
-    else:
-        checkpoint = checkpoint or scoring_checkpoint(settings)
-        partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
-        log.info("%s: scoring %s rows with %s on %d tower(s)", data.split, rows,
-                 checkpoint, placement.plan.num_towers)
+    checkpoint = checkpoint or scoring_checkpoint(settings)
+    partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
+    log.info("%s: scoring %s rows with %s on %d tower(s)", data.split, rows,
+             checkpoint, placement.plan.num_towers)
 
-        def tower(features, i):
-            outputs = dict(task.build_model(features, is_training=False))
-            outputs.pop("loss", None)
-            return outputs
+    def tower(features, i):
+        outputs = dict(task.build_model(features, is_training=False))
+        outputs.pop("loss", None)
+        return outputs
 
-        scorer = Scorer(placement.plan, task.feature_spec, tower, checkpoint,
-                        placement.local_session_config(), partial=partial,
-                        seed=settings.seed)
-
-    with scorer:
-        return stack_rows(rows_in_order(scorer, batches.scoring(batch_size,
-                                                                placement.plan.num_towers)))
+    with Scorer(placement.plan, task.feature_spec, tower, checkpoint,
+                placement.local_session_config(), partial=partial, seed=settings.seed) as scorer:
+        return score_rows(scorer, batches, batch_size, placement.plan.num_towers)
 
 
 class DuringTrainingEvaluation:

@@ -21,7 +21,7 @@ from bert_ad.files import remove_stale_temporaries, write_results
 from bert_ad.folders import remove_stale_staging
 from bert_ad.parallel.checkpoint_files import remove_partial_save, step_checkpoints
 from bert_ad.run_settings import RunSettings
-from bert_ad.serving.layout import ExportMetadata
+from bert_ad.inference.layout import ExportMetadata
 from bert_ad.tasks.base import SplitData, Task
 
 log = logging.getLogger("bert_ad")

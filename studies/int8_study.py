@@ -17,7 +17,7 @@ function --export_precision=int8 runs (bert_ad/serving/quantization.py):
   int8 per-tensor + head        that, and the pooler's and the classifier's matrices
 
 Each model scores the whole dev and test sets (400 sentences each) in ONNX
-Runtime (bert_ad/serving/onnx_scoring.py, the task's own batches); accuracy
+Runtime (bert_ad/inference/onnx_scorer.py, the task's own batches); accuracy
 from the task's metrics (dev) and from its predictions against test.tsv's
 labels; the TensorFlow checkpoint's own dev and test accuracy beside them.
 Records go to docs/int8_runs.jsonl (one JSON object a model and seed).
@@ -82,12 +82,13 @@ def accuracy_of(task, data, outputs) -> float:
 def measure(seed: int, args) -> list:
     """One record per model (fp32 ONNX and each int8 variant) of this seed."""
     from bert_ad.data.processors import get_task
-    from bert_ad.serving import layout, onnx_scoring, quantization
+    from bert_ad.inference import layout, onnx_scorer
+    from bert_ad.serving import quantization
     from bert_ad.tasks.classification import ClassificationTask
 
     trained, export_dir = train_and_export(seed, args)
     metadata = layout.read_metadata(export_dir)
-    task = ClassificationTask(onnx_scoring.export_encoder(export_dir, metadata),
+    task = ClassificationTask(onnx_scorer.export_encoder(export_dir, metadata),
                               get_task("sentiment"), args.data_dir).with_labels(
                                   metadata.labels)
     splits = {"dev": task.read("dev"), "test": task.read("predict")}
@@ -106,7 +107,7 @@ def measure(seed: int, args) -> list:
                   "tf_test_accuracy": trained["test_accuracy"], "cpu": measuring.cpu_line()}
         for split, data in splits.items():
             started = time.perf_counter()
-            outputs = onnx_scoring.score(task, data, 32, export_dir, metadata, path)
+            outputs = onnx_scorer.score(task, data, 32, export_dir, metadata, path)
             record[f"{split}_seconds"] = time.perf_counter() - started
             record[f"{split}_accuracy"] = accuracy_of(task, data, outputs)
         records.append(record)

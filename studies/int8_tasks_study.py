@@ -40,7 +40,7 @@ from bert_ad.metrics.entities import entity_metrics
 from bert_ad.metrics.squad import detect_style, score_answers
 from bert_ad.parallel.checkpoint_files import step_checkpoints
 from bert_ad.resources.assets import cache_dir
-from bert_ad.serving import layout
+from bert_ad.inference import layout
 
 NER = os.path.join(REPO, "run_ner_mgpu.py")
 SQUAD = os.path.join(REPO, "run_squad_mgpu.py")

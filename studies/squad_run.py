@@ -298,7 +298,7 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     from bert_ad.data.squad_json import read_squad_file
     from bert_ad.data.tokenization import make_tokenizer
     from bert_ad.metrics.squad import score_answers
-    from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
+    from bert_ad.answers.squad import AnswerSettings, answers_from_logits
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(s["seed"])

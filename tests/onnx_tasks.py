@@ -16,7 +16,7 @@ from bert_ad.tasks.classification import ClassificationTask
 from bert_ad.tasks.features import EmbeddingSettings, FeatureExtractionTask
 from bert_ad.tasks.rewrite import RewriteTask
 from bert_ad.tasks.squad import SquadFiles, SquadTask
-from bert_ad.tasks.squad_answers import AnswerSettings
+from bert_ad.answers.squad import AnswerSettings
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
 
 MAX_SEQ = 24

@@ -25,12 +25,19 @@ TEMPORARILY_EXEMPT = set()
 LAYERS = [
     {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.folders",
      "bert_ad.seeds", "bert_ad.cpu_features", "bert_ad.choices",
+     # BertConfig: bert_config.json read and checked (plain data, no TensorFlow).
+     "bert_ad.bert_config",
      # RunSettings: plain data every layer names its defaults from.
      "bert_ad.run_settings",
      # Assets, packaged samples, safetensors: numpy and the standard library only,
      # used by the data code.
      "bert_ad.resources"},
-    {"bert_ad.model", "bert_ad.data", "bert_ad.metrics", "bert_ad.pretraining"},
+    # answers: scored rows -> answers (numpy), shared by the tasks and the inference layer.
+    {"bert_ad.model", "bert_ad.data", "bert_ad.metrics", "bert_ad.pretraining",
+     "bert_ad.answers"},
+    # Scoring and serving exports without TensorFlow (tests/test_inference_layer.py):
+    # below the tasks, which it never imports.
+    {"bert_ad.inference"},
     # Towers, the training graph and loop, the collective ops (one machine).
     {"bert_ad.parallel"},
     # Several machines: the cluster's server, start-up handshake and deadlines,
@@ -42,7 +49,7 @@ LAYERS = [
     # The driver, with what a run asks for (run_settings) and how a split is
     # scored (evaluation).
     {"bert_ad.driver", "bert_ad.placement", "bert_ad.evaluation", "bert_ad.run_outputs",
-     "bert_ad.onnx_predict"},
+     "bert_ad.export_predict"},
     {"bert_ad.cli", "bert_ad.tools", "bert_ad.__main__",
      # `python -m bert_ad.convert / .assets / .vocab`: shims over the tools.
      "bert_ad.convert", "bert_ad.assets", "bert_ad.vocab"},

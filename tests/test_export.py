@@ -29,7 +29,7 @@ from bert_ad.compat import TF_VERSION, tf
 from bert_ad.data import rewrite_rows
 from bert_ad.data.tokenization import FullTokenizer
 from bert_ad.errors import UserError
-from bert_ad.serving import layout
+from bert_ad.inference import layout
 from bert_ad.serving.export import build_serving_graph
 from bert_ad.tasks.base import Task
 

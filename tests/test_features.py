@@ -30,7 +30,7 @@ import pytest
 from bert_ad.cli import features as features_cli
 from bert_ad.data.embedding_files import google_json_line, rounded
 from bert_ad.metrics.regression import spearman
-from bert_ad.serving.layout import metadata_path
+from bert_ad.inference.layout import metadata_path
 from bert_ad.tasks.features import split_line
 from helpers import (REPO, Run, assert_one_error_line, basic_words, flag_args,
                      run_launcher, run_main, save_initial_checkpoint, tiny_model, tree_digest)
@@ -262,7 +262,7 @@ def test_spearman_on_a_worked_example():
 
 def test_the_export_serves_the_normalised_embedding(model, tmp_path):
     from bert_ad.data.tokenization import FullTokenizer
-    from bert_ad.tasks.features import encode_line
+    from bert_ad.data.embedding_rows import encode_line
     lines = ["the fire", "the storm ||| the town", "query: the fire and the storm"]
     input_file = tmp_path / "input.txt"
     input_file.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -292,7 +292,7 @@ def test_the_export_serves_the_normalised_embedding(model, tmp_path):
 
 def test_rows_come_out_in_order_and_wait_at_most_one_window():
     from bert_ad.data.streamed_batches import ROW_INFO, EncodedRow, StreamedBatches
-    from bert_ad.parallel.streaming import rows_in_order
+    from bert_ad.data.scored_rows import rows_in_order
     lengths = np.random.RandomState(2).randint(1, 40, size=203)
     rows = [EncodedRow({"input_ids": [7] * n, "segment_ids": [0] * n}, info=i)
             for i, n in enumerate(lengths)]

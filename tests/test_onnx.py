@@ -43,7 +43,7 @@ from bert_ad.cli import rewrite as rewrite_cli
 from bert_ad.cli import squad as squad_cli
 from bert_ad.data.feature_cache import file_digest
 from bert_ad.errors import UserError
-from bert_ad.serving import layout
+from bert_ad.inference import layout
 
 import onnx_tasks
 from helpers import (REPO, SAMPLE_SENTIMENT, basic_words, flag_args, run_main,
@@ -229,16 +229,16 @@ def checkpoint_files(setup) -> dict:
 
 def raw_outputs(s: Setup, key: str, export_dir: str) -> dict:
     """The export's outputs for every row of the task's predict split, in order."""
-    from bert_ad.parallel.streaming import rows_in_order, stack_rows
-    from bert_ad.serving import onnx_scoring
-    from bert_ad.serving.load import ExportScorer
+    from bert_ad.data.scored_rows import rows_in_order, stack_rows
+    from bert_ad.inference import onnx_scorer
+    from bert_ad.serving.tf_scorer import ExportScorer
 
     metadata = layout.read_metadata(export_dir)
-    encoder = onnx_scoring.export_encoder(export_dir, metadata)
+    encoder = onnx_scorer.export_encoder(export_dir, metadata)
     task = onnx_tasks.build(key, encoder, s.data)
     data = task.read("predict")
     if metadata.format == "onnx":
-        return onnx_scoring.score(task, data, BATCH, export_dir, metadata)
+        return onnx_scorer.score(task, data, BATCH, export_dir, metadata)
     with ExportScorer(export_dir, metadata) as scorer:
         return stack_rows(rows_in_order(scorer, task.batches(data).scoring(BATCH, 1)))
 

@@ -23,7 +23,7 @@ from bert_ad.cli import classifier as classifier_cli
 from bert_ad.data.tokenization import PieceListTokenizer, make_tokenizer
 from bert_ad.data.unigram import UnigramTokenizer
 from bert_ad.errors import UserError
-from bert_ad.serving import layout
+from bert_ad.inference import layout
 
 from helpers import REPO, run_main
 

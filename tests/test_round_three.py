@@ -29,7 +29,7 @@ from bert_ad.errors import UserError
 from bert_ad.files import read_key_values
 from bert_ad.parallel.checkpoint_files import step_checkpoints
 from bert_ad.parallel.towers import plan_devices
-from bert_ad.serving.layout import read_metadata
+from bert_ad.inference.layout import read_metadata
 from helpers import (SAMPLE_SENTIMENT, run_main, tiny_model,
                      tree_digest)
 from test_best_checkpoint import ScriptedTask, make_task, read_state

@@ -1,4 +1,4 @@
-"""bert-ad serve (bert_ad/serving/server.py): the real server, over HTTP, on a free port.
+"""bert-ad serve (bert_ad/inference/server.py): the real server, over HTTP, on a free port.
 
 Tiny models are fine-tuned for a few steps (wide initialisation, so rows get
 clearly different answers) and exported: a long-text (windows) classifier as a
@@ -38,9 +38,9 @@ from bert_ad.cli import features as features_cli  # noqa: E402
 from bert_ad.cli import ner as ner_cli  # noqa: E402
 from bert_ad.cli import serve as serve_cli  # noqa: E402
 from bert_ad.cli import squad as squad_cli  # noqa: E402
-from bert_ad.serving.layout import read_metadata  # noqa: E402
-from bert_ad.serving.predictions import ServeOptions, SquadPredictions, split_words  # noqa: E402
-from bert_ad.serving.served_models import text_encoder  # noqa: E402
+from bert_ad.inference.layout import read_metadata  # noqa: E402
+from bert_ad.inference.predictions import ServeOptions, SquadPredictions, split_words  # noqa: E402
+from bert_ad.inference.served_models import text_encoder  # noqa: E402
 
 from helpers import (REPO, SAMPLE_SENTIMENT, Processes, read_text, run_cli_in_process,  # noqa: E402
                      run_main, save_initial_checkpoint, tiny_model, wait)

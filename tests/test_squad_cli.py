@@ -34,7 +34,7 @@ from bert_ad.files import read_key_values
 from bert_ad.evaluation import ANSWER_SETTINGS_FILE
 from bert_ad.metrics.squad import score_answers
 from bert_ad.parallel.checkpoints import resolve_checkpoint
-from bert_ad.serving.layout import read_metadata
+from bert_ad.inference.layout import read_metadata
 
 from helpers import (REPO, TINY_CONFIG, Run, flag_args, run_bad_inputs, run_cli_in_process,
                      run_launcher,
@@ -189,7 +189,7 @@ HARNESS = """
 import json
 from bert_ad.data.squad_features import SquadWindowSettings, convert_questions
 from bert_ad.data.squad_json import Question
-from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
+from bert_ad.answers.squad import AnswerSettings, answers_from_logits
 
 QUESTION = "Who discovered penicillin?"
 CONTEXT = "Penicillin was discovered in 1928 by Alexander Fleming in London."

@@ -1,5 +1,5 @@
 """Questions -> windows and back: bert_ad/data/piece_offsets.py, squad_features.py, and
-the answer search of bert_ad/tasks/squad_answers.py.
+the answer search of bert_ad/answers/squad.py.
 
 * Every piece knows the characters it came from: the pieces are the
   tokenizer's own, and every answer of the Chinese and English samples maps
@@ -28,7 +28,7 @@ from bert_ad.data.squad_json import Answer, Question, read_squad_file
 from bert_ad.data.token_features import max_context_span, window_spans
 from bert_ad.data.tokenization import FullTokenizer, PieceListTokenizer
 from bert_ad.errors import UserError
-from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
+from bert_ad.answers.squad import AnswerSettings, answers_from_logits
 
 from helpers import REPO, SPECIAL_TOKENS, basic_words
 

@@ -30,7 +30,7 @@ from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.squad import SquadFiles, SquadTask
-from bert_ad.tasks.squad_answers import AnswerSettings
+from bert_ad.answers.squad import AnswerSettings
 from bert_ad.tools.convert import convert_google_to_hf
 
 from helpers import (REPO, TINY_CONFIG, assert_head_learns_at_multiplied_rate,

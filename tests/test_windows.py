@@ -29,7 +29,7 @@ from bert_ad.data.features import WindowSettings, encode_windows, window_starts
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.model.heads import classifier
 from bert_ad.model.modeling import BertConfig
-from bert_ad.model.scored_windows import pool_scored_windows
+from bert_ad.answers.windows import pool_scored_windows
 from bert_ad.model.windows import pool_windows
 from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import feature_placeholders

@@ -19,7 +19,7 @@ from bert_ad.cli.flag_checks import ModelText, text_encoder
 from bert_ad.compat import session_config
 from bert_ad.distributed.cluster import ClusterRuntime
 from bert_ad.distributed.cluster_config import resolve_cluster
-from bert_ad.model.config import BertConfig
+from bert_ad.bert_config import BertConfig
 from bert_ad.model.precision import compute_dtype
 from bert_ad.parallel.checkpoints import (check_fits_config, checkpoint_problem,
                                           resolve_checkpoint, step_checkpoints)

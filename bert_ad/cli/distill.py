@@ -40,7 +40,7 @@ from bert_ad.choices import STUDENT_LAYER_SELECTIONS, TEACHER_TASKS
 from bert_ad.cli import classifier, ner, task_runner
 from bert_ad.cli.registry import register_task
 from bert_ad.errors import fail
-from bert_ad.model.config import BertConfig
+from bert_ad.bert_config import BertConfig
 from bert_ad.model.student import (config_differences, describe_layers, student_config,
                                    teacher_layers)
 
@@ -274,17 +274,10 @@ def _student_checkpoint(path: str, config: BertConfig) -> str:
 
 
 def _token_student(f: flags.FlagValues, encoder, teacher):
-    from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
-    files = ConllFormat(data_dir=f.data_dir or "", train_file=f.train_file or "train.txt",
-                        dev_file=f.dev_file or "dev.txt", test_file=f.test_file or "test.txt",
-                        predict_file=f.predict_file,
-                        token_column=f.token_column,
-                        label_column=-1 if f.label_column is None else f.label_column)
-    doc_stride = f.doc_stride or max(1, (f.max_seq_length - 2) // 2)
+    """The NER command's task (its labels the teacher's; its CRF the teacher's
+    unless --use_crf is given)."""
     use_crf = f.use_crf if f["use_crf"].present or teacher is None else teacher.use_crf
-    return TokenClassificationTask(encoder, files, f.tag_scheme, None, doc_stride, use_crf,
-                                   f.head_learning_rate_multiplier, f.max_train_examples,
-                                   f.max_eval_examples)
+    return ner.build(f, encoder, labels_from_flags=False, use_crf=use_crf)
 
 
 def _teacher_labels(f: flags.FlagValues, teacher, kind: str):

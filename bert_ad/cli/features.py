@@ -16,7 +16,7 @@ vector unit length; --text_prefix is put before every text (e5: "query: ").
 (normalised) `embedding` (docs/serving.md; --export_format=onnx for ONNX
 Runtime); with no --input_file it only exports. --predict_from_export=DIR
 embeds --input_file with such an export instead of --init_checkpoint (an
-ONNX one in ONNX Runtime, bert_ad/serving/onnx_scoring.py).
+ONNX one in ONNX Runtime, bert_ad/inference/onnx_scorer.py).
 
 The input is read and the output written as a stream: rows are written as
 the towers finish them, under a temporary name renamed into place at the
@@ -48,7 +48,7 @@ from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS
 from bert_ad.data.streamed_batches import ROW_INFO
 from bert_ad.errors import fail
 from bert_ad.files import refuse_outputs_over_inputs
-from bert_ad.parallel.streaming import rows_in_order
+from bert_ad.data.scored_rows import rows_in_order
 from bert_ad.placement import Placement
 
 log = logging.getLogger("bert_ad")
@@ -130,22 +130,15 @@ def run(task, f: flags.FlagValues, placement: Optional[Placement]) -> int:
     """Embed --input_file into --output_file (with --init_checkpoint or
     --predict_from_export), then export (--do_export); an int8 export is measured
     on --input_file. `placement` is None when an ONNX export scores (no towers)."""
-    from bert_ad.serving.layout import read_metadata
-    from bert_ad.serving.compatibility import check_compatible
+    from bert_ad.inference.compatibility import check_compatible
+    from bert_ad.inference.exported_model import ExportedModel
     data = task.read("predict") if f.input_file else None
     if f.predict_from_export:
-        export_dir = f.predict_from_export
-        metadata = read_metadata(export_dir)
-        check_compatible(export_dir, metadata, task)
-
-        def scorer():
-            if metadata.format == "onnx":  # ONNX Runtime, no TensorFlow (placement None)
-                from bert_ad.serving import onnx_scoring
-                return onnx_scoring.OnnxScorer(export_dir, metadata)
-            from bert_ad.serving.load import ExportScorer
-            return ExportScorer(export_dir, metadata, placement.local_session_config())
-
-        extract(task, data, f.output_file, scorer, 1, f.batch_size)
+        exported = ExportedModel.open(f.predict_from_export)
+        check_compatible(exported, task)
+        session_config = placement.local_session_config() if placement is not None else None
+        extract(task, data, f.output_file,
+                lambda: exported.open_scorer(session_config=session_config), 1, f.batch_size)
         return 0
     from bert_ad.parallel.checkpoints import check_fits_config, resolve_checkpoint
     from bert_ad.parallel.scoring import Scorer

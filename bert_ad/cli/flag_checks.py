@@ -21,9 +21,9 @@ from bert_ad.data.tokenization import (PieceListTokenizer, decide_do_lower_case,
 from bert_ad.data.truncation import check_max_seq_length
 from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.errors import fail
-from bert_ad.model.config import BertConfig
+from bert_ad.bert_config import BertConfig
 from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
-from bert_ad.serving import layout
+from bert_ad.inference import layout
 from bert_ad.tasks.base import TextEncoder
 
 EXPORT_DETAILS = ("export_dir", "export_format", "export_precision")
@@ -111,6 +111,12 @@ def check_export_flags(f: flags.FlagValues) -> None:
                 fail(f"--{name} is for --do_export: set --do_export too")
     if "do_predict" in f and f.predict_from_export and not f.do_predict:
         fail("--predict_from_export scores the --do_predict file: set --do_predict too")
+    if "do_predict" in f and f.predict_from_export:
+        others = [f"--{name}" for name in ("do_train", "do_eval", "do_export")
+                  if name in f and f[name].value]
+        if others:
+            fail(f"--predict_from_export scores the --do_predict file with an export; "
+                 f"{' and '.join(others)} work on checkpoints: run them without it")
 
 
 def _check_evaluation_flags(f: flags.FlagValues) -> None:
@@ -147,7 +153,7 @@ def use_export_model_files(f: flags.FlagValues) -> None:
     --bert_config_file, --vocab_file (or --spm_model_file), --do_lower_case
     and --max_seq_length default to what the export was made with, so
     scoring with an export needs no other model file. Flags given anyway are
-    checked against the export when the run starts (bert_ad/serving/load.py).
+    checked against the export when the run starts (bert_ad/serving/tf_scorer.py).
     """
     if "predict_from_export" not in f or not f.predict_from_export:
         return

@@ -25,7 +25,7 @@ from absl import flags
 from bert_ad import choices
 from bert_ad.data.truncation import TRUNCATION_STRATEGIES
 from bert_ad.run_settings import DEFAULTS as RUN_DEFAULTS
-from bert_ad.serving import layout
+from bert_ad.inference import layout
 
 _FROM_RUN_SETTINGS = object()
 

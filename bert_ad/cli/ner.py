@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 
+from typing import Optional
+
 from absl import flags
 
 from bert_ad.cli.registry import register_task
@@ -77,18 +79,23 @@ def check_flags(f: flags.FlagValues) -> None:
         fail(f"--doc_stride={f.doc_stride} must be positive (or 0 for half a window)")
 
 
-def build(f: flags.FlagValues, encoder):
-    """The TokenClassificationTask the flags describe."""
+def build(f: flags.FlagValues, encoder, labels_from_flags: bool = True,
+          use_crf: Optional[bool] = None):
+    """The TokenClassificationTask the flags describe (bert-ad distill's token
+    student too: its labels come from the teacher, `labels_from_flags=False`, and
+    its CRF from the teacher unless --use_crf is given)."""
     from bert_ad.tasks.token_classification import (  # TensorFlow: once run
         ConllFormat, TokenClassificationTask)
-    files = ConllFormat(data_dir=f.data_dir or "", train_file=f.train_file,
-                        dev_file=f.dev_file, test_file=f.test_file,
+    files = ConllFormat(data_dir=f.data_dir or "", train_file=f.train_file or "train.txt",
+                        dev_file=f.dev_file or "dev.txt", test_file=f.test_file or "test.txt",
                         predict_file=f.predict_file, token_column=f.token_column,
-                        label_column=f.label_column)
-    doc_stride = f.doc_stride or max(1, (f.max_seq_length - 2) // 2)
-    return TokenClassificationTask(encoder, files, f.tag_scheme, f.labels, doc_stride,
-                                   f.use_crf, f.head_learning_rate_multiplier,
-                                   f.max_train_examples, f.max_eval_examples)
+                        label_column=-1 if f.label_column is None else f.label_column)
+    return TokenClassificationTask(
+        encoder=encoder, files=files, tag_scheme=f.tag_scheme,
+        labels=f.labels if labels_from_flags else None, doc_stride=f.doc_stride or None,
+        use_crf=f.use_crf if use_crf is None else use_crf,
+        head_learning_rate_multiplier=f.head_learning_rate_multiplier,
+        max_train_examples=f.max_train_examples, max_eval_examples=f.max_eval_examples)
 
 
 COMMAND = register_task(

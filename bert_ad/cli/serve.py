@@ -118,9 +118,9 @@ def main(argv: Sequence[str]) -> int:
     require_serve_extra()
     configure_logging()
     # TensorFlow and the server are imported once the flags are known good.
-    from bert_ad.serving.predictions import ServeOptions
-    from bert_ad.serving.served_models import load_model, parse_model_dirs
-    from bert_ad.serving.server import ServerSettings, bind, serve
+    from bert_ad.inference.predictions import ServeOptions
+    from bert_ad.inference.served_models import load_model, parse_model_dirs
+    from bert_ad.inference.server import ServerSettings, bind, serve
     specs = parse_model_dirs(f.model_dir, f.model_name or "")
     listening = bind(f.host, f.port)   # a port in use fails before the models load
     options = ServeOptions(f.multi_label_threshold, f.token_split, f.doc_stride,

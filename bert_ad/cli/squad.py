@@ -34,7 +34,7 @@ from bert_ad.cli.registry import register_task
 from bert_ad.data.squad_features import SquadWindowSettings
 from bert_ad.errors import fail
 from bert_ad.metrics.squad import STYLES
-from bert_ad.tasks.squad_answers import AnswerSettings
+from bert_ad.answers.squad import AnswerSettings
 
 # The flags every worker of a cluster must agree on (how questions become training
 # windows; the files' paths may differ from machine to machine).

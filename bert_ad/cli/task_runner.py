@@ -10,8 +10,8 @@ inputs the same way before anything is written:
   3. the task's own early check, then the shared flags (bert_ad/cli/flag_checks.py)
      and the model's config and vocabulary
   -- everything above runs without TensorFlow (this module imports none); --
-     (predicting with an ONNX export and nothing else runs without it to the end:
-     bert_ad/onnx_predict.py)
+     (--predict_from_export goes its own way here: bert_ad/export_predict.py,
+     TensorFlow imported only for a SavedModel or frozen graph)
   4. placement: towers, and a cluster's server (its agreed flags)
   5. the encoder (bert_ad/cli/builders.py) and the task
   6. RunSettings, then bert_ad/driver.py runs it
@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from bert_ad import onnx_predict
+from bert_ad import export_predict
 from bert_ad.cli import flag_checks, flag_groups
 from bert_ad.cli.registry import TaskCommand
 from bert_ad.cli.run_inputs import flag_inputs
@@ -36,6 +36,7 @@ from bert_ad.cli.runner import run_launcher
 from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.errors import fail
 from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.inference.exported_model import needs_tensorflow
 from bert_ad.run_outputs import output_files
 from bert_ad.run_settings import RunSettings
 
@@ -79,8 +80,8 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
         command.check_flags(f)
     flag_checks.check_training_flags(f, *command.positive_flags)
     text = flag_checks.model_text_from_flags(f) if command.text else None
-    if text is not None and predicts_from_onnx_only(command, f):
-        return predict_from_onnx(command, f, text)
+    if text is not None and f.predict_from_export:
+        return predict_from_export(command, f, text)
     # The flags are sound: from here on TensorFlow is imported.
     from bert_ad import driver
     from bert_ad.cli import builders
@@ -111,25 +112,26 @@ def refuse_outputs_over_flag_inputs(task, f: flags.FlagValues) -> None:
                                advice="give another --output_dir or move the input")
 
 
-def predicts_from_onnx_only(command: TaskCommand, f: flags.FlagValues) -> bool:
-    """Predicting is all the command line asks for, with an ONNX export, on one
-    machine: a run that needs no TensorFlow (bert_ad/onnx_predict.py)."""
-    others = [action for action in command.actions if action != "do_predict"
-              and f[action].value]
-    return ("do_predict" in command.actions and f.do_predict and not others
-            and bool(f.predict_from_export)
-            and onnx_predict.is_onnx_export(f.predict_from_export)
-            and resolve_cluster(f.worker_hosts, f.task_index) is None)
-
-
-def predict_from_onnx(command: TaskCommand, f: flags.FlagValues,
-                      text: flag_checks.ModelText) -> int:
-    """The task built from checked flags, its predict rows scored by ONNX Runtime."""
-    task = command.build(f, flag_checks.text_encoder(f, text))
+def predict_from_export(command: TaskCommand, f: flags.FlagValues,
+                        text: flag_checks.ModelText) -> int:
+    """--do_predict --predict_from_export (nothing else: flag_checks): the task built
+    from checked flags, its predict rows scored by the export. TensorFlow is
+    imported for a SavedModel or frozen graph only (its session's threads)."""
+    if resolve_cluster(f.worker_hosts, f.task_index) is not None:
+        fail("--predict_from_export scores on one machine: leave --worker_hosts/--task_index "
+             "(and TF_CONFIG) out")
+    session_config = None
+    encoder = flag_checks.text_encoder(f, text)
+    if needs_tensorflow(f.predict_from_export):
+        from bert_ad.cli import builders  # TensorFlow from here on
+        session_config = builders.placement_from_flags(
+            f, builders.SHARED_AGREED_FLAGS + command.agreed_flags).local_session_config()
+    task = command.build(f, encoder)
     refuse_outputs_over_flag_inputs(task, f)
-    return onnx_predict.run(task, RunSettings(output_dir=f.output_dir,
-                                              predict_from_export=f.predict_from_export,
-                                              predict_batch_size=f.predict_batch_size))
+    return export_predict.run(task, RunSettings(output_dir=f.output_dir,
+                                                predict_from_export=f.predict_from_export,
+                                                predict_batch_size=f.predict_batch_size),
+                              session_config)
 
 
 def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
@@ -142,7 +144,7 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     flag_checks.check_export_flags(f)
     text = flag_checks.model_text_from_flags(f)
     if (f.predict_from_export and not ("do_export" in f and f.do_export)
-            and onnx_predict.is_onnx_export(f.predict_from_export)):
+            and not needs_tensorflow(f.predict_from_export)):
         # ONNX Runtime scores on its own threads: no towers, no TensorFlow.
         return command.run(command.build(f, flag_checks.text_encoder(f, text)), f, None)
     from bert_ad.cli import builders  # TensorFlow from here on

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -68,6 +68,34 @@ class FeatureSettings:
 
     def __post_init__(self):
         self.label_list = list(self.label_list)
+
+    def export_settings(self) -> Dict[str, object]:
+        """How text became rows and what the outputs mean, as export.json records
+        them (the classifier's Task.serving_settings; read back by
+        `from_export_settings`)."""
+        settings: Dict[str, object] = {"target": self.target}
+        if self.windows is None:
+            settings.update(long_text="truncate", truncation=self.truncation)
+            if self.truncation == "head+tail":
+                settings["truncation_head_fraction"] = self.head_fraction
+        else:
+            settings.update(long_text="windows", window_stride=self.windows.stride,
+                            max_windows=self.windows.max_windows)
+        return settings
+
+    @classmethod
+    def from_export_settings(cls, settings: Mapping[str, object], max_seq_length: int,
+                             labels: Sequence[str], target: str) -> "FeatureSettings":
+        """The settings an export recorded (`export_settings`), at its length and
+        labels (exports before `target` was recorded: the target told apart by
+        the caller)."""
+        windows = None
+        if settings.get("long_text") == "windows":
+            windows = WindowSettings(int(settings["window_stride"]),
+                                     int(settings["max_windows"]))
+        return cls(max_seq_length, str(settings.get("truncation", "head")),
+                   float(settings.get("truncation_head_fraction", 0.25)), list(labels),
+                   target=target, windows=windows)
 
 
 def check_window_settings(max_seq_length: int, windows: WindowSettings) -> None:

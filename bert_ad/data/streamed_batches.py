@@ -6,7 +6,7 @@ from an iterator a window at a time (`window_batches` global batches), and
 deals each window over the towers exactly as ExampleBatches does
 (`inference_batches`: grouped by length, so little padding; `make_batch`).
 Row indices are positions in the whole stream, so a consumer that puts
-scored rows back in input order (bert_ad/parallel/streaming.py) holds at
+scored rows back in input order (bert_ad/data/scored_rows.py) holds at
 most one window of them.
 
 Each row may carry `info` (its tokens, say) that the graph does not read: a

@@ -140,6 +140,11 @@ def check_window_settings(max_seq_length: int, doc_stride: int) -> None:
         raise UserError(f"--doc_stride must be at least 1, got {doc_stride}")
 
 
+def default_doc_stride(max_seq_length: int) -> int:
+    """--doc_stride=0's stride: half a window (max_seq_length minus [CLS] and [SEP])."""
+    return max(1, (max_seq_length - 2) // 2)
+
+
 def window_spans(num_pieces: int, max_pieces: int, doc_stride: int) -> List[Tuple[int, int]]:
     """(start, length) of each window over `num_pieces` pieces (run_squad's
     doc_spans): windows of up to `max_pieces`, `doc_stride` apart, the last

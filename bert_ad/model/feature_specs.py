@@ -3,7 +3,7 @@
 Dtypes are names ("int32", "float32"), which tf.placeholder, tf.zeros and
 numpy all take, so a task can say what it feeds without importing
 TensorFlow: reading rows, batching them and writing results (everything
-scoring with an ONNX export runs, bert_ad/serving/onnx_scoring.py) stay
+scoring with an ONNX export runs, bert_ad/inference/onnx_scorer.py) stay
 TensorFlow-free. The heads that read these inputs are in heads.py and
 span_head.py.
 """

@@ -1,7 +1,7 @@
 """BERT in tf.compat.v1 graph mode, with the variable names of Google's checkpoints.
 
 Reads top to bottom like Google's `modeling.py`: `BertModel` on a `BertConfig`
-(bert_ad/model/config.py), then the small pure functions it is built
+(bert_ad/bert_config.py), then the small pure functions it is built
 from. Every variable is created with `tf.get_variable`, so a caller that opens
 a variable scope with `reuse=True` (one per extra tower) gets the same
 weights, and the names (`bert/encoder/layer_0/attention/self/query/kernel`,
@@ -17,7 +17,7 @@ from bert_ad.choices import POOLINGS
 from bert_ad.compat import erf, tf
 # BertConfig is read and checked without TensorFlow (before a command imports
 # it); it is modeling.BertConfig here, as in Google's modeling.py.
-from bert_ad.model.config import (ACTIVATION_NAMES, MAX_POSITION_EMBEDDINGS,  # noqa: F401
+from bert_ad.bert_config import (ACTIVATION_NAMES, MAX_POSITION_EMBEDDINGS,  # noqa: F401
                                   BertConfig)
 
 

@@ -22,7 +22,7 @@ import re
 from typing import Dict, Optional, Sequence, Tuple
 
 from bert_ad.choices import STUDENT_LAYER_SELECTIONS
-from bert_ad.model.config import BertConfig
+from bert_ad.bert_config import BertConfig
 
 _LAYER = re.compile(r"^bert/encoder/layer_(\d+)/")
 

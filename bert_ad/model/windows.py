@@ -16,7 +16,7 @@ Here in graph ops (`pool_windows`): training pools a document's windows in
 one tower (one segment each), and an export pools the windows of a request.
 Scoring scores windows as rows on any tower (or with an ONNX export, without
 TensorFlow) and pools them per document on the host afterwards:
-bert_ad/model/scored_windows.py, tested against these ops.
+bert_ad/answers/windows.py, tested against these ops.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Any task with a text encoder exports the same way (bert_ad/tasks/base.py):
                         .pb, variables folded into constants, pruned to the
                         outputs) or that frozen graph as ONNX (onnx_export.py;
                         int8: quantization.py), plus the shared assets and
-                        metadata (bert_ad/serving/layout.py), written into a
+                        metadata (bert_ad/inference/layout.py), written into a
                         hidden folder and renamed into place whole
 
 fp16: the encoder's weights (every float32 variable under `bert/`) are
@@ -43,9 +43,10 @@ from bert_ad.folders import staging_directory
 from bert_ad.parallel.checkpoint_files import checkpoint_step
 from bert_ad.parallel.checkpoints import require_variables, variable_name
 from bert_ad.data.feature_cache import file_digest
-from bert_ad.serving import layout, onnx_export, quantization
+from bert_ad.inference import layout
+from bert_ad.serving import onnx_export, quantization
 # What --do_export asks for; in layout.py, which imports no TensorFlow (the flags read it).
-from bert_ad.serving.layout import ExportSettings  # noqa: F401
+from bert_ad.inference.layout import ExportSettings  # noqa: F401
 from bert_ad.tasks.base import SplitData, Task, TextEncoder
 
 log = logging.getLogger("bert_ad")

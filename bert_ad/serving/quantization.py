@@ -35,7 +35,8 @@ from typing import Dict, Optional
 import numpy as np
 
 from bert_ad.errors import fail
-from bert_ad.serving import layout, onnx_scoring
+from bert_ad.inference import layout, onnx_scorer
+from bert_ad.inference.exported_model import ExportedModel, score_split
 
 log = logging.getLogger("bert_ad")
 
@@ -45,13 +46,13 @@ EMBEDDINGS_PREFIX = "model/bert/embeddings/"
 
 def require_quantizer(flag: str = "--export_precision=int8"):
     """onnxruntime's quantization and transformer optimizer, or a UserError."""
-    onnx_scoring.require_onnxruntime(flag)
+    onnx_scorer.require_onnxruntime(flag)
     try:
         from onnxruntime.quantization import quantize_dynamic
         from onnxruntime.transformers import optimizer
     except ImportError as e:
         fail(f"{flag} needs onnxruntime's quantization tools ({e}): "
-             f"{onnx_scoring.EXTRA}")
+             f"{onnx_scorer.EXTRA}")
     return optimizer, quantize_dynamic
 
 
@@ -155,8 +156,9 @@ def accuracy_change(task, data, export_dir: str, metadata: layout.ExportMetadata
       for a task that has them.
     """
     flag = "--export_dir"
-    fp32 = onnx_scoring.score(task, data, batch_size, export_dir, metadata, fp32_path, flag)
-    int8 = onnx_scoring.score(task, data, batch_size, export_dir, metadata, flag=flag)
+    exported = ExportedModel(export_dir, metadata, task.encoder.config, flag)
+    fp32 = score_split(exported, task, data, batch_size, model_file=fp32_path)
+    int8 = score_split(exported, task, data, batch_size)
     report: Dict[str, object] = {"split": data.split, "source": data.source,
                                  "rows": len(data), "outputs": {}}
     for name in sorted(fp32):

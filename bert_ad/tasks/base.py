@@ -20,7 +20,7 @@ it never touches the driver, the loop or the tower code.
 Only the graph methods (build_model, serving_outputs) need TensorFlow, and
 they import it (and the heads) themselves: reading, batching, metrics and
 result files import none, which is what scoring with an ONNX export runs
-(bert_ad/serving/onnx_scoring.py; tests/test_onnx.py checks sys.modules).
+(bert_ad/inference/onnx_scorer.py; tests/test_onnx.py checks sys.modules).
 """
 
 from __future__ import annotations

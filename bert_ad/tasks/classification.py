@@ -15,7 +15,7 @@ Google's `create_model` (bert_ad/model/heads.py) with one of three targets
 A long text is truncated (head, tail, head+tail) or, with windows (--long_text=windows),
 cut into overlapping windows whose logits are pooled per document (bert_ad/model/windows.py;
 training: a document's windows in one tower and one step; scoring: windows dealt as rows to
-every tower, pooled afterwards on the host, bert_ad/model/scored_windows.py). Results in
+every tower, pooled afterwards on the host, bert_ad/answers/windows.py). Results in
 output_dir, one line per input row, in input order:
 
   predict.txt       single_label: the predicted label's index in labels.txt;
@@ -51,15 +51,16 @@ from bert_ad.metrics.classification import (classification_metric_names,
                                             multi_label_metrics)
 from bert_ad.metrics.regression import REGRESSION_METRIC_NAMES, regression_metrics
 from bert_ad.model.feature_specs import FEATURE_SPEC, TARGET_FEATURES, WINDOW_FEATURES
-from bert_ad.model.scored_windows import activate, objective_losses, pool_scored_windows
+from bert_ad.answers.classification import (OBJECTIVE, ClassifierOutputs,  # noqa: F401
+                                            classifier_answers, prediction_lines)
+from bert_ad.answers.windows import objective_losses
 from bert_ad.tasks.base import (SERVING_INPUTS, Batches, SplitData, Task, TextEncoder,
                                  check_head_learning_rate_multiplier, head_learning_rates,
                                  serving_features)
 
 log = logging.getLogger("bert_ad")
 
-# The head's objective and the eval figure that picks the best checkpoint.
-OBJECTIVE = {"single_label": "softmax", "multi_label": "sigmoid", "regression": "mse"}
+# The eval figure that picks the best checkpoint (the head's objective: OBJECTIVE).
 # The variables the task adds to the encoder (bert_ad/model/heads.py classifier,
 # bert_ad/model/windows.py), as a regular expression.
 HEAD_VARIABLES = "^(output_weights|output_bias|window_attention/.*)$"
@@ -318,13 +319,18 @@ class ClassificationTask(Task):
         return SERVING_INPUTS + (("document_index",) if self.windows is not None else ())
 
     def serving_settings(self) -> Dict[str, object]:
-        if self.windows is None:
-            settings = {"long_text": "truncate", "truncation": self.truncation}
-            if self.truncation == "head+tail":
-                settings["truncation_head_fraction"] = self.head_fraction
-            return settings
-        return {"long_text": "windows", "window_stride": self.windows.stride,
-                "max_windows": self.windows.max_windows, "window_pooling": self.window_pooling}
+        """How text became rows and what the outputs mean (the target), in export.json;
+        read back by FeatureSettings.from_export_settings and
+        ClassifierOutputs.from_export (bert_ad/inference/predictions.py)."""
+        settings = self.feature_settings().export_settings()
+        if self.windows is not None:
+            settings["window_pooling"] = self.window_pooling
+        return settings
+
+    @property
+    def outputs_meaning(self) -> ClassifierOutputs:
+        """What this head's outputs mean: the answers are decided there."""
+        return ClassifierOutputs(self.target, self.labels, self.threshold, self.window_pooling)
 
     def serving_outputs(self, features):
         """single_label: `probabilities` [batch, num_labels] float32 and `label_ids`
@@ -394,30 +400,23 @@ class ClassificationTask(Task):
         """{"predictions": per input row: probabilities [n, labels] or values [n],
         "losses": per-row loss [n] (with_losses; rows must be labelled)}; windows
         are pooled into their rows here."""
+        meaning = self.outputs_meaning
+        predictions = meaning.predictions(outputs, len(data))
         if self.windows is None:
-            name = "value" if self.target == "regression" else "probabilities"
-            return {"predictions": outputs[name],
-                    "losses": outputs.get("per_example_loss")}
-        logits = pool_scored_windows(outputs["window_logits"], outputs["window_scores"],
-                                     outputs["window_documents"], len(data),
-                                     self.window_pooling)
-        predictions = activate(logits, self.objective)
-        if self.target == "regression":
-            predictions = predictions[:, 0]
-        losses = (objective_losses(logits, self.objective, self.truth(data))
-                  if with_losses else None)
+            return {"predictions": predictions, "losses": outputs.get("per_example_loss")}
+        losses = (objective_losses(meaning.pooled_logits(outputs, len(data)), self.objective,
+                                   self.truth(data)) if with_losses else None)
         return {"predictions": predictions, "losses": losses}
 
     def metrics(self, data: SplitData, outputs: Dict[str, np.ndarray]) -> dict:
         rows = self.row_outputs(data, outputs, with_losses=True)
-        predictions = rows["predictions"]
+        answers = classifier_answers(rows["predictions"], self.target, self.threshold)
         if self.target == "regression":
-            metrics = regression_metrics(self.truth(data), predictions)
+            metrics = regression_metrics(self.truth(data), answers.values)
         elif self.target == "multi_label":
-            metrics = multi_label_metrics(self.truth(data), predictions >= self.threshold,
-                                          self.labels)
+            metrics = multi_label_metrics(self.truth(data), answers.chosen, self.labels)
         else:
-            predicted = np.argmax(predictions, axis=-1)
+            predicted = answers.label_ids
             metrics = classification_metrics(self.truth(data), predicted, self.labels)
             metrics["eval_predicted_labels"] = len(np.unique(predicted))
         if rows["losses"] is not None:  # (an export serves no loss)
@@ -429,16 +428,9 @@ class ClassificationTask(Task):
         return ("predict.txt", "test_results.tsv")
 
     def prediction_files(self, data: SplitData, outputs: Dict[str, np.ndarray]):
-        predictions = self.row_outputs(data, outputs)["predictions"]
-        if self.target == "regression":
-            return {"predict.txt": [f"{float(v):.6f}" for v in predictions]}
-        probabilities_file = ["\t".join(f"{p:.6f}" for p in row) for row in predictions]
-        if self.target == "multi_label":
-            lines = [self.label_separator.join(str(i) for i in np.flatnonzero(
-                row >= self.threshold)) for row in predictions]
-        else:
-            lines = [str(int(p)) for p in np.argmax(predictions, axis=-1)]
-        return {"predict.txt": lines, "test_results.tsv": probabilities_file}
+        answers = classifier_answers(self.row_outputs(data, outputs)["predictions"],
+                                     self.target, self.threshold)
+        return prediction_lines(answers, self.label_separator)
 
     def metric_names(self) -> List[str]:
         if self.target == "regression":

@@ -31,15 +31,13 @@ any length is never held in memory.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
-from bert_ad.data.features import row_ids
+from bert_ad.data.embedding_rows import encode_line
 from bert_ad.data.streamed_batches import EncodedRow, StreamedBatches
 from bert_ad.data.text_lines import text_lines
-from bert_ad.data.truncation import truncate_pair, truncate_tokens
 from bert_ad.errors import fail, require_file
 # What a row becomes is read from the flags before TensorFlow loads; named here too.
 from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS,  # noqa: F401
@@ -118,34 +116,6 @@ def _stamp(path: str) -> Tuple[int, int, int]:
     """What tells a file's contents changed: (inode, size, modification time in ns)."""
     status = os.stat(path)
     return status.st_ino, status.st_size, status.st_mtime_ns
-
-
-@dataclasses.dataclass(frozen=True)
-class LineTokens:
-    """What a row's scores need besides them: its tokens ([CLS] ... [SEP]) and
-    whether the text was cut to fit max_seq_length."""
-    tokens: List[str]
-    truncated: bool
-
-
-def encode_line(tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int,
-                text_prefix: str = "") -> EncodedRow:
-    """One line's input_ids and segment_ids, as Google's convert_examples_to_features.
-
-    A pair's text_b that is empty, or has no tokens, makes a single text.
-    """
-    tokens_a = tokenizer.tokenize(text_prefix + text_a)
-    tokens_b = tokenizer.tokenize(text_prefix + text_b) if text_b else []
-    if tokens_b:
-        truncated = len(tokens_a) + len(tokens_b) > max_seq_length - 3
-        tokens_a, tokens_b = truncate_pair(tokens_a, tokens_b, max_seq_length - 3)
-    else:
-        truncated = len(tokens_a) > max_seq_length - 2
-        tokens_a = truncate_tokens(tokens_a, max_seq_length - 2)
-    input_ids, segment_ids = row_ids(tokenizer, tokens_a, tokens_b)
-    tokens = ["[CLS]"] + tokens_a + ["[SEP]"] + (tokens_b + ["[SEP]"] if tokens_b else [])
-    return EncodedRow({"input_ids": input_ids, "segment_ids": segment_ids},
-                      LineTokens(tokens, truncated))
 
 
 class FeatureExtractionTask(Task):

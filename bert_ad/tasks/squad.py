@@ -6,7 +6,7 @@ each becomes one or more windows `[CLS] question [SEP] context [SEP]`
 trains on and scores, dealt across the towers like any rows. The head gives
 each piece a start and an end logit (bert_ad/model/span_head.py, Google's
 `cls/squad/...` variables); answers are searched over a question's windows
-afterwards (bert_ad/tasks/squad_answers.py). Results in output_dir, named
+afterwards (bert_ad/answers/squad.py). Results in output_dir, named
 as Google's:
 
   predictions.json        {question id: answer text} for every question of
@@ -50,7 +50,7 @@ from bert_ad.model.feature_specs import SPAN_FEATURE_SPEC
 from bert_ad.tasks.base import (Batches, SplitData, Task, TextEncoder,
                                check_head_learning_rate_multiplier, head_learning_rates,
                                serving_features)
-from bert_ad.tasks.squad_answers import AnswerSettings, Answers, answers_from_logits
+from bert_ad.answers.squad import AnswerSettings, Answers, answers_from_logits
 
 log = logging.getLogger("bert_ad")
 

@@ -26,7 +26,7 @@ from bert_ad.compat import list_checkpoint_variables
 from bert_ad.data.processors import load_label_list
 from bert_ad.data.tag_schemes import OUTSIDE, parse_tag
 from bert_ad.errors import fail
-from bert_ad.model.config import BertConfig
+from bert_ad.bert_config import BertConfig
 from bert_ad.parallel.checkpoints import (check_fits_config, latest_checkpoint,
                                           resolve_checkpoint, step_checkpoints)
 

@@ -33,12 +33,13 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from bert_ad.answers.tokens import predicted_tags
 from bert_ad.data.conll import ConllFile, read_conll, prediction_lines, token_separator
 from bert_ad.data.tag_schemes import (OUTSIDE, TagScheme, detect_scheme, get_scheme, label_list,
                                       span_records, span_types, validate_label_list,
                                       validate_tags)
 from bert_ad.data.token_features import (COLUMNS, TOKEN_FEATURES, TokenFeatures,
-                                         convert_sentences, words_from_windows)
+                                         convert_sentences, default_doc_stride)
 from bert_ad.data.token_pieces import segments_whole_sentences
 from bert_ad.errors import fail
 from bert_ad.metrics.entities import entity_metric_names, entity_metrics
@@ -100,7 +101,8 @@ class TokenClassificationTask(Task):
       files: where the CoNLL files are and which columns to read.
       tag_scheme: BIO, BIOES, BMES or IO; None reads it from the tags.
       labels: the tag list (--labels), None for the training file's tags.
-      doc_stride: pieces between the starts of a long sentence's windows.
+      doc_stride: pieces between the starts of a long sentence's windows (None:
+        half a window, default_doc_stride).
       use_crf: a linear-chain CRF (Viterbi decoding) instead of a softmax.
       head_learning_rate_multiplier: the head (output_weights, output_bias,
         output_offset_embeddings, crf/transitions) learns this many times
@@ -118,7 +120,7 @@ class TokenClassificationTask(Task):
 
     def __init__(self, encoder: TextEncoder, files: ConllFormat,
                  tag_scheme: Optional[str] = None, labels: Optional[Sequence[str]] = None,
-                 doc_stride: int = 64, use_crf: bool = False,
+                 doc_stride: Optional[int] = None, use_crf: bool = False,
                  head_learning_rate_multiplier: float = 1.0,
                  max_train_examples: Optional[int] = None,
                  max_eval_examples: Optional[int] = None):
@@ -128,7 +130,7 @@ class TokenClassificationTask(Task):
         self.label_flag = list(labels) if labels else None
         if self.label_flag and len(set(self.label_flag)) != len(self.label_flag):
             fail(f"--labels lists a tag twice: {','.join(self.label_flag)}")
-        self.doc_stride = doc_stride
+        self.doc_stride = doc_stride or default_doc_stride(encoder.max_seq_length)
         self.use_crf = use_crf
         self.head_learning_rate_multiplier = check_head_learning_rate_multiplier(
             head_learning_rate_multiplier)
@@ -288,8 +290,7 @@ class TokenClassificationTask(Task):
         outputs["predicted"] holds each window's tag ids padded to its batch's
         length: a 2-D array, or an object array of rows when batches differ.
         """
-        per_sentence = words_from_windows(self.features(data), list(outputs["predicted"]))
-        return [[self.labels[int(i)] for i in ids] for ids in per_sentence]
+        return predicted_tags(self.features(data), outputs["predicted"], self.labels)
 
     def metrics(self, data: ConllSplit, outputs: Dict[str, np.ndarray]) -> dict:
         predicted = self.predicted_tags(data, outputs)

@@ -72,3 +72,10 @@ def stack_rows(rows: Iterable[Tuple[int, Dict[str, np.ndarray]]]) -> Dict[str, n
             stacked[name] = np.empty(len(column), dtype=object)
             stacked[name][:] = column
     return stacked
+
+
+def score_rows(scorer, batches, batch_size: int, towers: int = 1) -> Dict[str, np.ndarray]:
+    """Every row of `batches` (a task's Batches) scored by `scorer` (a checkpoint's
+    Scorer on `towers` towers, or an export's: one tower, its runtime spreads a
+    batch over the cores), stacked in input order."""
+    return stack_rows(rows_in_order(scorer, batches.scoring(batch_size, towers)))

@@ -11,7 +11,7 @@ over Starlette on uvicorn by a measurement (docs/serving.md). A request is
 read on the event loop (size, JSON, every instance checked: a 4xx with
 {"error": "..."} naming the problem), tokenised on a small thread pool,
 scored by the model's batcher together with other requests' rows
-(bert_ad/serving/batching.py) and answered from the pool again
+(bert_ad/inference/batching.py) and answered from the pool again
 (ServedModel.answer); the loop never waits on TensorFlow.
 
 SIGTERM, SIGINT and SIGHUP stop it gracefully: requests already received are
@@ -35,9 +35,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
     Histogram, generate_latest
 
 from bert_ad.errors import fail
-from bert_ad.serving import layout
-from bert_ad.serving.predictions import BadInstance
-from bert_ad.serving.served_models import ServedModel
+from bert_ad.inference import layout
+from bert_ad.inference.predictions import BadInstance
+from bert_ad.inference.served_models import ServedModel
 from bert_ad.signals import NAMES as SIGNAL_NAMES
 
 log = logging.getLogger("bert_ad")

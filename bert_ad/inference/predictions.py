@@ -1,6 +1,6 @@
 """What a served model answers: JSON instances -> feature rows -> JSON predictions, per task.
 
-`bert-ad serve` (bert_ad/serving/server.py) takes TensorFlow Serving's
+`bert-ad serve` (bert_ad/inference/server.py) takes TensorFlow Serving's
 `{"instances": [...]}` with text in each instance. For each task one
 `Predictions` turns instances into the rows the export scores and the scored
 rows back into answers, with the same code `--do_predict` runs, so a served
@@ -16,13 +16,13 @@ answer equals the export's `--predict_from_export` result:
                         from its max-context window); entities:
                         tag_schemes.span_records, mapped to characters
   squad                 rows: bert_ad.data.squad_features.convert_questions;
-                        answers: bert_ad.tasks.squad_answers.answers_from_logits
+                        answers: bert_ad.answers.squad.answers_from_logits
   features              rows: bert_ad.tasks.features.encode_line; the export's
                         pooled `embedding` as it is
 
 `parse` checks one instance (a `BadInstance` names what is wrong: the server
 answers 400); `featurize` runs on a tokenizer thread, `predict` too; the rows
-in between are scored by the batcher (bert_ad/serving/batching.py) together
+in between are scored by the batcher (bert_ad/inference/batching.py) together
 with other requests' rows.
 """
 
@@ -34,23 +34,22 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from bert_ad.answers.classification import ClassifierOutputs
+from bert_ad.answers.squad import AnswerSettings, answers_from_logits
+from bert_ad.answers.tokens import predicted_tags
 from bert_ad.data.basic_tokenization import _is_control, _is_punctuation, _is_whitespace, \
     is_chinese_char
 from bert_ad.data.batching import TokenizedExamples
-from bert_ad.data.features import WindowSettings, convert_examples
+from bert_ad.data.embedding_rows import encode_line
+from bert_ad.data.embedding_settings import EMBEDDING
+from bert_ad.data.features import FeatureSettings, convert_examples
 from bert_ad.data.processors import InputExample
 from bert_ad.data.squad_features import SquadWindowSettings, convert_questions
 from bert_ad.data.squad_json import Question
 from bert_ad.data.tag_schemes import span_records
-from bert_ad.data.task_specs import TaskSpec
-from bert_ad.data.token_features import convert_sentences
+from bert_ad.data.token_features import convert_sentences, default_doc_stride
 from bert_ad.errors import fail
-from bert_ad.serving.layout import ExportMetadata
-from bert_ad.tasks.base import SplitData, TextEncoder
-from bert_ad.tasks.classification import ClassificationTask
-from bert_ad.tasks.features import EMBEDDING, encode_line
-from bert_ad.tasks.squad_answers import AnswerSettings, answers_from_logits
-from bert_ad.tasks.token_classification import ConllFormat, ConllSplit, TokenClassificationTask
+from bert_ad.inference.exported_model import ExportedModel
 
 TOKEN_SPLITS = ("words", "characters")
 
@@ -94,7 +93,7 @@ class Featurized:
     state: object = None
 
     def rows(self) -> List[Dict[str, np.ndarray]]:
-        """One {column name: 1-D array} per row (bert_ad.serving.batching packs
+        """One {column name: 1-D array} per row (bert_ad.inference.batching packs
         them into batches). Row values (a target, a window's document) are left
         out: an export takes none but document_index, which complete_batch sets."""
         columns = self.examples.columns
@@ -155,9 +154,10 @@ class Predictions(abc.ABC):
     instance_format: str = ""
     sample: object = "warm up"
 
-    def __init__(self, encoder: TextEncoder, metadata: ExportMetadata, options: ServeOptions):
-        self.encoder = encoder
-        self.metadata = metadata
+    def __init__(self, model: ExportedModel, options: ServeOptions):
+        self.metadata = model.metadata
+        self.tokenizer = model.tokenizer
+        self.max_seq_length = model.metadata.max_seq_length
         self.options = options
 
     @abc.abstractmethod
@@ -186,23 +186,15 @@ class ClassifierPredictions(Predictions):
     {"value"} (regression) of a text or a pair."""
     instance_format = 'a string, or {"text_a": ..., "text_b": ...}'
 
-    def __init__(self, encoder, metadata, options):
-        super().__init__(encoder, metadata, options)
-        outputs = metadata.outputs
-        target = ("regression" if "value" in outputs else
-                  "single_label" if "label_ids" in outputs else "multi_label")
-        settings = metadata.settings
-        windows = None
-        if settings.get("long_text") == "windows":
-            windows = WindowSettings(int(settings["window_stride"]),
-                                     int(settings["max_windows"]))
-        self.task = ClassificationTask(
-            encoder=encoder, spec=TaskSpec("serve", {}), data_dir="",
-            truncation=settings.get("truncation", "head"),
-            head_fraction=float(settings.get("truncation_head_fraction", 0.25)),
-            target=target, threshold=options.multi_label_threshold, windows=windows,
-            window_pooling=settings.get("window_pooling", "mean"),
-            labels=list(metadata.labels) if metadata.labels is not None else None)
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        metadata = self.metadata
+        self.meaning = ClassifierOutputs.from_export(metadata.settings, metadata.labels,
+                                                     list(metadata.outputs),
+                                                     options.multi_label_threshold)
+        self.feature_settings = FeatureSettings.from_export_settings(
+            metadata.settings, self.max_seq_length, metadata.labels or (),
+            self.meaning.target)
 
     def parse(self, instance) -> InputExample:
         if isinstance(instance, str):
@@ -211,39 +203,26 @@ class ClassifierPredictions(Predictions):
         return InputExample("", fields["text_a"], fields.get("text_b") or None)
 
     def featurize(self, parsed):
-        return Featurized(convert_examples(parsed, self.encoder.tokenizer,
-                                           self.task.feature_settings()))
+        return Featurized(convert_examples(parsed, self.tokenizer, self.feature_settings))
 
     def complete_batch(self, batch):
-        if self.task.windows is not None:
+        if self.meaning.window_pooling:
             # Each window its own document within the batch: the answer is pooled
             # on the host from the windows' own logits, as --predict_from_export does.
             batch["document_index"] = np.arange(len(batch["input_ids"]), dtype=np.int32)
 
     def predict(self, parsed, featurized, outputs):
         outputs = dict(outputs)
-        if self.task.windows is not None:
+        if self.meaning.window_pooling:
             outputs["window_documents"] = featurized.examples.row_values["document_index"]
-        predictions = self.task.row_outputs(SplitData("predict", parsed, ""),
-                                            outputs)["predictions"]
-        target, labels = self.task.target, self.task.labels
-        if target == "regression":
-            return [{"value": float(value)} for value in predictions]
-        answers = []
-        for row in predictions:
-            answer = {"probabilities": {label: float(p) for label, p in zip(labels, row)}}
-            if target == "multi_label":
-                answer = dict({"labels": [labels[i] for i in np.flatnonzero(
-                    row >= self.task.threshold)]}, **answer)
-            else:
-                answer = dict({"label": labels[int(np.argmax(row))]}, **answer)
-            answers.append(answer)
-        return answers
+        answers = self.meaning.answers(outputs, len(parsed))
+        labels = self.metadata.labels
+        return [answers.as_json(row, labels) for row in range(len(parsed))]
 
     def describe(self):
-        described = {"target": self.task.target}
-        if self.task.target == "multi_label":
-            described["multi_label_threshold"] = self.task.threshold
+        described = {"target": self.meaning.target}
+        if self.meaning.target == "multi_label":
+            described["multi_label_threshold"] = self.meaning.threshold
         return described
 
 
@@ -282,13 +261,12 @@ class TokenPredictions(Predictions):
     start and end are characters of it (end exclusive); for tokens, token indexes."""
     instance_format = 'a string, {"text": ...}, or {"tokens": [...]}'
 
-    def __init__(self, encoder, metadata, options):
-        super().__init__(encoder, metadata, options)
+    def __init__(self, model, options):
+        super().__init__(model, options)
         if options.token_split not in TOKEN_SPLITS:
             fail(f"--token_split={options.token_split} is not one of {', '.join(TOKEN_SPLITS)}")
-        stride = options.doc_stride or max(1, (encoder.max_seq_length - 2) // 2)
-        self.task = TokenClassificationTask(encoder, ConllFormat(), labels=metadata.labels,
-                                            doc_stride=stride).with_labels(metadata.labels)
+        self.labels = list(self.metadata.labels or ())
+        self.doc_stride = options.doc_stride or default_doc_stride(self.max_seq_length)
 
     def parse(self, instance) -> Sentence:
         if isinstance(instance, dict) and "tokens" in instance:
@@ -306,14 +284,14 @@ class TokenPredictions(Predictions):
     def featurize(self, parsed):
         # A text of no words gets no rows (and the answer of no entities).
         sentences = [s.words for s in parsed if s.words]
-        features = convert_sentences(sentences, None, self.encoder.tokenizer, self.task.labels,
-                                     self.encoder.max_seq_length, self.task.doc_stride)
+        features = convert_sentences(sentences, None, self.tokenizer, self.labels,
+                                     self.max_seq_length, self.doc_stride)
         return Featurized(features.examples, features)
 
     def predict(self, parsed, featurized, outputs):
-        with_words = [s for s in parsed if s.words]
-        data = ConllSplit("predict", with_words, "", features=featurized.state)
-        tags = iter(self.task.predicted_tags(data, outputs) if with_words else [])
+        with_words = any(s.words for s in parsed)
+        tags = iter(predicted_tags(featurized.state, outputs["predicted"], self.labels)
+                    if with_words else [])
         answers = []
         for sentence in parsed:
             sentence_tags = next(tags) if sentence.words else []
@@ -332,7 +310,7 @@ class TokenPredictions(Predictions):
         return answers
 
     def describe(self):
-        return {"token_split": self.options.token_split, "doc_stride": self.task.doc_stride}
+        return {"token_split": self.options.token_split, "doc_stride": self.doc_stride}
 
 
 class SquadPredictions(Predictions):
@@ -342,9 +320,10 @@ class SquadPredictions(Predictions):
     instance_format = '{"question": ..., "context": ...}'
     sample = {"question": "warm up", "context": "warm up"}
 
-    def __init__(self, encoder, metadata, options):
-        super().__init__(encoder, metadata, options)
-        self.windows = SquadWindowSettings(encoder.max_seq_length, options.doc_stride or 128,
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        metadata = self.metadata
+        self.windows = SquadWindowSettings(self.max_seq_length, options.doc_stride or 128,
                                            options.max_query_length)
         self.windows.check()
         threshold = options.null_score_diff_threshold
@@ -364,7 +343,7 @@ class SquadPredictions(Predictions):
         questions = [Question(str(i), question, i, ()) for i, (question, _) in
                      enumerate(parsed)]
         features = convert_questions(questions, [context for _, context in parsed],
-                                     self.encoder.tokenizer, self.windows, training=False)
+                                     self.tokenizer, self.windows, training=False)
         return Featurized(features.examples, (questions, features))
 
     def predict(self, parsed, featurized, outputs):
@@ -403,7 +382,7 @@ class FeaturePredictions(Predictions):
 
     def featurize(self, parsed):
         prefix = str(self.metadata.settings.get("text_prefix", ""))
-        rows = [encode_line(self.encoder.tokenizer, a, b, self.encoder.max_seq_length, prefix)
+        rows = [encode_line(self.tokenizer, a, b, self.max_seq_length, prefix)
                 for a, b in parsed]
         return Featurized(TokenizedExamples({
             name: [np.array(r.columns[name], np.int32) for r in rows]
@@ -421,11 +400,11 @@ PREDICTIONS = {"classifier": ClassifierPredictions, "token_classification": Toke
                "squad": SquadPredictions, "features": FeaturePredictions}
 
 
-def predictions_for(metadata: ExportMetadata, encoder: TextEncoder, options: ServeOptions,
-                    where: str) -> Predictions:
+def predictions_for(model: ExportedModel, options: ServeOptions) -> Predictions:
     """The task's Predictions; UserError (one line) for a task that is not served."""
+    metadata, where = model.metadata, model.where
     kind = PREDICTIONS.get(metadata.task)
     if kind is None:
         fail(f"{where} is an export of the {metadata.task} task, which bert-ad serve does not "
              f"answer; it serves {', '.join(sorted(PREDICTIONS))}")
-    return kind(encoder, metadata, options)
+    return kind(model, options)

@@ -1,14 +1,11 @@
 """Scoring with an ONNX export in ONNX Runtime, with no TensorFlow in the process.
 
-`--do_predict --predict_from_export=DIR` with an ONNX export (and `bert-ad
-features --predict_from_export=DIR`) scores through `OnnxScorer`: the
-interface of bert_ad.parallel.scoring.Scorer and serving/load.ExportScorer
-(`run(batches)` -> one {output name: array} per batch), so the task's own
-tokenizer, length-sorted batches, windows, answer search, CRF decoding (in
-the exported graph) and result files are the same as checkpoint scoring's.
-`score` is that whole path for a split: task.batches -> ONNX Runtime -> the
-rows' outputs in input order, importing nothing that imports TensorFlow
-(tests/test_onnx.py checks sys.modules after scoring every task).
+`OnnxScorer` has the interface of bert_ad.parallel.scoring.Scorer and
+bert_ad/serving/tf_scorer.ExportScorer (`run(batches)` -> one {output name:
+array} per batch), so the task's own tokenizer, length-sorted batches,
+windows, answer search, CRF decoding (in the exported graph) and result files
+are the same as checkpoint scoring's. ExportedModel.open_scorer
+(bert_ad/inference/exported_model.py) opens it for an ONNX export.
 
 ONNX Runtime runs on as many threads as this process may use cores
 (`os.sched_getaffinity`, so `taskset` and container limits count), with every
@@ -25,12 +22,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import fail
-from bert_ad.model.config import BertConfig
-from bert_ad.parallel.streaming import rows_in_order, stack_rows
-from bert_ad.serving import layout
-from bert_ad.tasks.base import TextEncoder
+from bert_ad.inference import layout
 
 log = logging.getLogger("bert_ad")
 
@@ -72,11 +65,12 @@ class OnnxScorer:
         export is compared with); default the export's own.
       threads: intra-op threads; default cpu_cores().
       flag: the flag that named the folder, for messages.
+      session_config: TensorFlow's (ExportScorer's); not read here.
     """
 
     def __init__(self, export_dir: str, metadata: layout.ExportMetadata,
                  model_file: Optional[str] = None, threads: Optional[int] = None,
-                 flag: str = "--predict_from_export"):
+                 flag: str = "--predict_from_export", session_config=None):
         where = f"{flag}={export_dir}"
         ort = require_onnxruntime(where)
         path = model_file or os.path.join(export_dir, layout.ONNX_FILE)
@@ -126,35 +120,3 @@ class OnnxScorer:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def export_encoder(export_dir: str, metadata: layout.ExportMetadata, cache_dir: str = ""):
-    """The TextEncoder an export was made with (its config, tokenizer, casing and
-    length), from the export's own files: what a task scoring with it needs,
-    without flags and without TensorFlow. Padding is dynamic."""
-    vocab = layout.asset_path(export_dir, metadata.vocab_file)
-    spm = metadata.tokenizer == "sentencepiece"
-    tokenizer = make_tokenizer("" if spm else vocab, metadata.do_lower_case,
-                               vocab if spm else "")
-    return TextEncoder(config=BertConfig.from_json_file(layout.bert_config_path(export_dir)),
-                       tokenizer=tokenizer, vocab_file=vocab,
-                       do_lower_case=metadata.do_lower_case,
-                       max_seq_length=metadata.max_seq_length, cache_dir=cache_dir)
-
-
-def score(task, data, batch_size: int, export_dir: str, metadata: layout.ExportMetadata,
-          model_file: Optional[str] = None, flag: str = "--predict_from_export"
-          ) -> Dict[str, np.ndarray]:
-    """The export's outputs for every feature row of `data` (a task's SplitData),
-    in input order, as bert_ad.evaluation.score gives a checkpoint's.
-
-    Batches are the task's own scoring batches (grouped by length, dynamic
-    padding), one "tower": ONNX Runtime spreads a batch over the cores itself.
-    """
-    # The model first: a damaged one is refused before the features are made.
-    with OnnxScorer(export_dir, metadata, model_file, flag=flag) as scorer:
-        batches = task.batches(data)
-        rows = batches.num_examples if batches.num_examples is not None else "the"
-        log.info("%s: scoring %s rows with the ONNX export %s (%s, step %d)", data.split,
-                 rows, export_dir, metadata.precision, metadata.global_step)
-        return stack_rows(rows_in_order(scorer, batches.scoring(batch_size, 1)))

@@ -5,11 +5,9 @@ is an export (written by --do_export: it holds assets.extra/export.json) or a
 TensorFlow Serving *model base path* such as OUTPUT_DIR/export, whose
 numbered subfolders are versions of one model: the newest is served.
 
-Loading is behind one small seam, `open_scorer`: a scorer is an object with
-`run([batch]) -> [{output name: array}]` (one padded batch dict in, its
-outputs out; bert_ad.serving.load.ExportScorer for SavedModels and frozen
-graphs, bert_ad.serving.onnx_scoring.OnnxScorer for ONNX exports in ONNX
-Runtime) and `close()`. `SCORERS` picks it by export.json's `format`.
+An export is opened by bert_ad/inference/exported_model.py (metadata checked,
+its tokenizer, its scorer: ONNX Runtime, or TensorFlow imported only for a
+SavedModel or frozen graph).
 """
 
 from __future__ import annotations
@@ -19,44 +17,18 @@ import dataclasses
 import logging
 import os
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
-from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import fail
-from bert_ad.model.modeling import BertConfig
-from bert_ad.serving import layout
-from bert_ad.serving.batching import DynamicBatcher, pack
-from bert_ad.serving.load import ExportScorer
-from bert_ad.serving.predictions import Predictions, ServeOptions, predictions_for, stack_rows
-from bert_ad.tasks.base import TextEncoder
+from bert_ad.inference import layout
+from bert_ad.inference.batching import DynamicBatcher, pack
+from bert_ad.inference.exported_model import ExportedModel
+from bert_ad.inference.predictions import Predictions, ServeOptions, predictions_for, stack_rows
 
 log = logging.getLogger("bert_ad")
 
 FLAG = "--model_dir"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def _tensorflow_scorer(export_dir: str, metadata: layout.ExportMetadata):
-    return ExportScorer(export_dir, metadata, flag=FLAG)
-
-
-def _onnx_scorer(export_dir: str, metadata: layout.ExportMetadata):
-    from bert_ad.serving.onnx_scoring import OnnxScorer  # onnxruntime, for ONNX exports only
-    return OnnxScorer(export_dir, metadata, flag=FLAG)
-
-
-# export.json's `format` -> (export folder, its metadata) -> a scorer.
-SCORERS: Dict[str, Callable] = {"saved_model": _tensorflow_scorer,
-                                "frozen_graph": _tensorflow_scorer, "onnx": _onnx_scorer}
-
-
-def open_scorer(export_dir: str, metadata: layout.ExportMetadata):
-    """The scorer of an export, by its format (see the module docstring)."""
-    opener = SCORERS.get(metadata.format)
-    if opener is None:
-        fail(f"{FLAG}={export_dir}: bert-ad serve cannot score {metadata.format} exports; "
-             f"it scores {', '.join(sorted(SCORERS))}")
-    return opener(export_dir, metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,16 +90,6 @@ def resolve_version(directory: str) -> Tuple[str, int]:
     # The one line read_metadata gives for a folder that is no export.
     layout.read_metadata(directory, FLAG)
     raise AssertionError("read_metadata accepted a folder without export.json")
-
-
-def text_encoder(export_dir: str, metadata: layout.ExportMetadata) -> TextEncoder:
-    """The export's own config and tokenizer (nothing outside its folder)."""
-    vocab = layout.asset_path(export_dir, metadata.vocab_file)
-    spm = metadata.tokenizer == "sentencepiece"
-    tokenizer = make_tokenizer("" if spm else vocab, metadata.do_lower_case,
-                               vocab if spm else "")
-    return TextEncoder(BertConfig.from_json_file(layout.bert_config_path(export_dir)),
-                       tokenizer, vocab, metadata.do_lower_case, metadata.max_seq_length)
 
 
 @dataclasses.dataclass
@@ -212,15 +174,15 @@ def load_model(spec: ModelSpec, options: ServeOptions) -> ServedModel:
     """Read, check and load one model (UserError, one line, when it is not a servable
     export)."""
     export_dir, version = resolve_version(spec.directory)
-    metadata = layout.read_metadata(export_dir, FLAG)
+    exported = ExportedModel.open(export_dir, FLAG)
+    metadata = exported.metadata
     if version < 0:
         version = metadata.global_step
-    encoder = text_encoder(export_dir, metadata)
-    predictions = predictions_for(metadata, encoder, options, f"{FLAG}={export_dir}")
+    predictions = predictions_for(exported, options)
     log.info("serve: loading %s version %d from %s (%s %s %s, max_seq_length %d)", spec.name,
              version, export_dir, metadata.task, metadata.format, metadata.precision,
              metadata.max_seq_length)
-    scorer = open_scorer(export_dir, metadata)
+    scorer = exported.open_scorer()
     model = ServedModel(spec.name, version, export_dir, metadata, predictions, scorer)
     try:
         model.warm_up()

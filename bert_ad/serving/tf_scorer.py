@@ -10,18 +10,18 @@ SavedModel with `saved_model.loader.load`, a frozen graph with
 `import_graph_def`.
 
 Whether an export belongs to the run's task and tokenizer is checked before
-(bert_ad/serving/compatibility.py).
+(bert_ad/inference/compatibility.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from bert_ad.compat import TF_VERSION, tf
 from bert_ad.errors import fail
-from bert_ad.serving import layout
+from bert_ad.inference import layout
 
 
 class ExportScorer:
@@ -31,11 +31,16 @@ class ExportScorer:
       export_dir: a folder written by --do_export.
       metadata: its metadata (layout.read_metadata).
       session_config: a ConfigProto, or None.
+      threads, model_file: OnnxScorer's (the same call opens either).
       flag: the flag that named the folder, for messages.
     """
 
     def __init__(self, export_dir: str, metadata: layout.ExportMetadata,
-                 session_config=None, flag: str = "--predict_from_export"):
+                 session_config=None, flag: str = "--predict_from_export",
+                 threads: Optional[int] = None, model_file: Optional[str] = None):
+        # threads, model_file: ONNX Runtime's (OnnxScorer's); TensorFlow's threads
+        # are in session_config, and its exports have one model file.
+        assert model_file is None, "a TensorFlow export has one model file"
         self.metadata = metadata
         self.flag = flag
         self.graph = tf.Graph()

@@ -1,0 +1,1 @@
+"""Scoring and serving an export without TensorFlow: its folder, scorers, answers, server."""
