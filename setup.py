@@ -41,6 +41,17 @@ def registered_console_scripts() -> list:
 # TensorFlow 1.15 reads protobuf's generated code the old way: protobuf 3.21+
 # fails at `import tensorflow`.
 TF1_PROTOBUF = "protobuf<3.21"
+PY38 = "; python_version >= '3.8'"
+# Serving: aiohttp's server (and benchmarks/serve_load.py's client), the /metrics
+# text, and ONNX Runtime for ONNX exports. Python 3.7 (the TF 1.15 lane) has
+# aiohttp 3.8 but no onnxruntime that fits TF 1.15's protobuf: there serve
+# takes SavedModels and frozen graphs, and an ONNX export is one error line.
+SERVE = ["aiohttp>=3.8", "prometheus_client>=0.17", "onnxruntime>=1.32" + PY38]
+# tf2onnx converts (onnx 1.23, onnxruntime 1.32, tf2onnx 1.17 are the versions
+# tested); int8's quantizer runs ONNX Runtime's symbolic shape inference, which
+# needs sympy, a package onnxruntime does not depend on.
+ONNX_EXPORT = ["onnx>=1.15" + PY38, "tf2onnx>=1.17" + PY38, "sympy" + PY38,
+               "ml_dtypes" + PY38]
 
 setup(
     name="bert_ad",
@@ -75,18 +86,12 @@ setup(
             "seqeval==1.2.2; python_version >= '3.8'",
         ],
         "plot": ["matplotlib"],
-        # bert-ad serve: aiohttp's server (and benchmarks/serve_load.py's client),
-        # the /metrics text. Both have builds for Python 3.7 (aiohttp 3.8.6).
-        "serve": ["aiohttp>=3.8", "prometheus_client>=0.17"],
-        # --export_format=onnx (tf2onnx converts; onnx 1.23 and onnxruntime 1.32
-        # are the versions tested) and scoring ONNX exports with ONNX Runtime
-        # (docs/serving.md). Python 3.8+: none of the three has a build for 3.7
-        # that works with the others, so the TF 1.15 lane refuses ONNX in one line.
-        "onnx": [
-            "onnx>=1.15; python_version >= '3.8'",
-            "onnxruntime>=1.32; python_version >= '3.8'",
-            "tf2onnx>=1.17; python_version >= '3.8'",
-        ],
+        # A scoring / serving machine, no TensorFlow: bert-ad serve, bert-ad predict,
+        # --predict_from_export and bert-ad features on ONNX exports, --version.
+        "serve": SERVE,
+        # An exporting machine (with a TensorFlow extra): --export_format=onnx and
+        # --export_precision=int8 on top of serve (docs/serving.md).
+        "onnx": SERVE + ONNX_EXPORT,
     },
     entry_points={
         # `bert-ad` and one `bert-ad-NAME` per registered command, all through

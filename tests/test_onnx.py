@@ -229,18 +229,17 @@ def checkpoint_files(setup) -> dict:
 
 def raw_outputs(s: Setup, key: str, export_dir: str) -> dict:
     """The export's outputs for every row of the task's predict split, in order."""
-    from bert_ad.data.scored_rows import rows_in_order, stack_rows
-    from bert_ad.inference import onnx_scorer
-    from bert_ad.serving.tf_scorer import ExportScorer
+    from bert_ad.inference.exported_model import ExportedModel, score_split
+    from bert_ad.tasks.base import TextEncoder
 
-    metadata = layout.read_metadata(export_dir)
-    encoder = onnx_scorer.export_encoder(export_dir, metadata)
+    exported = ExportedModel.open(export_dir)
+    metadata = exported.metadata
+    encoder = TextEncoder(config=exported.config, tokenizer=exported.tokenizer,
+                          vocab_file=exported.vocab_path, do_lower_case=metadata.do_lower_case,
+                          max_seq_length=metadata.max_seq_length)
     task = onnx_tasks.build(key, encoder, s.data)
-    data = task.read("predict")
-    if metadata.format == "onnx":
-        return onnx_scorer.score(task, data, BATCH, export_dir, metadata)
-    with ExportScorer(export_dir, metadata) as scorer:
-        return stack_rows(rows_in_order(scorer, task.batches(data).scoring(BATCH, 1)))
+    # Both formats through the one path: ExportedModel picks the scorer.
+    return score_split(exported, task, task.read("predict"), BATCH)
 
 
 def assert_close(a, b, atol: float = ATOL) -> None:
@@ -579,7 +578,7 @@ def test_a_precision_the_format_has_not_is_one_line(setup, fmt, precision, expec
 
 
 def test_bert_ad_serve_answers_with_an_onnx_export_as_predict_from_export(setup, tmp_path):
-    """`bert-ad serve` scores an ONNX export in ONNX Runtime (served_models.SCORERS):
+    """`bert-ad serve` scores an ONNX export in ONNX Runtime (ExportedModel.open_scorer):
     the classifier's labels and probabilities equal --predict_from_export's with it."""
     for module in ("aiohttp", "onnxruntime", "tf2onnx"):  # the serve and onnx extras
         pytest.importorskip(module)

@@ -260,10 +260,10 @@ def test_every_command_says_how_to_install_tensorflow(venv_without_tensorflow, w
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "."]) + "\n")
     data_run = [f"--input_file={corpus}", f"--vocab_file={vocab}",
                 f"--output_file={tmp_path / 'out.tfrecord'}"]
-    commands = []
+    commands, versions = [], []
     for script in console_scripts(wheel):
         path = os.path.join(venv.bin, script)
-        commands.append([path, "--version"])
+        versions.append([path, "--version"])
         # A task's --help and flag errors need no TensorFlow, nor does making
         # pretraining data's (a run does, to write records); --version does.
         if script == "bert-ad":
@@ -276,11 +276,18 @@ def test_every_command_says_how_to_install_tensorflow(venv_without_tensorflow, w
         commands.append(["python", "-m", module, "--help"])
     # The root launchers of the checkout, run by the venv's Python.
     for launcher in ROOT_LAUNCHERS:
-        commands.append(["python", os.path.join(REPO, launcher), "--version"])
+        versions.append(["python", os.path.join(REPO, launcher), "--version"])
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(venv.run, commands))
+        versioned = list(pool.map(venv.run, versions))
     for result in results:
         assert_missing_tensorflow_line(result, "no TensorFlow is installed: ")
+    # --version says what this install is: a scoring machine (issue 50).
+    version = _check(versioned[0]).stdout
+    assert version.startswith(f"bert_ad {bert_ad.__version__}, no TensorFlow: this install "
+                              "scores and serves exports only"), version
+    for result in versioned:
+        assert _check(result).stdout == version
     assert not (tmp_path / "out.tfrecord").exists()
 
     for script in HELP_WITHOUT_TENSORFLOW:

@@ -34,10 +34,20 @@ MAIN_PROGRAM = "bert-ad"
 def version_text() -> str:
     """'bert_ad 0.1.0, TensorFlow 2.21.0 (tensorflow-cpu, CPU build)'.
 
+    Without TensorFlow at all it says what the install can do (score and serve
+    exports).
+
     Raises:
-      TensorFlowUnavailable: no usable TensorFlow (run_cli shows it).
+      TensorFlowUnavailable: a TensorFlow that cannot be used (run_cli shows it).
     """
     from bert_ad import __version__
+    from bert_ad.inference.layout import importable
+    if not importable("tensorflow"):
+        # A scoring machine: bert_ad[serve] brings ONNX Runtime, not TensorFlow.
+        return (f"bert_ad {__version__}, no TensorFlow: this install scores and serves "
+                "exports only (bert-ad serve, bert-ad predict and --predict_from_export "
+                "with ONNX exports); training and exporting need TensorFlow: "
+                'pip install "bert_ad[tf]"')
     from bert_ad.compat import tensorflow_description
     return f"bert_ad {__version__}, {tensorflow_description()}"
 

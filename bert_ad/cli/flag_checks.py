@@ -24,6 +24,7 @@ from bert_ad.errors import fail
 from bert_ad.bert_config import BertConfig
 from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
 from bert_ad.inference import layout
+from bert_ad.inference.exported_model import ExportedModel
 from bert_ad.tasks.base import TextEncoder
 
 EXPORT_DETAILS = ("export_dir", "export_format", "export_precision")
@@ -109,6 +110,9 @@ def check_export_flags(f: flags.FlagValues) -> None:
         for name in EXPORT_DETAILS:
             if f[name].present:
                 fail(f"--{name} is for --do_export: set --do_export too")
+    else:
+        # A missing converter found now, not after hours of training.
+        layout.require_export_modules(f.export_format, f.export_precision)
     if "do_predict" in f and f.predict_from_export and not f.do_predict:
         fail("--predict_from_export scores the --do_predict file: set --do_predict too")
     if "do_predict" in f and f.predict_from_export:
@@ -158,10 +162,11 @@ def use_export_model_files(f: flags.FlagValues) -> None:
     if "predict_from_export" not in f or not f.predict_from_export:
         return
     export_dir = f.predict_from_export
-    metadata = layout.read_metadata(export_dir)
+    exported = ExportedModel.open(export_dir)   # checked once, here, for every reader
+    metadata = exported.metadata
     vocab_flag = "spm_model_file" if metadata.tokenizer == "sentencepiece" else "vocab_file"
     defaults = {"bert_config_file": layout.bert_config_path(export_dir),
-                vocab_flag: layout.asset_path(export_dir, metadata.vocab_file),
+                vocab_flag: exported.vocab_path,
                 "do_lower_case": metadata.do_lower_case,
                 "max_seq_length": metadata.max_seq_length}
     given = [name for name in ("vocab_file", "spm_model_file") if f[name].present]

@@ -23,9 +23,7 @@ SavedModel needs. Nothing in this package imports TensorFlow
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
-import importlib.util
 import logging
 import os
 from typing import Optional
@@ -62,6 +60,8 @@ class ExportedModel:
     metadata: layout.ExportMetadata
     config: BertConfig
     flag: str = "--predict_from_export"
+    # What is read on first use (the tokenizer). (functools.cached_property is 3.8+.)
+    _made: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def open(cls, directory: str, flag: str = "--predict_from_export") -> "ExportedModel":
@@ -95,13 +95,16 @@ class ExportedModel:
     def vocab_path(self) -> str:
         return layout.asset_path(self.directory, self.metadata.vocab_file)
 
-    @functools.cached_property
+    @property
     def tokenizer(self):
         """The export's own tokenizer (its vocabulary and casing, nothing outside
-        its folder)."""
-        spm = self.metadata.tokenizer == "sentencepiece"
-        return make_tokenizer("" if spm else self.vocab_path, self.metadata.do_lower_case,
-                              self.vocab_path if spm else "")
+        its folder), read on first use."""
+        if "tokenizer" not in self._made:
+            spm = self.metadata.tokenizer == "sentencepiece"
+            self._made["tokenizer"] = make_tokenizer(
+                "" if spm else self.vocab_path, self.metadata.do_lower_case,
+                self.vocab_path if spm else "")
+        return self._made["tokenizer"]
 
     def open_scorer(self, threads: Optional[int] = None, session_config=None,
                     model_file: Optional[str] = None):
@@ -115,7 +118,7 @@ class ExportedModel:
           model_file: another model file of the folder (an int8 export's fp32 twin).
         """
         module_name, _, class_name = SCORERS[self.metadata.format].partition(":")
-        if self.needs_tensorflow and importlib.util.find_spec("tensorflow") is None:
+        if self.needs_tensorflow and not layout.importable("tensorflow"):
             fail(f"{self.where} is a {self.metadata.format} export, which TensorFlow "
                  f"scores, and no TensorFlow is installed here: {TENSORFLOW_INSTALL}")
         scorer_class = getattr(importlib.import_module(module_name), class_name)

@@ -28,8 +28,10 @@ process without TensorFlow can read it.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
+import sys
 from typing import Dict, List, Optional
 
 from bert_ad.errors import fail
@@ -154,6 +156,38 @@ class ExportSettings:
                  f"{self.precision} is for --export_format={' or '.join(others)}")
 
 
+# What an export needs besides TensorFlow, by format and precision: tf2onnx
+# converts with onnx, ONNX Runtime checks (and quantizes) the result, and its
+# quantizer's shape inference needs sympy, which onnxruntime does not pull in.
+ONNX_MODULES = ("onnx", "onnxruntime", "tf2onnx")
+INT8_MODULES = ONNX_MODULES + ("sympy",)
+ONNX_EXTRA = 'pip install "bert_ad[onnx]" (Python 3.8+ with TensorFlow 2.x)'
+
+
+def importable(module: str) -> bool:
+    """`module` can be imported here (without importing it; one blocked in
+    sys.modules, as tests block one, cannot)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None
+
+
+def require_export_modules(export_format: str, precision: str) -> None:
+    """UserError (one line naming the extra) when a module the export needs is
+    missing: checked with the flags, before a training run's first step."""
+    if export_format != "onnx":
+        return
+    needed = INT8_MODULES if precision == "int8" else ONNX_MODULES
+    missing = [name for name in needed if not importable(name)]
+    if missing:
+        python = ".".join(str(v) for v in sys.version_info[:2])
+        flag = ("--export_precision=int8" if precision == "int8"
+                else "--export_format=onnx")
+        fail(f"{flag} needs {', '.join(needed[:-1])} and {needed[-1]} ({', '.join(missing)} "
+             f"{'is' if len(missing) == 1 else 'are'} missing; this is Python {python}): "
+             f"{ONNX_EXTRA}")
+
+
 def metadata_path(export_dir: str) -> str:
     return os.path.join(export_dir, EXTRA_DIR, METADATA_FILE)
 
@@ -185,14 +219,15 @@ def read_metadata(export_dir: str, flag: str = "--predict_from_export") -> Expor
              "give a folder written by --do_export (e.g. OUTPUT_DIR/export/STEP)")
     try:
         with open(path, encoding="utf-8") as f:
-            metadata = ExportMetadata.from_dict(json.load(f))
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
-        fail(f"{where}: {path} cannot be read as an export's metadata "
-             f"({type(e).__name__}: {e}); export again with --do_export")
-    model_file = FORMATS.get(metadata.format)
-    if model_file is None:
-        fail(f"{where}: {path} names the format {metadata.format!r}, not one of "
-             f"{', '.join(FORMATS)}")
+            values = json.load(f)
+        problem = metadata_problem(values)
+        metadata = None if problem else ExportMetadata.from_dict(values)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError) as e:
+        problem = f"{type(e).__name__}: {e}"
+    if problem:
+        fail(f"{where}: {path} cannot be read as an export's metadata ({problem}); "
+             "export again with --do_export")
+    model_file = FORMATS[metadata.format]
     required = [model_file, os.path.join(ASSETS_DIR, metadata.vocab_file)]
     if metadata.format == "frozen_graph":
         required.append(TENSOR_NAMES_FILE)
@@ -201,3 +236,64 @@ def read_metadata(export_dir: str, flag: str = "--predict_from_export") -> Expor
             fail(f"{where} is an incomplete export: {name} is missing; export again "
                  "with --do_export")
     return metadata
+
+
+def _whole(value, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _tensors(value) -> bool:
+    """{name: {"tensor": str, "dtype": str, "shape": [int, ...]}} with at least one."""
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(name, str) and isinstance(info, dict)
+        and set(info) == {"tensor", "dtype", "shape"}
+        and isinstance(info["tensor"], str) and isinstance(info["dtype"], str)
+        and isinstance(info["shape"], list) and all(_whole(d, -1) for d in info["shape"])
+        for name, info in value.items())
+
+
+# export.json's fields: name -> (what it must be, a check of the value).
+TOKENIZERS = ("wordpiece", "sentencepiece", "unigram")
+_STRING = ("a string", lambda v: isinstance(v, str))
+_FIELDS = {
+    "format": (f"one of {', '.join(FORMATS)}", lambda v: v in FORMATS),
+    "precision": (f"one of {', '.join(PRECISIONS)}", lambda v: v in PRECISIONS),
+    "task": ("a task's name", lambda v: isinstance(v, str) and bool(v)),
+    "labels": ("null or a list of distinct strings", lambda v: v is None or (
+        isinstance(v, list) and all(isinstance(x, str) for x in v)
+        and len(set(v)) == len(v) and bool(v))),
+    "max_seq_length": ("a whole number of at least 3", lambda v: _whole(v) and v >= 3),
+    "do_lower_case": ("true or false", lambda v: isinstance(v, bool)),
+    "vocab_file": ("a file name in assets/", lambda v: isinstance(v, str) and bool(v)
+                   and os.path.basename(v) == v and v not in (".", "..")),
+    "tokenizer": (f"one of {', '.join(TOKENIZERS)}", lambda v: v in TOKENIZERS),
+    "vocab_sha256": _STRING,
+    "tensorflow_version": _STRING,
+    "checkpoint": _STRING,
+    "global_step": ("a whole number", lambda v: _whole(v, -1)),
+    "inputs": ("an object of tensors", _tensors),
+    "outputs": ("an object of tensors", _tensors),
+    "layout_version": ("a whole number", _whole),
+    "settings": ("an object", lambda v: isinstance(v, dict)),
+    "answer_settings": ("an object", lambda v: isinstance(v, dict)),
+    "onnx": ("an object", lambda v: isinstance(v, dict)),
+}
+_OPTIONAL = ("layout_version", "settings", "answer_settings", "onnx")
+
+
+def metadata_problem(values) -> str:
+    """What is wrong with export.json's parsed values ("" when nothing): the one
+    check of a (perhaps hand-edited) export.json, before anything uses it."""
+    if not isinstance(values, dict):
+        return "it is not a JSON object"
+    unknown = sorted(set(values) - set(_FIELDS))
+    if unknown:
+        return f"unknown field(s) {', '.join(map(repr, unknown))}"
+    for name, (what, ok) in _FIELDS.items():
+        if name not in values:
+            if name in _OPTIONAL:
+                continue
+            return f"{name!r} is missing"
+        if not ok(values[name]):
+            return f"{name!r} is {json.dumps(values[name])[:60]}, not {what}"
+    return ""

@@ -19,28 +19,22 @@ Runtime's BERT fusions recognise (bert_ad/serving/quantization.py).
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Dict
 
 from bert_ad.compat import tf
-from bert_ad.errors import fail
+from bert_ad.inference.layout import require_export_modules
 
 OPSET = 17
 # The names of an ONNX export's dynamic input dimensions, and the inputs that have both.
 INPUT_DIMENSIONS = ("batch", "sequence")
 TEXT_INPUTS = ("input_ids", "input_mask", "segment_ids")
-EXTRA = 'pip install "bert_ad[onnx]" (Python 3.8+ with TensorFlow 2.x)'
 
 
 def require_converter(flag: str = "--export_format=onnx"):
-    """tf2onnx and onnx, or a UserError naming the extra to install."""
-    try:
-        import onnx  # noqa: F401
-        import tf2onnx
-    except ImportError as e:
-        python = ".".join(str(v) for v in sys.version_info[:2])
-        fail(f"{flag} needs onnx, onnxruntime and tf2onnx ({e.name} is missing; this is "
-             f"Python {python}): {EXTRA}")
+    """tf2onnx (and onnx, onnxruntime), or a UserError naming the extra to install
+    (the flags' check, layout.require_export_modules, said so already)."""
+    require_export_modules("onnx", "int8" if "int8" in flag else "fp32")
+    import tf2onnx
     return tf2onnx
 
 

@@ -1,0 +1,383 @@
+"""A scoring machine: `pip install "bert_ad[serve]"`, no TensorFlow (issue 50).
+
+ONNX exports of every task that exports (a classifier, a windows classifier,
+NER with a CRF, squad, pooled features) are scored and served where
+TensorFlow cannot be imported: `--predict_from_export` writes each task's
+files, `bert-ad serve` answers as those files say (labels and entities
+exact, numbers to 1e-5), `bert-ad --version` says what the install can do,
+a hand-edited export.json and a SavedModel are one `error:` line each.
+
+Where it runs:
+* CI's scoring step (.ci/run): a venv with `.[serve,test]` and no TensorFlow
+  at all, on the exports the tf2 lane's run of this file left in
+  $BERT_AD_SCORING_EXPORTS (its exports.json lists them);
+* every lane with TensorFlow and the ONNX tools (the README's test command):
+  the exports are made here (tiny models, a few training steps), and every
+  command runs in a fresh Python process where `import tensorflow` fails.
+Elsewhere (the tf1 lane: no ONNX Runtime for Python 3.7) the module is skipped
+with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPORTS_VARIABLE = "BERT_AD_SCORING_EXPORTS"
+LIST_FILE = "exports.json"
+TASKS = ("classifier", "windows", "ner", "squad", "features")
+COMMANDS = {"classifier": "classifier", "windows": "classifier", "ner": "ner",
+            "squad": "squad", "features": "features"}
+SQUAD_FILE = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
+SENTIMENT = os.path.join(REPO, "data", "sample_sentiment")
+ATOL = 1e-5
+TIMEOUT = 300
+# A fresh interpreter in which TensorFlow (and its converter) cannot be imported,
+# running `bert-ad ARGS...`: what a machine without TensorFlow does.
+WITHOUT_TENSORFLOW = r"""
+import runpy, sys
+for name in ("tensorflow", "tf2onnx", "keras"):
+    sys.modules[name] = None
+sys.argv = ["bert-ad"] + sys.argv[1:]
+runpy.run_module("bert_ad", run_name="__main__")
+"""
+
+
+def _have(*modules: str) -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in modules)
+
+
+def _skip_reason() -> str:
+    if not _have("onnxruntime", "aiohttp", "prometheus_client"):
+        return ('a scoring machine needs the serve extra: pip install "bert_ad[serve]" '
+                "(ONNX Runtime: Python 3.8+)")
+    listed = os.environ.get(EXPORTS_VARIABLE, "")
+    if listed and os.path.isfile(os.path.join(listed, LIST_FILE)):
+        return ""
+    if not _have("tensorflow", "onnx", "tf2onnx"):
+        return (f"no exports to score: set {EXPORTS_VARIABLE} to a folder a TensorFlow "
+                'lane filled, or pip install "bert_ad[tf,onnx]" to make them here')
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_skip_reason()), reason=_skip_reason() or "-")
+
+
+# ---------------------------------------------------------------------------
+# The exports (made with TensorFlow, once) and the files they are checked against.
+
+
+def make_exports(root: str) -> dict:
+    """Train tiny models a few steps, export each as ONNX; {task: flags to score it}."""
+    from bert_ad.cli import classifier, features, ner, squad
+    from helpers import (basic_words, run_main, sample_sentiment_texts,
+                         save_initial_checkpoint, tiny_model)
+    texts = sample_sentiment_texts()
+    with open(SQUAD_FILE, encoding="utf-8") as f:
+        squad_json = json.load(f)
+    squad_texts = [t for a in squad_json["data"] for p in a["paragraphs"]
+                   for t in [p["context"]] + [q["question"] for q in p["qas"]]]
+    model = tiny_model(os.path.join(root, "model"), texts + squad_texts,
+                       max_position_embeddings=64, initializer_range=1.0)
+    model_flags = {"vocab_file": model.vocab_file, "bert_config_file": model.config_file}
+    training = {"learning_rate": 1e-4, "train_batch_size": 4, "num_train_epochs": 1,
+                "max_train_examples": 8, "do_train": True, "do_export": True,
+                "export_format": "onnx"}
+    ner_dir = os.path.join(root, "ner_data")
+    os.makedirs(ner_dir)
+    for split, rows in (("train", texts[:16]), ("test", texts[16:28])):
+        with open(os.path.join(ner_dir, f"{split}.txt"), "w", encoding="utf-8") as f:
+            for text in rows:
+                f.write("".join(f"{w}\t{'B-LONG' if len(w) >= 6 else 'O'}\n"
+                                for w in basic_words(text)) + "\n")
+    lines_file = os.path.join(root, "lines.txt")
+    with open(lines_file, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in texts[:12]) + "a short one ||| and its pair\n")
+    scoring = {
+        "classifier": {"task_name": "sentiment", "data_dir": SENTIMENT, "max_seq_length": 24},
+        "windows": {"task_name": "sentiment", "data_dir": SENTIMENT, "max_seq_length": 16,
+                    "long_text": "windows", "window_stride": 7,
+                    "window_pooling": "attention"},
+        "ner": {"data_dir": ner_dir, "max_seq_length": 16, "use_crf": True},
+        "squad": {"predict_file": SQUAD_FILE, "max_seq_length": 48, "doc_stride": 16,
+                  "max_query_length": 16},
+    }
+    clis = {"classifier": classifier, "windows": classifier, "ner": ner, "squad": squad}
+    made = {}
+    for key, flags in scoring.items():
+        output_dir = os.path.join(root, "runs", key)
+        run_flags = dict(model_flags, output_dir=output_dir, **training, **flags)
+        if key == "squad":
+            run_flags.update(train_file=SQUAD_FILE, predict_file=None)
+        assert run_main(clis[key], {k: v for k, v in run_flags.items()
+                                    if v is not None}) == 0
+        (step,) = os.listdir(os.path.join(output_dir, "export"))
+        made[key] = {"export": os.path.join(output_dir, "export", step),
+                     "flags": {k: v for k, v in flags.items() if k != "max_seq_length"}}
+    checkpoint = save_initial_checkpoint(os.path.join(root, "init", "bert_model.ckpt"),
+                                         model.bert_config(), seed=1)
+    export_dir = os.path.join(root, "runs", "features_export")
+    assert run_main(features, dict(model_flags, init_checkpoint=checkpoint,
+                                   max_seq_length=24, pooling="mean", normalize=True,
+                                   do_export=True, export_dir=export_dir,
+                                   export_format="onnx")) == 0
+    made["features"] = {"export": export_dir, "flags": {"input_file": lines_file,
+                                                         "pooling": "mean", "normalize": True}}
+    with open(os.path.join(root, LIST_FILE), "w", encoding="utf-8") as f:
+        json.dump(made, f, indent=1)
+    return made
+
+
+class Machine:
+    """The exports and, per task, the files `--predict_from_export` wrote."""
+
+
+def without_tensorflow(args, cwd: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """`bert-ad ARGS` in a fresh interpreter where TensorFlow cannot be imported."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    return subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW] + list(args), cwd=cwd,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout)
+
+
+def flag_list(flags: dict) -> list:
+    return [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in flags.items()]
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory) -> Machine:
+    m = Machine()
+    m.root = str(tmp_path_factory.mktemp("scoring_machine"))
+    listed = os.environ.get(EXPORTS_VARIABLE, "")
+    if listed and os.path.isfile(os.path.join(listed, LIST_FILE)):
+        with open(os.path.join(listed, LIST_FILE), encoding="utf-8") as f:
+            m.exports = json.load(f)
+    else:
+        folder = listed or os.path.join(m.root, "made")
+        m.exports = make_exports(folder)
+    m.outputs = {}
+    for key in TASKS:
+        out = os.path.join(m.root, "predicted", key)
+        flags = dict(m.exports[key]["flags"], predict_from_export=m.exports[key]["export"])
+        if key == "features":
+            flags["output_file"] = out + ".npy"
+        else:
+            flags.update(do_predict=True, output_dir=out)
+        done = without_tensorflow([COMMANDS[key]] + flag_list(flags), m.root)
+        assert done.returncode == 0, (key, done.stderr[-3000:])
+        m.outputs[key] = out
+    return m
+
+
+def lines(path: str) -> list:
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+# ---------------------------------------------------------------------------
+# The tests.
+
+
+def test_version_says_this_install_scores_and_serves(machine):
+    done = without_tensorflow(["--version"], machine.root)
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"bert_ad \S+, no TensorFlow: this install scores and serves exports "
+                    r"only", done.stdout), done.stdout
+
+
+def test_predict_from_export_wrote_every_tasks_files(machine):
+    for key in ("classifier", "windows"):
+        predicted = lines(os.path.join(machine.outputs[key], "predict.txt"))
+        assert len(predicted) == len(sentiment_texts())
+        assert set(predicted) <= {"0", "1"}
+    tags = [line for line in lines(os.path.join(machine.outputs["ner"], "predict.txt")) if line]
+    assert tags and all(len(line.split("\t")) == 2 for line in tags)
+    answers = json.loads(open(os.path.join(machine.outputs["squad"], "predictions.json"),
+                              encoding="utf-8").read())
+    assert len(answers) >= 3
+    embeddings = np.load(machine.outputs["features"] + ".npy")
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+
+
+class Server:
+    """`bert-ad serve` without TensorFlow on a free port."""
+
+    def __init__(self, machine: Machine, model_dirs: dict, log_name: str):
+        self.log_path = os.path.join(machine.root, log_name)
+        env = dict(os.environ, PYTHONPATH=REPO)
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WITHOUT_TENSORFLOW, "serve", "--port=0",
+             "--model_dir=" + ",".join(f"{k}={v}" for k, v in model_dirs.items()),
+             "--doc_stride=16", "--max_query_length=16"],
+            cwd=machine.root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline:
+            found = re.search(r"listening on (http://[0-9.]+:\d+)", self.text())
+            if found:
+                self.url = found.group(1)
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"bert-ad serve did not start:\n{self.text()[-3000:]}")
+
+    def text(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def predict(self, model: str, instances: list) -> list:
+        body = json.dumps({"instances": instances}).encode("utf-8")
+        request = urllib.request.Request(f"{self.url}/v1/models/{model}:predict", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return json.loads(response.read().decode("utf-8"))["predictions"]
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+        return self.process.returncode
+
+
+@pytest.fixture(scope="module")
+def server(machine):
+    served = Server(machine, {key: machine.exports[key]["export"] for key in TASKS},
+                    "server.log")
+    yield served
+    assert served.stop() == 0, served.text()[-3000:]
+    assert "Traceback" not in served.text()
+
+
+def sentiment_texts() -> list:
+    """The sample's test texts (label<TAB>text, no header)."""
+    return [line.split("\t", 1)[1] for line in lines(os.path.join(SENTIMENT, "test.tsv"))]
+
+
+@pytest.mark.parametrize("key", ["classifier", "windows"])
+def test_served_classifiers_answer_as_predict_from_export(machine, server, key):
+    out = machine.outputs[key]
+    labels = lines(os.path.join(machine.exports[key]["export"], "assets", "labels.txt"))
+    answers = server.predict(key, sentiment_texts())
+    assert [a["label"] for a in answers] == [labels[int(i)] for i in
+                                             lines(os.path.join(out, "predict.txt"))]
+    expected = np.array([[float(x) for x in line.split("\t")]
+                         for line in lines(os.path.join(out, "test_results.tsv"))])
+    served = np.array([[a["probabilities"][label] for label in labels] for a in answers])
+    np.testing.assert_allclose(served, expected, atol=ATOL)
+    assert np.ptp(expected[:, 0]) > 1e-3   # rows differ: the comparison means something
+
+
+def test_served_ner_tags_as_predict_from_export(machine, server):
+    sentences, words = [], []
+    for line in lines(os.path.join(machine.exports["ner"]["flags"]["data_dir"], "test.txt")):
+        if line:
+            words.append(line.split("\t")[0])
+        elif words:
+            sentences.append(words)
+            words = []
+    answers = server.predict("ner", [{"tokens": s} for s in sentences])
+    expected = [line.split("\t")[1] for line in
+                lines(os.path.join(machine.outputs["ner"], "predict.txt")) if line]
+    assert [t for a in answers for t in a["tags"]] == expected
+    entities = [json.loads(line)["entities"] for line in
+                lines(os.path.join(machine.outputs["ner"], "predict_entities.jsonl"))]
+    assert [a["entities"] for a in answers] == entities
+
+
+def test_served_squad_answers_as_predict_from_export(machine, server):
+    with open(SQUAD_FILE, encoding="utf-8") as f:
+        squad = json.load(f)
+    questions = [(q["id"], q["question"], p["context"]) for a in squad["data"]
+                 for p in a["paragraphs"] for q in p["qas"]]
+    expected = json.loads(open(os.path.join(machine.outputs["squad"], "predictions.json"),
+                               encoding="utf-8").read())
+    answers = server.predict("squad", [{"question": q, "context": c}
+                                       for _, q, c in questions])
+    assert [a["answer"] for a in answers] == [expected[i] for i, _, _ in questions]
+
+
+def test_served_embeddings_as_features(machine, server):
+    instances = []
+    for line in lines(machine.exports["features"]["flags"]["input_file"]):
+        a, separator, b = line.partition(" ||| ")
+        instances.append({"text_a": a, "text_b": b} if separator else line)
+    served = np.array([a["embedding"] for a in server.predict("features", instances)])
+    np.testing.assert_allclose(served, np.load(machine.outputs["features"] + ".npy"),
+                               atol=ATOL)
+
+
+def edited_export(machine, name: str, change) -> str:
+    """A copy of the classifier's export with export.json changed by `change`."""
+    target = os.path.join(machine.root, "edited", name)
+    shutil.copytree(machine.exports["classifier"]["export"], target)
+    path = os.path.join(target, "assets.extra", "export.json")
+    with open(path, encoding="utf-8") as f:
+        metadata = json.load(f)
+    change(metadata, target)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(metadata, f)
+    return target
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess, *expected: str) -> None:
+    assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-3000:])
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0] == done.stderr.splitlines()[-1], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    for words in expected:
+        assert words in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("max_seq_length", "abc", "'max_seq_length' is \"abc\", not a whole number of at least 3"),
+    ("labels", 7, "'labels' is 7, not null or a list of distinct strings"),
+    ("max_seq_length", 4096, "more than the model's max_position_embeddings=64"),
+])
+def test_a_hand_edited_export_json_is_one_line(machine, field, value, expected):
+    export_dir = edited_export(machine, f"{field}_{value}",
+                               lambda m, _: m.__setitem__(field, value))
+    served = without_tensorflow(["serve", "--port=0", f"--model_dir={export_dir}"],
+                                machine.root)
+    assert_one_error_line(served, export_dir, expected)
+    predicted = without_tensorflow(
+        ["classifier"] + flag_list(dict(machine.exports["classifier"]["flags"],
+                                        do_predict=True, predict_from_export=export_dir,
+                                        output_dir=os.path.join(machine.root, "edited_out"))),
+        machine.root)
+    assert_one_error_line(predicted, export_dir, expected)
+    assert not os.path.exists(os.path.join(machine.root, "edited_out", "predict.txt"))
+
+
+def test_a_saved_model_without_tensorflow_is_one_line(machine):
+    def as_saved_model(metadata, target):
+        metadata["format"] = "saved_model"
+        open(os.path.join(target, "saved_model.pb"), "wb").close()
+
+    export_dir = edited_export(machine, "saved_model", as_saved_model)
+    done = without_tensorflow(["serve", "--port=0", f"--model_dir={export_dir}"],
+                              machine.root)
+    assert_one_error_line(done, f"--model_dir={export_dir} is a saved_model export, which "
+                          "TensorFlow scores, and no TensorFlow is installed here",
+                          "--export_format=onnx")
