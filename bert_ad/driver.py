@@ -313,6 +313,8 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             if do_export:
                 refuse_existing(export_dir_for(export_settings, settings.output_dir,
                                                checkpoint))
+    if chief:  # another run's checkpoints are no resume point (run_model_folder.py)
+        run_model_folder.refuse_another_run(task, settings, train_data is not None)
     # From here on the task is complete: its label list is part of it.
     task = task.with_labels(resolve_labels(task, train_data, settings))
     checked = []

@@ -107,21 +107,21 @@ class ModelSettings:
         return (f"a {self.task}{how} model of {shape.get('num_hidden_layers')} layers x "
                 f"{shape.get('hidden_size')}{labels}")
 
-    def identity_differences(self, other: "ModelSettings") -> List[str]:
-        """What of `other`'s identity differs from this one's ("task classifier, not ner")."""
-        mine, theirs = self.identity(), other.identity()
+    def identity_differences(self, other: Dict[str, object]) -> List[str]:
+        """What of another run's identity (`identity()`'s keys, or some of them) differs
+        from this one's: ["task classifier, not ner", "num_hidden_layers 2, not 1"]."""
+        mine = self.identity()
         found = []
-        for key in mine:
-            if mine[key] == theirs[key]:
+        for key, theirs in other.items():
+            if mine[key] == theirs:
                 continue
             if key == "model_shape":
-                found.extend(f"{name} {mine[key].get(name)}, not {theirs[key].get(name)}"
-                             for name in SHAPE_KEYS
-                             if mine[key].get(name) != theirs[key].get(name))
+                found.extend(f"{name} {mine[key].get(name)}, not {theirs.get(name)}"
+                             for name in SHAPE_KEYS if mine[key].get(name) != theirs.get(name))
             elif key == "vocab_sha256":
                 found.append("another vocabulary")
             else:
-                found.append(f"{key} {mine[key]}, not {theirs[key]}")
+                found.append(f"{key} {mine[key]}, not {theirs}")
         return found
 
     def display_labels(self) -> Optional[List[str]]:

@@ -22,7 +22,7 @@ from bert_ad.model_folder import (BERT_CONFIG_FILE, SETTINGS_FILE, ModelSettings
 from bert_ad.parallel.checkpoint_files import step_checkpoints
 from bert_ad.run_settings import RunSettings
 from bert_ad.tasks.base import SplitData, Task
-from bert_ad.tasks.model_description import describe_model, describe_shape
+from bert_ad.tasks.model_description import describe_model, describe_run, describe_shape
 
 log = logging.getLogger("bert_ad")
 
@@ -55,21 +55,30 @@ def prepare(task: Task, settings: RunSettings, trains: bool,
                                     and saved.labels == task.labels else None),
         dev_file=dev.source if dev is not None else "")
     if step_checkpoints(output_dir):
-        check_resume(output_dir, saved, record)
+        check_resume(output_dir, saved, record.identity())
     return record
 
 
+def refuse_another_run(task: Task, settings: RunSettings, trains: bool) -> None:
+    """Before the labels are resolved (labels.txt's message would name the wrong
+    cause): output_dir's checkpoints are of this task, model and vocabulary."""
+    output_dir = settings.output_dir
+    if trains and is_model_folder(output_dir) and step_checkpoints(output_dir):
+        check_resume(output_dir, read_model_settings(output_dir), describe_run(task))
+
+
 def check_resume(output_dir: str, saved: Optional[ModelSettings],
-                 record: ModelSettings) -> None:
-    """output_dir's checkpoints are a resume point of this run, or one line says what
-    they are. A folder from before model_settings.json resumes, with a warning."""
+                 identity: Dict[str, object]) -> None:
+    """output_dir's checkpoints are a resume point of the run of `identity`, or one line
+    says what they are. A folder from before model_settings.json resumes, with a
+    warning."""
     if saved is None:
         log.warning("warning: --output_dir=%s holds checkpoints but no %s (written by "
                     "bert_ad before 0.1.0's model folders): resuming from them without "
                     "checking that they are this run's task, model, vocabulary and labels",
                     output_dir, SETTINGS_FILE)
         return
-    differences = saved.identity_differences(record)
+    differences = saved.identity_differences(identity)
     if differences:
         fail(f"--output_dir={output_dir} holds the checkpoints of {saved.describe()}, not "
              f"of this run ({'; '.join(differences)}): they are no resume point; give "

@@ -47,3 +47,13 @@ def describe_model(task) -> Dict[str, object]:
 def describe_shape(task) -> Dict[str, int]:
     """The shape of the model the task's checkpoints hold (a student's own)."""
     return model_shape(task.encoder.config)
+
+
+def describe_run(task) -> Dict[str, object]:
+    """The run identity (ModelSettings.identity) known before the labels are resolved:
+    the task, how it trains, the model's shape and the vocabulary's digest."""
+    tokenizer = getattr(task.encoder, "tokenizer", None)
+    return {"task": task.name, "trained_by": task.trained_by,
+            "model_shape": describe_shape(task),
+            "vocab_sha256": file_digest(task.encoder.vocab_file) if tokenizer is not None
+            else ""}
