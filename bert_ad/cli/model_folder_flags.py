@@ -61,22 +61,28 @@ def model_folder_of_flags(f: flags.FlagValues) -> Optional[Tuple[str, str]]:
     return None
 
 
-def flag_values(folder: str, record: ModelSettings) -> Dict[str, object]:
-    """{flag name: value} the folder says (the vocabulary and config as its own files)."""
+def flag_values(folder: str, record: ModelSettings, task_settings: bool = True
+                ) -> Dict[str, object]:
+    """{flag name: value} the folder says (the vocabulary and config as its own files);
+    `task_settings`: the task's recorded settings too (--pooling, --truncation, ...)."""
     values: Dict[str, object] = {"bert_config_file": os.path.join(folder, BERT_CONFIG_FILE),
                                  "max_seq_length": record.max_seq_length}
     if record.vocab_file:
         vocab_flag = "spm_model_file" if record.tokenizer == "sentencepiece" else "vocab_file"
         values[vocab_flag] = os.path.join(folder, record.vocab_file)
         values["do_lower_case"] = record.do_lower_case
-    for key, value in record.settings.items():
+    for key, value in record.settings.items() if task_settings else ():
         values.update(TARGET_FLAGS.get(value, {}) if key == "target" else {key: value})
     return values
 
 
-def use_model_folder(f: flags.FlagValues) -> None:
+def use_model_folder(f: flags.FlagValues, task_settings: bool = True) -> None:
     """The model flags not given take the model folder's values; a given one that
-    contradicts the folder is refused when scoring and logged when training."""
+    contradicts the folder is refused when scoring and logged when training.
+
+    `task_settings` False: the command reads the encoder only (features, whose
+    --pooling is its own, not the classifier head's): config, vocabulary, casing
+    and length come from the folder, the task's settings do not."""
     if "predict_from_export" in f and f.predict_from_export:
         return  # the export's files (flag_checks.use_export_model_files)
     found = model_folder_of_flags(f)
@@ -88,7 +94,7 @@ def use_model_folder(f: flags.FlagValues) -> None:
     training = "do_train" in f and f.do_train
     _check_model_files(f, folder, record, where)
     given = [name for name in VOCAB_FLAGS if name in f and f[name].present]
-    for name, value in flag_values(folder, record).items():
+    for name, value in flag_values(folder, record, task_settings).items():
         if name not in f or (name in VOCAB_FLAGS and given):
             continue
         if not f[name].present:

@@ -141,7 +141,7 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     """An inference-only command: its check, the shared ones, the towers, the
     encoder and the task, then the command's own run (exit code)."""
     flag_checks.use_export_model_files(f)  # the model flags from --predict_from_export
-    use_model_folder(f)
+    use_model_folder(f, task_settings=False)  # its encoder: a head's settings are not ours
     if command.check_flags is not None:
         command.check_flags(f)
     flag_checks.check_inference_flags(f)
