@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from bert_ad.errors import UserError, fail
 from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
                                 non_finite_warnings, record_dev_choice,
                                 recorded_answer_settings, score, scoring_checkpoint)
-from bert_ad import files
+from bert_ad import run_model_folder
 from bert_ad.files import write_key_values
 from bert_ad.locks import OutputDirLock
 from bert_ad.parallel.checkpoint_files import checkpoint_step
@@ -259,11 +259,14 @@ def predict(task: Task, data: SplitData, settings: RunSettings, placement: Place
 # --- the whole run -------------------------------------------------------------------
 
 def export(task: Task, settings: RunSettings, export_settings: ExportSettings,
-           checkpoint: Optional[str] = None, dev: Optional[SplitData] = None) -> str:
+           checkpoint: Optional[str] = None, dev: Optional[SplitData] = None,
+           label_names: Optional[List[str]] = None) -> str:
     """Export `checkpoint` (default: output_dir's newest, else --init_checkpoint)
-    for serving; export.json names it. An int8 export is measured on `dev`."""
+    for serving; export.json names it (and `label_names`). An int8 export is
+    measured on `dev`."""
     return export_model(task, checkpoint or scoring_checkpoint(settings, "export"),
-                        export_settings, settings.output_dir, dev, settings.eval_batch_size)
+                        export_settings, settings.output_dir, dev, settings.eval_batch_size,
+                        label_names or ())
 
 
 def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
@@ -310,6 +313,8 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             if do_export:
                 refuse_existing(export_dir_for(export_settings, settings.output_dir,
                                                checkpoint))
+    if chief:  # another run's checkpoints are no resume point (run_model_folder.py)
+        run_model_folder.refuse_another_run(task, settings, train_data is not None)
     # From here on the task is complete: its label list is part of it.
     task = task.with_labels(resolve_labels(task, train_data, settings))
     checked = []
@@ -322,6 +327,9 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     refuse_outputs_over_inputs(task, settings.output_dir,
                                [data for data in (train_data, eval_data, predict_data,
                                                   during_training) if data is not None])
+    # The model folder's record (bert_ad/run_model_folder.py): a resume only of this run.
+    record = (run_model_folder.prepare(task, settings, train_data is not None,
+                                       eval_data or during_training) if chief else None)
     # In a cluster only the chief writes, so only it owns output_dir.
     with OutputDirLock(settings.output_dir) if chief else contextlib.nullcontext():
         if chief:
@@ -330,12 +338,11 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             if chief and task.labels is not None:
                 save_label_list(os.path.join(settings.output_dir, LABELS_FILE),
                                 task.labels)
-            if chief:
-                for name, text in task.model_files().items():
-                    with files.atomic_open(os.path.join(settings.output_dir, name),
-                                           encoding="utf-8", newline="\n") as f:
-                        f.write(text)
-            train(task, train_data, settings, placement, during_training)
+            if chief:  # before the first checkpoint: the folder is the model
+                run_model_folder.write_model_folder(settings.output_dir, task, record)
+            trained = train(task, train_data, settings, placement, during_training)
+        elif record is not None:  # --label_names against a trained folder
+            run_model_folder.write_record(settings.output_dir, record)
         if not chief:
             if do_eval or do_predict or do_export:
                 log.info("worker %d: export, predict and eval are the chief's (worker 0's) "
@@ -360,15 +367,21 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             task = task.with_answer_settings(*recorded_answer_settings(
                 checkpoint, settings.output_dir))
         if do_export:
-            export(task, settings, export_settings, checkpoint, int8_dev)
+            export(task, settings, export_settings, checkpoint, int8_dev,
+                   record.label_names if record is not None
+                   else run_model_folder.recorded_label_names(settings))
         predicted = None
         if predict_data is not None:
             predicted = predict(task, predict_data, settings, placement, checkpoint,
                                 dev_outputs if same else None)
+        metrics = None
         if eval_data is not None:
-            evaluate(task, eval_data, settings, placement, checkpoint,
-                     dev_outputs if dev_outputs is not None else
-                     predicted if same else None)
+            metrics = evaluate(task, eval_data, settings, placement, checkpoint,
+                               dev_outputs if dev_outputs is not None else
+                               predicted if same else None)
+        if train_data is not None:
+            run_model_folder.finish(settings.output_dir, record, trained.global_step,
+                                    metrics)
     return 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import logging
 import math
 import os
@@ -404,6 +405,15 @@ def remove_stale_temporaries(directory: str, of: Optional[str] = None) -> List[s
         log.warning("removed %s, left by an interrupted run", path)
         removed.append(path)
     return removed
+
+
+def file_digest(path: str) -> str:
+    """SHA-256 of a file's bytes (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------

@@ -44,6 +44,8 @@ class RunSettings:
     `keep_best_checkpoint` keeps in output_dir/best/; `early_stopping_patience`
     K > 0 stops after K evaluations in a row without improvement.
     `use_best_checkpoint` makes eval, predict and export use best/.
+    `label_names` (a file, "" for none): a display name per label, kept in the
+    model folder's record and in exports (bert_ad/model_folder.py).
     """
     output_dir: str
     init_checkpoint: str = ""
@@ -74,6 +76,7 @@ class RunSettings:
     best_metric: str = ""
     early_stopping_patience: int = 0
     use_best_checkpoint: bool = False
+    label_names: str = ""
 
 
 # Every default in one place: the records below RunSettings' layer name theirs from here.

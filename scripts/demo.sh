@@ -50,3 +50,4 @@ DATA_DIR="$(prepare_dataset "$DATASET")"
   --learning_rate=5e-5 --save_checkpoints_steps=100 --log_every_n_steps=20 \
   --do_train=true --do_predict=true --do_eval=true --output_dir="$OUTPUT_DIR" "$@"
 echo "demo: results in $OUTPUT_DIR (eval_results.txt, predict.txt, test_results.tsv)"
+echo "demo: the model folder is $OUTPUT_DIR (bert_config.json, vocabulary, model_settings.json, checkpoints): score with --output_dir=$OUTPUT_DIR and data flags only"

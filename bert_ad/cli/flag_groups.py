@@ -188,6 +188,10 @@ SHARED: Dict[str, Flag] = {
                              "eval and predict always group by length and restore the "
                              "input order.", False),
     "cache_dir": Flag("string", "Feature cache (default: output_dir/cache).", None),
+    "label_names": Flag("string", "A file of display names for the labels, one a line in "
+                        "labels.txt's order: kept in the model folder's "
+                        "model_settings.json and in exports, when training or later "
+                        "against a trained folder (docs/model_folder.md)."),
     "truncation": Flag("enum", "Which tokens survive when a text is too long.", "head",
                        TRUNCATION_STRATEGIES),
     "truncation_head_fraction": Flag("float", "head+tail: share of the budget kept from "
@@ -213,7 +217,8 @@ GROUPS: Dict[str, Tuple[str, ...]] = {
                 "collective_pack_mb", "collective_fp16", "collective_timeout_s",
                 "cluster_start_timeout_s"),
     "text_data": ("do_predict", "predict_batch_size", "predict_file", "max_train_examples",
-                  "max_eval_examples", "padding", "bucket_by_length", "cache_dir"),
+                  "max_eval_examples", "padding", "bucket_by_length", "cache_dir",
+                  "label_names"),
     "truncation": ("truncation", "truncation_head_fraction"),
 }
 

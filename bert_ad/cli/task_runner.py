@@ -6,7 +6,8 @@ Everything else happens here, once, in this order, so every task checks its
 inputs the same way before anything is written:
 
   1. nothing to do?  (none of the task's --do_* flags set)
-  2. --predict_from_export fills the model flags; the export flags' check
+  2. --predict_from_export, or a model folder (bert_ad/cli/model_folder_flags.py),
+     fills the model flags; the export flags' check
   3. the task's own early check, then the shared flags (bert_ad/cli/flag_checks.py)
      and the model's config and vocabulary
   -- everything above runs without TensorFlow (this module imports none); --
@@ -30,6 +31,7 @@ from absl import flags
 
 from bert_ad import export_predict
 from bert_ad.cli import flag_checks, flag_groups
+from bert_ad.cli.model_folder_flags import use_model_folder
 from bert_ad.cli.registry import TaskCommand
 from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import run_launcher
@@ -76,6 +78,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     if "do_export" in command.actions:
         flag_checks.use_export_model_files(f)
         flag_checks.check_export_flags(f)
+    use_model_folder(f)  # the model flags from a model folder (model_folder_flags.py)
     if command.check_flags is not None:
         command.check_flags(f)
     flag_checks.check_training_flags(f, *command.positive_flags)
@@ -138,6 +141,7 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
     """An inference-only command: its check, the shared ones, the towers, the
     encoder and the task, then the command's own run (exit code)."""
     flag_checks.use_export_model_files(f)  # the model flags from --predict_from_export
+    use_model_folder(f, task_settings=False)  # its encoder: a head's settings are not ours
     if command.check_flags is not None:
         command.check_flags(f)
     flag_checks.check_inference_flags(f)

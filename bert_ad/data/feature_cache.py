@@ -30,7 +30,8 @@ from typing import Callable, Dict, Generic, List, Mapping, Optional, TypeVar, Un
 import numpy as np
 
 from bert_ad.data.batching import TokenizedExamples
-from bert_ad.files import atomic_open
+# file_digest lives with the other file helpers; named here too, where callers find it.
+from bert_ad.files import atomic_open, file_digest  # noqa: F401
 
 log = logging.getLogger("bert_ad")
 
@@ -56,15 +57,6 @@ class Codec(Generic[T]):
     encode: Callable[[T], Arrays]
     decode: Callable[[Mapping[str, object]], T]
     rows: Callable[[T], int]
-
-
-def file_digest(path: str) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cache_key(data_file: str, vocab_file: str, do_lower_case: bool,

@@ -78,6 +78,7 @@ class ExportMetadata:
         weights, activations quantized as they come); outputs are float32.
       task: the task's name ("classifier", "rewrite", ...).
       labels: the label list (labels.txt), or None for a task without one.
+      label_names: a display name per label (--label_names), or None.
       max_seq_length, do_lower_case: the tokenizer settings it was trained with.
       vocab_file: the vocab's file name in assets/.
       tokenizer: "wordpiece", "sentencepiece" or "unigram" (a piece list,
@@ -117,6 +118,7 @@ class ExportMetadata:
     settings: Dict[str, object] = dataclasses.field(default_factory=dict)
     answer_settings: Dict[str, object] = dataclasses.field(default_factory=dict)
     onnx: Dict[str, object] = dataclasses.field(default_factory=dict)
+    label_names: Optional[List[str]] = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"

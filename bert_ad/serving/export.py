@@ -31,23 +31,22 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
 from bert_ad.compat import TF_VERSION, make_saved_model_portable, portable_graph_def, tf
-from bert_ad.data.tokenization import PieceListTokenizer, SentencePieceTokenizer
 from bert_ad.errors import fail
 from bert_ad.files import cannot_write
 from bert_ad.folders import staging_directory
 from bert_ad.parallel.checkpoint_files import checkpoint_step
 from bert_ad.parallel.checkpoints import require_variables, variable_name
-from bert_ad.data.feature_cache import file_digest
 from bert_ad.inference import layout
 from bert_ad.serving import onnx_export, quantization
 # What --do_export asks for; in layout.py, which imports no TensorFlow (the flags read it).
 from bert_ad.inference.layout import ExportSettings  # noqa: F401
 from bert_ad.tasks.base import SplitData, Task, TextEncoder
+from bert_ad.tasks.model_description import describe_model
 
 log = logging.getLogger("bert_ad")
 
@@ -245,7 +244,7 @@ def _signature_json(metadata: layout.ExportMetadata) -> str:
 
 def export_model(task: Task, checkpoint: str, settings: ExportSettings,
                  output_dir: str, dev: Optional[SplitData] = None,
-                 dev_batch_size: int = 32) -> str:
+                 dev_batch_size: int = 32, label_names: Sequence[str] = ()) -> str:
     """Write `task` with `checkpoint`'s weights as an export for serving.
 
     Args:
@@ -255,6 +254,7 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
       output_dir: the run's output_dir (for the default export_dir).
       dev: an int8 ONNX export's rows to measure it on against fp32
         (quantization.accuracy_change), scored dev_batch_size rows a batch.
+      label_names: a display name per label (--label_names), kept in export.json.
     Returns:
       The export's folder, complete (it appears only when fully written).
     Raises:
@@ -273,18 +273,12 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
                                       remove_padding=not onnx)
     encoder = task.encoder
     metadata = layout.ExportMetadata(
-        format=settings.format, precision=settings.precision, task=task.name,
-        labels=list(task.labels) if task.labels is not None else None,
-        max_seq_length=encoder.max_seq_length, do_lower_case=bool(encoder.do_lower_case),
-        vocab_file=os.path.basename(encoder.vocab_file),
-        tokenizer=("sentencepiece" if isinstance(encoder.tokenizer, SentencePieceTokenizer)
-                   else "unigram" if isinstance(encoder.tokenizer, PieceListTokenizer)
-                   else "wordpiece"),
-        vocab_sha256=file_digest(encoder.vocab_file), tensorflow_version=TF_VERSION,
+        format=settings.format, precision=settings.precision, **describe_model(task),
+        label_names=list(label_names) if label_names else None,
+        tensorflow_version=TF_VERSION,
         checkpoint=os.path.abspath(checkpoint), global_step=checkpoint_step(checkpoint),
         inputs={k: _tensor_info(v, onnx) for k, v in serving.inputs.items()},
         outputs={k: _tensor_info(v, onnx) for k, v in serving.outputs.items()},
-        settings=task.serving_settings(), answer_settings=task.answer_settings(),
         onnx=onnx_export.versions() if onnx else {})
     log.info("export: %s %s of %s (%s) -> %s", settings.format, settings.precision,
              checkpoint, ", ".join(f"{k} {v.dtype}{v.shape}"

@@ -86,6 +86,9 @@ class Task(abc.ABC):
       main_metric: the eval figure that picks the best checkpoint when
         --best_metric is not given ("" = none; see
         bert_ad/parallel/best_checkpoint.py for which way is better).
+      trained_by: how this task trains its weights ("fine-tuning", "distillation",
+        "pretraining"): part of a run's identity (bert_ad/model_folder.py), so a
+        student's run never resumes its teacher's checkpoints.
       chooses_on_dev: an answer setting is chosen on the dev rows (squad's
         --null_score_diff_threshold=auto): the driver scores them before it
         exports or predicts, and goes on with `with_dev_choice`'s task.
@@ -99,6 +102,7 @@ class Task(abc.ABC):
     serving_inputs: Sequence[str] = SERVING_INPUTS
     main_metric: str = ""
     chooses_on_dev: bool = False
+    trained_by: str = "fine-tuning"
 
     # --- completing the task --------------------------------------------------
 

@@ -323,6 +323,8 @@ class ClassificationTask(Task):
         read back by FeatureSettings.from_export_settings and
         ClassifierOutputs.from_export (bert_ad/inference/predictions.py)."""
         settings = self.feature_settings().export_settings()
+        # The vector the head reads: a model trained on one is wrong with the other.
+        settings["pooling"] = self.pooling
         if self.windows is not None:
             settings["window_pooling"] = self.window_pooling
         return settings

@@ -134,6 +134,7 @@ class DistillationTask(Task):
     transfer_file: str = ""
     record: dict = dataclasses.field(default_factory=dict)
     labels: Optional[List[str]] = None
+    trained_by = "distillation"  # a student's folder is never its teacher's resume point
 
     # --- the student, as the driver, the exporter and a server see it -----------------
 

@@ -94,6 +94,7 @@ class PretrainingTask(Task):
     """
 
     name = "pretraining"
+    trained_by = "pretraining"
     main_metric = "masked_lm_accuracy"
     feature_spec = FEATURE_SPEC
     scores_released_checkpoints = True
