@@ -96,13 +96,15 @@ def make_exports(root: str) -> dict:
     training = {"learning_rate": 1e-4, "train_batch_size": 4, "num_train_epochs": 1,
                 "max_train_examples": 8, "do_train": True, "do_export": True,
                 "export_format": "onnx"}
+    # NER trained one character a line (as Chinese NER data is): a served text
+    # must be split into characters, as export.json records, with no serve flag.
     ner_dir = os.path.join(root, "ner_data")
     os.makedirs(ner_dir)
-    for split, rows in (("train", texts[:16]), ("test", texts[16:28])):
+    for split, rows in (("train", texts[:16]), ("test", texts[16:24])):
         with open(os.path.join(ner_dir, f"{split}.txt"), "w", encoding="utf-8") as f:
             for text in rows:
-                f.write("".join(f"{w}\t{'B-LONG' if len(w) >= 6 else 'O'}\n"
-                                for w in basic_words(text)) + "\n")
+                f.write("".join(f"{c}\t{'B-V' if c in 'aeiou' else 'O'}\n"
+                                for c in "".join(basic_words(text))[:40]) + "\n")
     lines_file = os.path.join(root, "lines.txt")
     with open(lines_file, "w", encoding="utf-8") as f:
         f.write("".join(t + "\n" for t in texts[:12]) + "a short one ||| and its pair\n")
@@ -111,9 +113,11 @@ def make_exports(root: str) -> dict:
         "windows": {"task_name": "sentiment", "data_dir": SENTIMENT, "max_seq_length": 16,
                     "long_text": "windows", "window_stride": 7,
                     "window_pooling": "attention"},
-        "ner": {"data_dir": ner_dir, "max_seq_length": 16, "use_crf": True},
+        # (one --doc_stride for the server's squad and NER: 16 fits both windows)
+        "ner": {"data_dir": ner_dir, "max_seq_length": 24, "doc_stride": 16, "use_crf": True},
+        # SQuAD v2.0: a served model answers "" as --do_predict does, with no serve flag.
         "squad": {"predict_file": SQUAD_FILE, "max_seq_length": 48, "doc_stride": 16,
-                  "max_query_length": 16},
+                  "max_query_length": 16, "version_2_with_negative": True},
     }
     clis = {"classifier": classifier, "windows": classifier, "ner": ner, "squad": squad}
     made = {}
@@ -125,8 +129,11 @@ def make_exports(root: str) -> dict:
         assert run_main(clis[key], {k: v for k, v in run_flags.items()
                                     if v is not None}) == 0
         (step,) = os.listdir(os.path.join(output_dir, "export"))
-        made[key] = {"export": os.path.join(output_dir, "export", step),
-                     "flags": {k: v for k, v in flags.items() if k != "max_seq_length"}}
+        # Scoring takes the export's settings: only the data flags are given.
+        made[key] = {"export": os.path.join(output_dir, "export", step), "folder": output_dir,
+                     "flags": {k: v for k, v in flags.items() if k in (
+                         "task_name", "data_dir", "predict_file", "doc_stride",
+                         "max_query_length")}}
     checkpoint = save_initial_checkpoint(os.path.join(root, "init", "bert_model.ckpt"),
                                          model.bert_config(), seed=1)
     export_dir = os.path.join(root, "runs", "features_export")
@@ -134,8 +141,7 @@ def make_exports(root: str) -> dict:
                                    max_seq_length=24, pooling="mean", normalize=True,
                                    do_export=True, export_dir=export_dir,
                                    export_format="onnx")) == 0
-    made["features"] = {"export": export_dir, "flags": {"input_file": lines_file,
-                                                         "pooling": "mean", "normalize": True}}
+    made["features"] = {"export": export_dir, "flags": {"input_file": lines_file}}
     with open(os.path.join(root, LIST_FILE), "w", encoding="utf-8") as f:
         json.dump(made, f, indent=1)
     return made
@@ -263,8 +269,11 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(machine):
-    served = Server(machine, {key: machine.exports[key]["export"] for key in TASKS},
-                    "server.log")
+    # The classifier as its fine-tuned folder (served from its newest export), the
+    # others as export folders.
+    model_dirs = {key: machine.exports[key]["export"] for key in TASKS}
+    model_dirs["classifier"] = machine.exports["classifier"]["folder"]
+    served = Server(machine, model_dirs, "server.log")
     yield served
     assert served.stop() == 0, served.text()[-3000:]
     assert "Traceback" not in served.text()
@@ -297,13 +306,20 @@ def test_served_ner_tags_as_predict_from_export(machine, server):
         elif words:
             sentences.append(words)
             words = []
-    answers = server.predict("ner", [{"tokens": s} for s in sentences])
     expected = [line.split("\t")[1] for line in
                 lines(os.path.join(machine.outputs["ner"], "predict.txt")) if line]
-    assert [t for a in answers for t in a["tags"]] == expected
     entities = [json.loads(line)["entities"] for line in
                 lines(os.path.join(machine.outputs["ner"], "predict_entities.jsonl"))]
+    answers = server.predict("ner", [{"tokens": s} for s in sentences])
+    assert [t for a in answers for t in a["tags"]] == expected
     assert [a["entities"] for a in answers] == entities
+    assert "B-V" in expected and "O" in expected
+    # As text, split into characters as the model was trained (export.json), with no
+    # --token_split: the same tags (split into words, the counts would differ).
+    texts = [" ".join(s[:10]) + "".join(s[10:]) for s in sentences]
+    answers = server.predict("ner", texts)
+    assert [a["tokens"] for a in answers] == sentences
+    assert [t for a in answers for t in a["tags"]] == expected
 
 
 def test_served_squad_answers_as_predict_from_export(machine, server):
@@ -316,6 +332,10 @@ def test_served_squad_answers_as_predict_from_export(machine, server):
     answers = server.predict("squad", [{"question": q, "context": c}
                                        for _, q, c in questions])
     assert [a["answer"] for a in answers] == [expected[i] for i, _, _ in questions]
+    # A v2.0 model, served with no --version_2_with_negative: "" where --do_predict
+    # answered "" (and null odds beside every answer).
+    assert "" in expected.values() and set(expected.values()) != {""}
+    assert all("null_odds" in a for a in answers)
 
 
 def test_served_embeddings_as_features(machine, server):
@@ -381,3 +401,25 @@ def test_a_saved_model_without_tensorflow_is_one_line(machine):
     assert_one_error_line(done, f"--model_dir={export_dir} is a saved_model export, which "
                           "TensorFlow scores, and no TensorFlow is installed here",
                           "--export_format=onnx")
+
+
+def test_a_model_folder_without_an_export_is_one_line(machine):
+    folder = os.path.join(machine.root, "folder_without_export")
+    shutil.copytree(machine.exports["windows"]["folder"], folder,
+                    ignore=shutil.ignore_patterns("export"))
+    done = without_tensorflow(["serve", "--port=0", f"--model_dir={folder}"], machine.root)
+    assert_one_error_line(done, f"--model_dir={folder} is a fine-tuned model folder with no "
+                          "export in it", "--do_export", "--export_format=onnx")
+
+
+def test_a_model_folder_newer_than_its_export_is_served_with_a_warning(machine):
+    folder = os.path.join(machine.root, "folder_with_newer_checkpoint")
+    shutil.copytree(machine.exports["windows"]["folder"], folder)
+    open(os.path.join(folder, "model.ckpt-999.index"), "wb").close()
+    served = Server(machine, {"windows": folder}, "newer.log")
+    try:
+        assert len(served.predict("windows", ["a text"])) == 1
+    finally:
+        assert served.stop() == 0
+    assert re.search(r"warning: --model_dir=\S+ holds model\.ckpt-999, newer than its newest "
+                     r"export \(\d+\), which is served", served.text()), served.text()[-2000:]

@@ -129,13 +129,15 @@ def build(f: flags.FlagValues, encoder):
     spec = processors.get_task(f.task_name, overrides)
     target = target_from_flags(f, spec)
     windows = windows_from_flags(f)
-    return ClassificationTask(encoder, spec, f.data_dir or "", f.predict_file, f.truncation,
-                              f.truncation_head_fraction, f.max_train_examples,
-                              f.max_eval_examples, target, f.multi_label_separator,
-                              f.multi_label_threshold, windows, f.window_pooling, f.pooling,
-                              f.head_learning_rate_multiplier,
-                              # Whether the first line is a header was said: trust it.
-                              detect_header="has_header" not in overrides)
+    return ClassificationTask(
+        encoder=encoder, spec=spec, data_dir=f.data_dir or "", predict_file=f.predict_file,
+        truncation=f.truncation, head_fraction=f.truncation_head_fraction,
+        max_train_examples=f.max_train_examples, max_eval_examples=f.max_eval_examples,
+        target=target, label_separator=f.multi_label_separator,
+        threshold=f.multi_label_threshold, windows=windows, window_pooling=f.window_pooling,
+        pooling=f.pooling, head_learning_rate_multiplier=f.head_learning_rate_multiplier,
+        # Whether the first line is a header was said: trust it.
+        detect_header="has_header" not in overrides)
 
 
 def target_from_flags(f: flags.FlagValues, spec: task_specs.TaskSpec) -> str:

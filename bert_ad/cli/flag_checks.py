@@ -25,6 +25,7 @@ from bert_ad.bert_config import BertConfig
 from bert_ad.parallel.sparse_updates import check_sparse_embedding_updates
 from bert_ad.inference import layout
 from bert_ad.inference.exported_model import ExportedModel
+from bert_ad.cli.model_folder_flags import settings_flag_values
 from bert_ad.tasks.base import TextEncoder
 
 EXPORT_DETAILS = ("export_dir", "export_format", "export_precision")
@@ -169,6 +170,10 @@ def use_export_model_files(f: flags.FlagValues) -> None:
                 vocab_flag: exported.vocab_path,
                 "do_lower_case": metadata.do_lower_case,
                 "max_seq_length": metadata.max_seq_length}
+    # The task's recorded settings too (--long_text, --pooling, --token_split, ...):
+    # a flag given anyway is checked against the export (compatibility.py).
+    defaults.update((name, value) for name, value in settings_flag_values(
+        metadata.settings).items() if name in f)
     given = [name for name in ("vocab_file", "spm_model_file") if f[name].present]
     for name, value in defaults.items():
         if name in ("vocab_file", "spm_model_file") and given:

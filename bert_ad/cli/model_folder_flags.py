@@ -71,7 +71,16 @@ def flag_values(folder: str, record: ModelSettings, task_settings: bool = True
         vocab_flag = "spm_model_file" if record.tokenizer == "sentencepiece" else "vocab_file"
         values[vocab_flag] = os.path.join(folder, record.vocab_file)
         values["do_lower_case"] = record.do_lower_case
-    for key, value in record.settings.items() if task_settings else ():
+    if task_settings:
+        values.update(settings_flag_values(record.settings))
+    return values
+
+
+def settings_flag_values(settings: Dict[str, object]) -> Dict[str, object]:
+    """{flag name: value} of a task's recorded settings (a model folder's or an
+    export's: Task.serving_settings), the target as the flags that say it."""
+    values: Dict[str, object] = {}
+    for key, value in settings.items():
         values.update(TARGET_FLAGS.get(value, {}) if key == "target" else {key: value})
     return values
 

@@ -28,6 +28,7 @@ from typing import Optional
 from absl import flags
 
 from bert_ad.cli.registry import register_task
+from bert_ad.data.conll import TOKEN_SPLITS
 from bert_ad.cli import flag_groups, task_runner
 from bert_ad.data.tag_schemes import SCHEMES
 from bert_ad.errors import fail
@@ -69,6 +70,11 @@ def define_tagging_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("doc_stride", 0,
                          "Pieces between the starts of a long sentence's windows "
                          "(0: half of --max_seq_length - 2).", **d)
+    flags.DEFINE_enum("token_split", None, list(TOKEN_SPLITS),
+                      "How a served text becomes words: words (whitespace, punctuation "
+                      "and CJK characters alone) or characters (every character, for "
+                      "models trained one character a line). Default: read from the "
+                      "training tokens, recorded with the model.", **d)
     flags.DEFINE_bool("use_crf", False,
                       "A linear-chain CRF over each window's words instead of a softmax.",
                       **d)
@@ -94,6 +100,7 @@ def build(f: flags.FlagValues, encoder, labels_from_flags: bool = True,
         encoder=encoder, files=files, tag_scheme=f.tag_scheme,
         labels=f.labels if labels_from_flags else None, doc_stride=f.doc_stride or None,
         use_crf=f.use_crf if use_crf is None else use_crf,
+        token_split=f.token_split if "token_split" in f else None,
         head_learning_rate_multiplier=f.head_learning_rate_multiplier,
         max_train_examples=f.max_train_examples, max_eval_examples=f.max_eval_examples)
 

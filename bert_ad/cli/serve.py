@@ -66,10 +66,11 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_float("multi_label_threshold", 0.5,
                        "Multi-label classifiers: a label is answered at this probability "
                        "or more.", **d)
-    flags.DEFINE_enum("token_split", "words", ["words", "characters"],
+    flags.DEFINE_enum("token_split", None, ["words", "characters"],
                       "Token classification: a text's words are split at whitespace with "
                       "each punctuation mark and CJK character alone (words), or every "
-                      "character is one (characters: models trained one character a line).",
+                      "character is one (characters: models trained one character a line). "
+                      "Default: as the model was trained (its export.json), else words.",
                       **d)
     flags.DEFINE_integer("doc_stride", 0,
                          "Pieces between windows of a long sentence or context (0: the "
@@ -78,8 +79,9 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("max_query_length", 64, "Squad: question pieces kept.", **d)
     flags.DEFINE_integer("n_best_size", 20, "Squad: candidates searched.", **d)
     flags.DEFINE_integer("max_answer_length", 30, "Squad: longest answer, in pieces.", **d)
-    flags.DEFINE_bool("version_2_with_negative", False,
-                      'Squad v2.0: answer "" when the null answer wins.', **d)
+    flags.DEFINE_bool("version_2_with_negative", None,
+                      'Squad v2.0: answer "" when the null answer wins. Default: as the '
+                      "model was trained (its export.json), else v1.1.", **d)
     flags.DEFINE_float("null_score_diff_threshold", None,
                        "Squad v2.0: answer \"\" when null score - best span's > this "
                        "(default: export.json's, else 0).", **d)

@@ -222,3 +222,16 @@ def write_predictions(path: str, conll: ConllFile,
                       predicted_tags: Sequence[Sequence[str]]) -> str:
     """Write `prediction_lines` to `path` atomically; returns `path`."""
     return write_lines(path, prediction_lines(conll, predicted_tags))
+
+
+# How a served text becomes a token classifier's words: "words" (whitespace, and
+# each punctuation mark and CJK character alone: Google's basic tokenizer) or
+# "characters" (every character but whitespace: models trained one character a line).
+TOKEN_SPLITS = ("words", "characters")
+
+
+def token_split_of(sentences) -> str:
+    """The TOKEN_SPLITS value a model trained on `sentences` (each with `.tokens`)
+    reads text with: "characters" when every training token is one character."""
+    tokens = [token for sentence in sentences for token in sentence.tokens]
+    return "characters" if tokens and all(len(t) == 1 for t in tokens) else "words"

@@ -264,6 +264,8 @@ _FIELDS = {
     "labels": ("null or a list of distinct strings", lambda v: v is None or (
         isinstance(v, list) and all(isinstance(x, str) for x in v)
         and len(set(v)) == len(v) and bool(v))),
+    "label_names": ("null or a list of strings, one per label", lambda v: v is None or (
+        isinstance(v, list) and all(isinstance(x, str) for x in v))),
     "max_seq_length": ("a whole number of at least 3", lambda v: _whole(v) and v >= 3),
     "do_lower_case": ("true or false", lambda v: isinstance(v, bool)),
     "vocab_file": ("a file name in assets/", lambda v: isinstance(v, str) and bool(v)
@@ -280,7 +282,7 @@ _FIELDS = {
     "answer_settings": ("an object", lambda v: isinstance(v, dict)),
     "onnx": ("an object", lambda v: isinstance(v, dict)),
 }
-_OPTIONAL = ("layout_version", "settings", "answer_settings", "onnx")
+_OPTIONAL = ("layout_version", "settings", "answer_settings", "onnx", "label_names")
 
 
 def metadata_problem(values) -> str:
@@ -298,4 +300,8 @@ def metadata_problem(values) -> str:
             return f"{name!r} is missing"
         if not ok(values[name]):
             return f"{name!r} is {json.dumps(values[name])[:60]}, not {what}"
+    names = values.get("label_names")
+    if names is not None and len(names) != len(values["labels"] or ()):
+        return (f"'label_names' has {len(names)} names for {len(values['labels'] or ())} "
+                "labels")
     return ""

@@ -40,6 +40,7 @@ from bert_ad.answers.tokens import predicted_tags
 from bert_ad.data.basic_tokenization import _is_control, _is_punctuation, _is_whitespace, \
     is_chinese_char
 from bert_ad.data.batching import TokenizedExamples
+from bert_ad.data.conll import TOKEN_SPLITS
 from bert_ad.data.embedding_rows import encode_line
 from bert_ad.data.embedding_settings import EMBEDDING
 from bert_ad.data.features import FeatureSettings, convert_examples
@@ -51,7 +52,6 @@ from bert_ad.data.token_features import convert_sentences, default_doc_stride
 from bert_ad.errors import fail
 from bert_ad.inference.exported_model import ExportedModel
 
-TOKEN_SPLITS = ("words", "characters")
 
 
 class BadInstance(ValueError):
@@ -68,21 +68,23 @@ class ServeOptions:
       token_split: how a token classifier's text becomes words: "words"
         (whitespace, and each punctuation mark and CJK character alone:
         Google's basic tokenizer) or "characters" (every character but
-        whitespace, for models trained one character a line).
+        whitespace, for models trained one character a line); None: the split
+        the model was trained with (export.json's settings), else "words".
       doc_stride: pieces between windows of a long sentence or context
         (0: the task's default, half a window for token classification, 128
         for squad).
-      max_query_length, n_best_size, max_answer_length,
-        version_2_with_negative: as run_squad's flags.
+      max_query_length, n_best_size, max_answer_length: as run_squad's flags.
+      version_2_with_negative: as run_squad's; None: as the model was trained
+        (export.json's settings), else v1.1.
       null_score_diff_threshold: None = export.json's (when recorded), else 0.
     """
     multi_label_threshold: float = 0.5
-    token_split: str = "words"
+    token_split: Optional[str] = None
     doc_stride: int = 0
     max_query_length: int = 64
     n_best_size: int = 20
     max_answer_length: int = 30
-    version_2_with_negative: bool = False
+    version_2_with_negative: Optional[bool] = None
     null_score_diff_threshold: Optional[float] = None
 
 
@@ -216,7 +218,8 @@ class ClassifierPredictions(Predictions):
         if self.meaning.window_pooling:
             outputs["window_documents"] = featurized.examples.row_values["document_index"]
         answers = self.meaning.answers(outputs, len(parsed))
-        labels = self.metadata.labels
+        # The names the user gave (--label_names), else labels.txt's.
+        labels = self.metadata.label_names or self.metadata.labels
         return [answers.as_json(row, labels) for row in range(len(parsed))]
 
     def describe(self):
@@ -263,8 +266,11 @@ class TokenPredictions(Predictions):
 
     def __init__(self, model, options):
         super().__init__(model, options)
-        if options.token_split not in TOKEN_SPLITS:
-            fail(f"--token_split={options.token_split} is not one of {', '.join(TOKEN_SPLITS)}")
+        # The split the model was trained with (export.json), unless --token_split says.
+        self.token_split = options.token_split or str(
+            self.metadata.settings.get("token_split", "words"))
+        if self.token_split not in TOKEN_SPLITS:
+            fail(f"--token_split={self.token_split} is not one of {', '.join(TOKEN_SPLITS)}")
         self.labels = list(self.metadata.labels or ())
         self.doc_stride = options.doc_stride or default_doc_stride(self.max_seq_length)
 
@@ -278,7 +284,7 @@ class TokenPredictions(Predictions):
                 raise BadInstance('"tokens" must be a list of non-blank strings')
             return Sentence(list(tokens), None, None)
         text = instance if isinstance(instance, str) else _fields(instance, ("text",))["text"]
-        spans = split_words(text, self.options.token_split == "characters")
+        spans = split_words(text, self.token_split == "characters")
         return Sentence([text[s:e] for s, e in spans], spans, text)
 
     def featurize(self, parsed):
@@ -310,7 +316,7 @@ class TokenPredictions(Predictions):
         return answers
 
     def describe(self):
-        return {"token_split": self.options.token_split, "doc_stride": self.doc_stride}
+        return {"token_split": self.token_split, "doc_stride": self.doc_stride}
 
 
 class SquadPredictions(Predictions):
@@ -328,12 +334,16 @@ class SquadPredictions(Predictions):
         self.windows.check()
         threshold = options.null_score_diff_threshold
         if threshold is None:  # recorded by a training run that chose it on dev
-            recorded = getattr(metadata, "null_score_diff_threshold", None)
-            if recorded is None:
-                recorded = metadata.settings.get("null_score_diff_threshold")
+            recorded = metadata.answer_settings.get(
+                "null_score_diff_threshold", metadata.settings.get("null_score_diff_threshold"))
             threshold = float(recorded) if recorded is not None else 0.0
+        # v2.0 (answer "" when the null answer wins) as the model was trained, unless
+        # --version_2_with_negative says.
+        version_2 = options.version_2_with_negative
+        if version_2 is None:
+            version_2 = bool(metadata.settings.get("version_2_with_negative", False))
         self.answer_settings = AnswerSettings(options.n_best_size, options.max_answer_length,
-                                              options.version_2_with_negative, threshold)
+                                              version_2, threshold)
 
     def parse(self, instance) -> Tuple[str, str]:
         fields = _fields(instance, ("question", "context"))

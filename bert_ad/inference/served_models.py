@@ -24,6 +24,7 @@ from bert_ad.inference import layout
 from bert_ad.inference.batching import DynamicBatcher, pack
 from bert_ad.inference.exported_model import ExportedModel
 from bert_ad.inference.predictions import Predictions, ServeOptions, predictions_for, stack_rows
+from bert_ad.model_folder import is_model_folder
 
 log = logging.getLogger("bert_ad")
 
@@ -77,7 +78,10 @@ def default_name(directory: str) -> str:
 
 def resolve_version(directory: str) -> Tuple[str, int]:
     """(the export to serve, its version) of a folder --model_dir names: the
-    folder itself when it is an export, else its newest numbered export."""
+    folder itself when it is an export, a fine-tuned model folder's newest export
+    (OUT/export/STEP), else its newest numbered export."""
+    if is_model_folder(directory) and not os.path.isfile(layout.metadata_path(directory)):
+        return _model_folder_export(directory)
     if os.path.isfile(layout.metadata_path(directory)):
         name = os.path.basename(os.path.normpath(directory))
         return directory, int(name) if name.isdigit() else -1
@@ -90,6 +94,30 @@ def resolve_version(directory: str) -> Tuple[str, int]:
     # The one line read_metadata gives for a folder that is no export.
     layout.read_metadata(directory, FLAG)
     raise AssertionError("read_metadata accepted a folder without export.json")
+
+
+CHECKPOINT_INDEX = re.compile(r"^model\.ckpt-(\d+)\.index$")
+
+
+def _model_folder_export(folder: str) -> Tuple[str, int]:
+    """A fine-tuned folder's newest export (its export/STEP), with a warning when
+    the folder holds a newer checkpoint than that export; one error line when it
+    has none (exporting needs TensorFlow: this layer has none)."""
+    exports = os.path.join(folder, "export")
+    versions = sorted(int(name) for name in (os.listdir(exports) if os.path.isdir(exports)
+                                             else ()) if name.isdigit()
+                      and os.path.isfile(layout.metadata_path(os.path.join(exports, name))))
+    if not versions:
+        fail(f"{FLAG}={folder} is a fine-tuned model folder with no export in it: export it "
+             f"first with its command's --do_export --output_dir={folder} (add "
+             "--export_format=onnx to serve it on a machine without TensorFlow), then serve "
+             f"{FLAG}={folder}")
+    steps = [int(m.group(1)) for m in map(CHECKPOINT_INDEX.match, os.listdir(folder)) if m]
+    if steps and max(steps) > versions[-1]:
+        log.warning("warning: %s=%s holds model.ckpt-%d, newer than its newest export (%d), "
+                    "which is served: export again with --do_export to serve the newer "
+                    "weights", FLAG, folder, max(steps), versions[-1])
+    return os.path.join(exports, str(versions[-1])), versions[-1]
 
 
 @dataclasses.dataclass

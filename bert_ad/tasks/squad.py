@@ -222,6 +222,11 @@ class SquadTask(Task):
 
     # --- the null threshold -------------------------------------------------------
 
+    def serving_settings(self) -> Dict[str, object]:
+        """SQuAD v2.0 or v1.1: whether "" is an answer is part of the model's meaning
+        (a served v2.0 model answers "" with no serve flag)."""
+        return {"version_2_with_negative": bool(self.answers.version_2_with_negative)}
+
     def answer_settings(self) -> Dict[str, object]:
         if not self.answers.version_2_with_negative:
             return {}

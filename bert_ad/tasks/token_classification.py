@@ -34,7 +34,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bert_ad.answers.tokens import predicted_tags
-from bert_ad.data.conll import ConllFile, read_conll, prediction_lines, token_separator
+from bert_ad.data.conll import (ConllFile, prediction_lines, read_conll, token_separator,
+                                token_split_of)
 from bert_ad.data.tag_schemes import (OUTSIDE, TagScheme, detect_scheme, get_scheme, label_list,
                                       span_records, span_types, validate_label_list,
                                       validate_tags)
@@ -104,6 +105,8 @@ class TokenClassificationTask(Task):
       doc_stride: pieces between the starts of a long sentence's windows (None:
         half a window, default_doc_stride).
       use_crf: a linear-chain CRF (Viterbi decoding) instead of a softmax.
+      token_split: how a served text becomes words (bert_ad.data.conll.TOKEN_SPLITS);
+        None: read from the training tokens when training (token_split_of).
       head_learning_rate_multiplier: the head (output_weights, output_bias,
         output_offset_embeddings, crf/transitions) learns this many times
         faster than the encoder. It starts from random weights near 0 (or
@@ -121,6 +124,7 @@ class TokenClassificationTask(Task):
     def __init__(self, encoder: TextEncoder, files: ConllFormat,
                  tag_scheme: Optional[str] = None, labels: Optional[Sequence[str]] = None,
                  doc_stride: Optional[int] = None, use_crf: bool = False,
+                 token_split: Optional[str] = None,
                  head_learning_rate_multiplier: float = 1.0,
                  max_train_examples: Optional[int] = None,
                  max_eval_examples: Optional[int] = None):
@@ -132,6 +136,7 @@ class TokenClassificationTask(Task):
             fail(f"--labels lists a tag twice: {','.join(self.label_flag)}")
         self.doc_stride = doc_stride or default_doc_stride(encoder.max_seq_length)
         self.use_crf = use_crf
+        self.token_split = token_split
         self.head_learning_rate_multiplier = check_head_learning_rate_multiplier(
             head_learning_rate_multiplier)
         self.limits = {"train": max_train_examples, "dev": max_eval_examples}
@@ -161,6 +166,8 @@ class TokenClassificationTask(Task):
 
         Also fixes the tag scheme (--tag_scheme, else read from those tags).
         """
+        if train is not None and self.token_split is None:
+            self.token_split = token_split_of(train.rows)
         if self.label_flag is not None:
             labels, source = self.label_flag, "--labels"
         elif train is not None:
@@ -291,6 +298,11 @@ class TokenClassificationTask(Task):
         length: a 2-D array, or an object array of rows when batches differ.
         """
         return predicted_tags(self.features(data), outputs["predicted"], self.labels)
+
+    def serving_settings(self) -> Dict[str, object]:
+        """How a served text becomes words, when known (trained here, or --token_split):
+        bert-ad serve and a model folder's users read it."""
+        return {"token_split": self.token_split} if self.token_split else {}
 
     def metrics(self, data: ConllSplit, outputs: Dict[str, np.ndarray]) -> dict:
         predicted = self.predicted_tags(data, outputs)
