@@ -40,7 +40,7 @@ from bert_ad.cli import serve as serve_cli  # noqa: E402
 from bert_ad.cli import squad as squad_cli  # noqa: E402
 from bert_ad.inference.layout import read_metadata  # noqa: E402
 from bert_ad.inference.predictions import ServeOptions, SquadPredictions, split_words  # noqa: E402
-from bert_ad.inference.served_models import text_encoder  # noqa: E402
+from bert_ad.inference.exported_model import ExportedModel  # noqa: E402
 
 from helpers import (REPO, SAMPLE_SENTIMENT, Processes, read_text, run_cli_in_process,  # noqa: E402
                      run_main, save_initial_checkpoint, tiny_model, wait)
@@ -581,15 +581,14 @@ def test_help_lists_the_flags():
 
 
 def test_squad_takes_the_null_threshold_export_json_records(models):
-    export_dir = models.exports["squad"]
-    metadata = read_metadata(export_dir)
-    encoder = text_encoder(export_dir, metadata)
+    exported = ExportedModel.open(models.exports["squad"])
+    metadata = exported.metadata
     short = ServeOptions(max_query_length=MAX_QUERY_LENGTH)
-    assert SquadPredictions(encoder, metadata, short).answer_settings \
+    assert SquadPredictions(exported, short).answer_settings \
         .null_score_diff_threshold == 0.0
     metadata.settings["null_score_diff_threshold"] = -1.5
     for options, expected in ((short, -1.5),
                               (ServeOptions(max_query_length=MAX_QUERY_LENGTH,
                                             null_score_diff_threshold=2.0), 2.0)):
-        answers = SquadPredictions(encoder, metadata, options).answer_settings
+        answers = SquadPredictions(exported, options).answer_settings
         assert answers.null_score_diff_threshold == expected

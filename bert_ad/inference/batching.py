@@ -151,7 +151,7 @@ class DynamicBatcher:
         with self._changed:
             if announced:
                 self._coming -= 1
-                self._changed.notify()
+            self._changed.notify()   # rows to score, or one request fewer to wait for
             if self._closing:
                 raise RuntimeError("the batcher is closed")
             if self.max_request_rows is not None and len(rows) > self.max_request_rows:
