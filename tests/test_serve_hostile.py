@@ -33,8 +33,9 @@ pytest.importorskip("prometheus_client", reason='bert-ad serve needs the serve e
                     'pip install "bert_ad[serve]"')
 
 from bert_ad.cli import ner as ner_cli  # noqa: E402
+from bert_ad.cli import serve as serve_cli  # noqa: E402
 
-from helpers import Processes, read_text, run_main, tiny_model, wait  # noqa: E402
+from helpers import Processes, read_text, run_cli_in_process, run_main, tiny_model, wait  # noqa: E402
 from test_serve import (FILLER, TAGS, conll_sentences, export_of, metric_values,  # noqa: E402
                         start_server, write_conll)
 
@@ -308,3 +309,28 @@ def test_a_deadline_is_504_and_sigterm_ends_the_drain_whatever_clients_do(export
     log = read_text(server.process.log_path)
     assert "0 request(s) in flight will be answered (within --drain_timeout_s=2)" in log, log
     assert "Traceback" not in log, log
+
+
+# ---------------------------------------------------------------------------
+# Lines that say what is wrong.
+
+
+def test_flags_that_cannot_work_are_one_line_saying_why(tmp_path):
+    empty = tmp_path / "keys.txt"
+    empty.write_text("# no key yet\n\n")
+    cases = {
+        ("--host=8.8.8.8",): "--host=8.8.8.8: 8.8.8.8 is not an address of this machine",
+        ("--model_name=a b",): "--model_name='a b' is not usable in a URL: a name is "
+                               "letters, digits, _ . and -",
+        (f"--api_key_file={empty}",): f"--api_key_file={empty}: it holds no key (one a line)",
+        (f"--api_key_file={tmp_path / 'none'}",): "No such file or directory",
+        ("--tls_cert=cert.pem",): "--tls_cert and --tls_key go together",
+        ("--drain_timeout_s=0",): "--drain_timeout_s=0.0 must be more than 0 seconds",
+        ("--max_batch_tokens=0",): "--max_batch_tokens=0 must be at least 1",
+    }
+    for flags, message in cases.items():
+        run = run_cli_in_process(serve_cli.cli, ["bert-ad serve", f"--model_dir={tmp_path}",
+                                                 "--port=0", *flags])
+        assert run.returncode == 2, (flags, run.stderr)
+        (line,) = run.stderr.strip().splitlines()
+        assert line.startswith("error: ") and message in line, line
