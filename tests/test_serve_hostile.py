@@ -8,9 +8,10 @@ exported once; two servers serve it on free ports:
   counted line (499), no traceback; a one-sentence request sent while a
   request of about a thousand windows is queued is answered first; keys are
   checked, and re-read when the file changes and on SIGHUP.
-* a server stopped with SIGTERM while three clients hold bodies 7 bytes into
-  100 (--body_timeout_s far away): it exits 0 after --drain_timeout_s; before
-  that, a request past --request_timeout_s got 504 and its rows were dropped.
+* a server on every interface without a key (a warning line), stopped with
+  SIGTERM while three clients hold bodies 7 bytes into 100 (--body_timeout_s
+  far away): it exits 0 within the drain; before that, a request past
+  --request_timeout_s got 504 and its rows were dropped.
 """
 
 from __future__ import annotations
@@ -283,7 +284,7 @@ def test_a_deadline_is_504_and_sigterm_ends_the_drain_whatever_clients_do(export
                               f"--doc_stride={DOC_STRIDE}", "--max_batch_size=2",
                               "--max_request_rows=2000", "--max_request_bytes=400000",
                               "--request_timeout_s=0.05", "--body_timeout_s=600",
-                              "--drain_timeout_s=2")
+                              "--drain_timeout_s=2", "--host=0.0.0.0")
         client = Client(server.url)
         status, _, answer = client.post(NER, {"instances": [long_text(6000)]}, key=None)
         assert status == 504 and "--request_timeout_s=0.05" in answer["error"], answer
@@ -308,6 +309,7 @@ def test_a_deadline_is_504_and_sigterm_ends_the_drain_whatever_clients_do(export
             connection.close()
     log = read_text(server.process.log_path)
     assert "0 request(s) in flight will be answered (within --drain_timeout_s=2)" in log, log
+    assert "listening on 0.0.0.0 without --api_key_file: anyone who can reach" in log, log
     assert "Traceback" not in log, log
 
 
