@@ -23,6 +23,7 @@ SavedModel needs. Nothing in this package imports TensorFlow
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import logging
@@ -94,18 +95,13 @@ class ExportedModel:
     def vocab_path(self) -> str:
         return layout.asset_path(self.directory, self.metadata.vocab_file)
 
-    @property
+    @functools.cached_property
     def tokenizer(self):
         """The export's own tokenizer (its vocabulary and casing, nothing outside
-        its folder), built once. (Not functools.cached_property: Python 3.8+, and
-        the TF 1.15 lane runs 3.7; written into __dict__ as that does, past the
-        frozen dataclass's __setattr__.)"""
-        if "_tokenizer" not in self.__dict__:
-            spm = self.metadata.tokenizer == "sentencepiece"
-            self.__dict__["_tokenizer"] = make_tokenizer(
-                "" if spm else self.vocab_path, self.metadata.do_lower_case,
-                self.vocab_path if spm else "")
-        return self.__dict__["_tokenizer"]
+        its folder)."""
+        spm = self.metadata.tokenizer == "sentencepiece"
+        return make_tokenizer("" if spm else self.vocab_path, self.metadata.do_lower_case,
+                              self.vocab_path if spm else "")
 
     def open_scorer(self, threads: Optional[int] = None, session_config=None,
                     model_file: Optional[str] = None):
