@@ -14,9 +14,12 @@ as OUTPUT_DIR/export, whose newest numbered version is served; several
 models as NAME=DIR,NAME=DIR (a single one is named --model_name, else after
 its folder). Classifier (single-label, multi-label, regression, long-text
 windows), token classification, squad and features exports are served, as
-SavedModels or frozen graphs. Requests are scored in batches of up to
---max_batch_size rows; a row waits at most --batch_timeout_ms for the rows of
-requests being tokenised, and a lone request not at all.
+SavedModels, frozen graphs or ONNX. Requests are scored in batches of up to
+--max_batch_size rows and --max_batch_tokens tokens, one row of each waiting
+request in turn; a row waits at most --batch_timeout_ms for the rows of
+requests being tokenised, and a lone request not at all. Every wait is
+bounded (--body_timeout_s, --request_timeout_s, --drain_timeout_s);
+--api_key_file asks for a key, --tls_cert/--tls_key serve HTTPS.
 SIGTERM or Ctrl-C answer what was received, then exit 0.
 
 Needs the `serve` extra: pip install "bert_ad[serve]" (aiohttp, prometheus_client).
@@ -63,6 +66,31 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("tokenizer_threads", 2,
                          "Threads that tokenise requests and make answers (the model "
                          "scores on its own thread).", **d)
+    flags.DEFINE_integer("max_batch_tokens", 8192,
+                         "Most tokens in one batch, padding included (a batch of long rows "
+                         "holds fewer than --max_batch_size; one row always fits).", **d)
+    flags.DEFINE_integer("max_request_rows", 512,
+                         "More rows (texts and windows of a long text) in one request are "
+                         "refused (413).", **d)
+    flags.DEFINE_float("body_timeout_s", 30.0,
+                       "A request body not received whole within this many seconds is "
+                       "refused (408).", **d)
+    flags.DEFINE_float("request_timeout_s", 30.0,
+                       "A request not answered this many seconds after its body was read "
+                       "gets 504 and its rows leave the queue.", **d)
+    flags.DEFINE_float("drain_timeout_s", 25.0,
+                       "On SIGTERM, how long the requests already received may take to be "
+                       "answered before the server exits anyway.", **d)
+    flags.DEFINE_string("api_key_file", None,
+                        "A file of API keys, one a line: every request but /healthz, "
+                        "/readyz and /metrics must send `Authorization: Bearer KEY` (401 "
+                        "otherwise); re-read on SIGHUP and when it changes.", **d)
+    flags.DEFINE_string("tls_cert", None, "HTTPS: the certificate (PEM, chain after it); "
+                        "with --tls_key.", **d)
+    flags.DEFINE_string("tls_key", None, "HTTPS: the certificate's private key (PEM).", **d)
+    flags.DEFINE_bool("access_log", False,
+                      "Log one line per request (id, status, rows, tokens, ms, version); "
+                      "refusals are logged either way.", **d)
     flags.DEFINE_float("multi_label_threshold", 0.5,
                        "Multi-label classifiers: a label is answered at this probability "
                        "or more.", **d)
@@ -95,12 +123,16 @@ def check_flags(f: flags.FlagValues) -> None:
     if not 0 <= f.port <= 65535:
         fail(f"--port={f.port} must be between 0 and 65535 (0: any free one)")
     for name in ("max_batch_size", "max_request_bytes", "max_instances", "tokenizer_threads",
-                 "max_query_length", "n_best_size", "max_answer_length"):
+                 "max_batch_tokens", "max_request_rows", "max_query_length", "n_best_size",
+                 "max_answer_length"):
         if f[name].value < 1:
             fail(f"--{name}={f[name].value} must be at least 1")
     for name in ("batch_timeout_ms", "doc_stride"):
         if f[name].value < 0:
             fail(f"--{name}={f[name].value} must be at least 0")
+    for name in ("body_timeout_s", "request_timeout_s", "drain_timeout_s"):
+        if not f[name].value > 0:
+            fail(f"--{name}={f[name].value} must be more than 0 seconds")
     if not 0.0 < f.multi_label_threshold < 1.0:
         fail(f"--multi_label_threshold={f.multi_label_threshold} must be between 0 and 1")
 
@@ -119,11 +151,16 @@ def main(argv: Sequence[str]) -> int:
     check_flags(f)
     require_serve_extra()
     configure_logging()
-    # TensorFlow and the server are imported once the flags are known good.
+    # The server, and TensorFlow for a TensorFlow export, are imported once the flags
+    # are known good.
+    from bert_ad.inference.api_keys import ApiKeys
+    from bert_ad.inference.listening import bind, tls_context
     from bert_ad.inference.predictions import ServeOptions
     from bert_ad.inference.served_models import load_model, parse_model_dirs
-    from bert_ad.inference.server import ServerSettings, bind, serve
+    from bert_ad.inference.server import ServerSettings, serve
     specs = parse_model_dirs(f.model_dir, f.model_name or "")
+    api_keys = ApiKeys(f.api_key_file) if f.api_key_file else None
+    ssl_context = tls_context(f.tls_cert, f.tls_key)
     listening = bind(f.host, f.port)   # a port in use fails before the models load
     options = ServeOptions(f.multi_label_threshold, f.token_split, f.doc_stride,
                            f.max_query_length, f.n_best_size, f.max_answer_length,
@@ -132,9 +169,14 @@ def main(argv: Sequence[str]) -> int:
     try:
         for spec in specs:
             models[spec.name] = load_model(spec, options)
-        settings = ServerSettings(f.host, f.port, f.max_batch_size, f.batch_timeout_ms,
-                                  f.max_request_bytes, f.max_instances, f.tokenizer_threads)
-        return serve(models, settings, listening)
+        settings = ServerSettings(
+            host=f.host, port=f.port, max_batch_size=f.max_batch_size,
+            batch_timeout_ms=f.batch_timeout_ms, max_request_bytes=f.max_request_bytes,
+            max_instances=f.max_instances, tokenizer_threads=f.tokenizer_threads,
+            max_batch_tokens=f.max_batch_tokens, max_request_rows=f.max_request_rows,
+            body_timeout_s=f.body_timeout_s, request_timeout_s=f.request_timeout_s,
+            drain_timeout_s=f.drain_timeout_s, access_log=f.access_log)
+        return serve(models, settings, listening, api_keys, ssl_context)
     finally:
         listening.close()
 

@@ -1,18 +1,27 @@
 """Dynamic batching: the rows of many requests scored together, on one thread per model.
 
 A request's feature rows (a text is one row, a long one several windows) join
-one queue. The scoring thread takes the rows waiting, up to `max_batch_size`,
-once the batch is full, or the oldest has waited `batch_timeout_ms`, or no
-other request is on its way (announced, still being tokenised): a lone
-request is scored at once, and under load the rows that arrived while the
-previous batch was scored, with those about to arrive, go together. It sorts
-them by length, pads them to the longest
-(bert_ad.data.batching.make_batch, as --do_predict pads) and scores them in
-one call. Each row's outputs go back to its own request, which is answered
-when all of its rows are scored; a request larger than a batch spans
-several. Tokenising and answering run on the server's other threads, so the
-scoring thread only pads and scores (TensorFlow releases the GIL while it
-computes).
+the model's queue. The scoring thread takes waiting rows once the batch is
+full, or the oldest has waited `batch_timeout_ms`, or no other request is on
+its way (announced, still being tokenised): a lone request is scored at once,
+and under load the rows that arrived while the previous batch was scored,
+with those about to arrive, go together.
+
+Fair and bounded: a batch takes one row from each waiting request in turn
+(round robin), so a one-sentence request sent after a request of a thousand
+windows is in the very next batch instead of behind all of them; a batch
+holds at most `max_batch_size` rows and, padded, `max_batch_tokens` tokens (a
+batch's time, which is what a newcomer waits, stays about the same at any
+length); a request of more than `max_request_rows` rows is refused whole
+(`TooManyRows`) before any is queued. A request whose future is cancelled (its
+deadline passed) leaves the queue at once: its rows are never scored.
+
+Each batch is sorted by length, padded to its longest row
+(bert_ad.data.batching.make_batch, as --do_predict pads) and scored in one
+call. Each row's outputs go back to its own request, which is answered when
+all of its rows are scored. Tokenising and answering run on the server's
+other threads, so the scoring thread only pads and scores (TensorFlow and
+ONNX Runtime release the GIL while they compute).
 """
 
 from __future__ import annotations
@@ -26,24 +35,50 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from bert_ad.data.batching import TokenizedExamples, make_batch
+from bert_ad.data.batching import PAD_MULTIPLE, TokenizedExamples, make_batch
 
 Row = Dict[str, np.ndarray]   # a feature row: {column name: 1-D int32 array}, input_ids first
 
 
-@dataclasses.dataclass
+class TooManyRows(ValueError):
+    """A request of more rows than a request may have (the server answers 413)."""
+
+    def __init__(self, rows: int, limit: int):
+        super().__init__(f"{rows} rows over the limit of {limit}")
+        self.rows, self.limit = rows, limit
+
+
+@dataclasses.dataclass(eq=False)
 class _Request:
     rows: List[Row]
     future: concurrent.futures.Future
     outputs: List[Optional[Row]]
-    remaining: int
-
-
-@dataclasses.dataclass
-class _Waiting:
-    request: _Request
-    index: int          # the row's index in its request
     arrived: float      # time.monotonic()
+    remaining: int      # rows not scored yet
+    next_row: int = 0   # the next row to put in a batch
+
+    @property
+    def unbatched(self) -> int:
+        return len(self.rows) - self.next_row
+
+
+def _settle(future: concurrent.futures.Future, result=None,
+            error: Optional[BaseException] = None) -> None:
+    """Give `future` its result or error unless it is done: the event loop may
+    cancel it (a deadline) at any moment, also between a check and a set."""
+    try:
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+    except Exception:  # noqa: BLE001 (InvalidStateError: cancelled meanwhile)
+        pass
+
+
+def padded_length(length: int) -> int:
+    """A row's length once padded as make_batch pads (a multiple of 8)."""
+    return -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
 def pack(rows: List[Row]) -> dict:
@@ -63,21 +98,31 @@ class DynamicBatcher:
       max_batch_size: most rows scored in one call.
       batch_timeout_ms: how long the oldest waiting row waits for the rows of
         announced requests while the scorer is idle (0: score what is there).
+      max_batch_tokens: most tokens in one call, padding included (a single
+        row is always taken, however long).
+      max_request_rows: most rows one request may make (None: no limit).
       complete_batch: adds inputs a batch of several requests needs
         (Predictions.complete_batch), or None.
-      on_batch: called with (rows, seconds) after each batch (metrics), or None.
+      on_batch: called with (rows, tokens, seconds) after each batch (metrics).
       name: for the thread's name.
     """
 
     def __init__(self, score: Callable[[dict], Dict[str, np.ndarray]], max_batch_size: int,
-                 batch_timeout_ms: float, complete_batch: Optional[Callable] = None,
-                 on_batch: Optional[Callable[[int, float], None]] = None, name: str = ""):
+                 batch_timeout_ms: float, max_batch_tokens: Optional[int] = None,
+                 max_request_rows: Optional[int] = None,
+                 complete_batch: Optional[Callable] = None,
+                 on_batch: Optional[Callable[[int, int, float], None]] = None, name: str = ""):
         self._score = score
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.max_request_rows = max_request_rows
         self.timeout = batch_timeout_ms / 1000.0
         self._complete_batch = complete_batch
         self._on_batch = on_batch
-        self._waiting: collections.deque = collections.deque()
+        # Requests with rows not yet in a batch, in turn order: a batch takes one
+        # row of the first, puts it back at the end (if it has more), and so on.
+        self._turns: collections.deque = collections.deque()
+        self._queued = 0    # rows in _turns' requests not yet in a batch
         self._coming = 0    # requests announced and not yet submitted
         self._changed = threading.Condition()
         self._closing = False
@@ -98,45 +143,77 @@ class DynamicBatcher:
 
     def submit(self, rows: List[Row], announced: bool = False) -> concurrent.futures.Future:
         """A future of the rows' outputs ([{output name: value}] in `rows`' order);
-        `announced`: the request was announced (it no longer is on its way)."""
+        `announced`: the request was announced (it no longer is on its way).
+        TooManyRows for more than max_request_rows; cancelling the future drops
+        the rows not scored yet."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        request = _Request(rows, future, [None] * len(rows), len(rows))
-        now = time.monotonic()
+        request = _Request(rows, future, [None] * len(rows), time.monotonic(), len(rows))
         with self._changed:
             if announced:
                 self._coming -= 1
+            self._changed.notify()   # rows to score, or one request fewer to wait for
             if self._closing:
                 raise RuntimeError("the batcher is closed")
-            self._waiting.extend(_Waiting(request, i, now) for i in range(len(rows)))
-            self._changed.notify()
+            if self.max_request_rows is not None and len(rows) > self.max_request_rows:
+                raise TooManyRows(len(rows), self.max_request_rows)
+            if rows:
+                self._turns.append(request)
+                self._queued += len(rows)
         if not rows:
             future.set_result([])
+        future.add_done_callback(lambda done: self._drop(request) if done.cancelled() else None)
         return future
+
+    def _drop(self, request: _Request) -> None:
+        """A cancelled request's rows leave the queue."""
+        with self._changed:
+            if request in self._turns:
+                self._turns.remove(request)
+                self._queued -= request.unbatched
 
     @property
     def queued_rows(self) -> int:
-        return len(self._waiting)
+        return self._queued
 
     def close(self) -> None:
-        """Score what is queued, then stop the thread."""
+        """Stop the thread once the batch being scored is done; requests still
+        queued (the server stopped waiting for them) fail."""
         with self._changed:
             self._closing = True
+            left, self._turns, self._queued = list(self._turns), collections.deque(), 0
             self._changed.notify()
+        for request in left:
+            _settle(request.future, error=RuntimeError("the server stopped"))
         self._thread.join()
 
-    def _next_batch(self) -> List[_Waiting]:
-        """The next rows to score (empty once closed and drained)."""
+    def _next_batch(self) -> List[tuple]:
+        """The next (request, row index) pairs to score (empty once closed)."""
         with self._changed:
-            while not self._waiting and not self._closing:
+            while not self._turns and not self._closing:
                 self._changed.wait()
-            while (len(self._waiting) < self.max_batch_size and self._coming > 0
-                   and not self._closing):
-                left = self._waiting[0].arrived + self.timeout - time.monotonic()
+            while self._queued < self.max_batch_size and self._coming > 0 and \
+                    not self._closing:
+                oldest = min(request.arrived for request in self._turns)
+                left = oldest + self.timeout - time.monotonic()
                 if left <= 0:
                     break
                 self._changed.wait(left)
-            count = min(self.max_batch_size, len(self._waiting))
-            return [self._waiting.popleft() for _ in range(count)]
+            batch, longest = [], 0
+            while self._turns and len(batch) < self.max_batch_size:
+                request = self._turns[0]
+                length = padded_length(len(request.rows[request.next_row]["input_ids"]))
+                tokens = max(longest, length) * (len(batch) + 1)
+                if batch and self.max_batch_tokens is not None and \
+                        tokens > self.max_batch_tokens:
+                    break
+                self._turns.popleft()
+                batch.append((request, request.next_row))
+                longest = max(longest, length)
+                request.next_row += 1
+                self._queued -= 1
+                if request.unbatched:
+                    self._turns.append(request)   # its next row waits for its next turn
+            return batch
 
     def _loop(self) -> None:
         while True:
@@ -146,28 +223,25 @@ class DynamicBatcher:
             started = time.perf_counter()
             # Sorted by length: rows of similar length sit together (as --do_predict
             # sorts them), and the order does not depend on arrival.
-            order = sorted(range(len(batch)), key=lambda i: len(
-                batch[i].request.rows[batch[i].index]["input_ids"]))
-            rows = [batch[i].request.rows[batch[i].index] for i in order]
+            rows = sorted(((request.rows[index], request, index) for request, index in batch),
+                          key=lambda item: len(item[0]["input_ids"]))
             try:
-                padded = pack(rows)
+                padded = pack([row for row, _, _ in rows])
                 if self._complete_batch is not None:
                     self._complete_batch(padded)
                 outputs = self._score(padded)
             except Exception as e:  # every request of the batch learns it; the thread goes on
-                for request in {id(w.request): w.request for w in batch}.values():
-                    if not request.future.done():
-                        request.future.set_exception(e)
+                for _, request, _ in rows:
+                    _settle(request.future, error=e)
                 continue
-            for position, i in enumerate(order):
-                waiting = batch[i]
-                request = waiting.request
-                if request.future.done():   # failed in an earlier batch
+            for position, (_, request, index) in enumerate(rows):
+                if request.future.done():   # cancelled, or failed in an earlier batch
                     continue
-                request.outputs[waiting.index] = {name: value[position]
-                                                  for name, value in outputs.items()}
+                request.outputs[index] = {name: value[position]
+                                          for name, value in outputs.items()}
                 request.remaining -= 1
                 if not request.remaining:
-                    request.future.set_result(request.outputs)
+                    _settle(request.future, request.outputs)
             if self._on_batch is not None:
-                self._on_batch(len(batch), time.perf_counter() - started)
+                self._on_batch(len(rows), int(padded["input_ids"].size),
+                               time.perf_counter() - started)

@@ -47,6 +47,9 @@ def parse_model_dirs(value: str, model_name: str = "") -> List[ModelSpec]:
         fail(f"{FLAG} is required: an export folder (or OUTPUT_DIR/export), or "
              "NAME=DIR,NAME=DIR")
     if len(items) == 1 and "=" not in items[0]:
+        if model_name and not NAME_PATTERN.match(model_name):
+            fail(f"--model_name={model_name!r} is not usable in a URL: a name is letters, "
+                 "digits, _ . and -, starting with a letter or digit")
         name = model_name or default_name(items[0])
         if not NAME_PATTERN.match(name):
             fail(f"the model name {name!r} (from {FLAG}={items[0]}) is not usable in a URL; "
@@ -121,6 +124,13 @@ def _model_folder_export(folder: str) -> Tuple[str, int]:
 
 
 @dataclasses.dataclass
+class Usage:
+    """What a request cost: feature rows (texts, windows) and their tokens."""
+    rows: int = 0
+    tokens: int = 0
+
+
+@dataclasses.dataclass
 class ServedModel:
     """One loaded model: its export, how it answers, its scorer and its batcher."""
     name: str
@@ -135,13 +145,18 @@ class ServedModel:
         return self.scorer.run([batch])[0]
 
     def start_batching(self, max_batch_size: int, batch_timeout_ms: float,
-                       on_batch: Optional[Callable[[int, float], None]] = None) -> None:
+                       on_batch: Optional[Callable[[int, int, float], None]] = None,
+                       max_batch_tokens: Optional[int] = None,
+                       max_request_rows: Optional[int] = None) -> None:
         self.batcher = DynamicBatcher(self.score, max_batch_size, batch_timeout_ms,
+                                      max_batch_tokens, max_request_rows,
                                       self.predictions.complete_batch, on_batch, self.name)
 
-    def answer(self, parsed: list, pool: concurrent.futures.Executor
-               ) -> concurrent.futures.Future:
-        """A future of the answers to a request's parsed instances.
+    def answer(self, parsed: list, pool: concurrent.futures.Executor,
+               usage: Optional[Usage] = None) -> concurrent.futures.Future:
+        """A future of the answers to a request's parsed instances; `usage`
+        gets the rows and tokens they made. Cancelling the future (a deadline)
+        drops the rows not scored yet.
 
         On `pool`'s threads: tokenise and queue the rows; once the batcher has
         scored them (its callback, on the scoring thread, only hands over),
@@ -163,16 +178,25 @@ class ServedModel:
 
         def featurize() -> None:
             try:
+                if answered.cancelled():
+                    raise concurrent.futures.CancelledError()
                 featurized = self.predictions.featurize(parsed)
+                rows = featurized.rows()
             except BaseException as e:
                 self.batcher.withdraw()
                 failed(e)
                 return
+            if usage is not None:
+                usage.rows, usage.tokens = len(rows), sum(len(r["input_ids"]) for r in rows)
             try:
-                self.batcher.submit(featurized.rows(), announced=True).add_done_callback(
-                    lambda scored: pool.submit(make_answers, featurized, scored))
+                scored = self.batcher.submit(rows, announced=True)
             except BaseException as e:
                 failed(e)
+                return
+            scored.add_done_callback(lambda scored: None if scored.cancelled() else
+                                     pool.submit(make_answers, featurized, scored))
+            answered.add_done_callback(lambda done: scored.cancel() if done.cancelled()
+                                       else None)
 
         self.batcher.announce()   # a batch being formed may wait for these rows
         pool.submit(featurize)

@@ -3,19 +3,28 @@
   POST /v1/models/NAME[/versions/V]:predict   {"instances": [...]} -> {"predictions": [...]}
   GET  /v1/models/NAME[/versions/V]           TensorFlow Serving's model status
   GET  /v1/models/NAME[/versions/V]/metadata  task, labels, max_seq_length, precision, ...
-  GET  /healthz                               200 while serving, 503 while stopping
-  GET  /metrics                               Prometheus' text format (prometheus_client)
+  GET  /healthz                               alive: 200 while the process runs
+  GET  /readyz                                ready: 200 once warmed, 503 while draining
+  GET  /metrics                               Prometheus' text format (server_metrics.py)
 
 aiohttp (its server and, in benchmarks/serve_load.py, its client) was chosen
-over Starlette on uvicorn by a measurement (docs/serving.md). A request is
-read on the event loop (size, JSON, every instance checked: a 4xx with
-{"error": "..."} naming the problem), tokenised on a small thread pool,
-scored by the model's batcher together with other requests' rows
-(bert_ad/inference/batching.py) and answered from the pool again
-(ServedModel.answer); the loop never waits on TensorFlow.
+over Starlette on uvicorn by a measurement (docs/serving.md). A request's
+body is read within bounds (request_body.py: size, time, JSON safe to use),
+its instances checked (a 4xx with {"error": "..."} naming the problem),
+tokenised on a small thread pool, scored by the model's batcher together
+with other requests' rows (batching.py: fair between requests, bounded by
+rows and tokens) and answered from the pool again (ServedModel.answer) before
+--request_timeout_s (else 504, its rows dropped); the loop never waits on a
+model. Every request has an id (X-Request-Id, taken from the client when it
+sends a usable one) in its answer's headers and its log line: every refusal
+is one line, every answer too with --access_log. With --api_key_file every
+path but the probes and /metrics needs `Authorization: Bearer KEY`
+(api_keys.py).
 
-SIGTERM, SIGINT and SIGHUP stop it gracefully: requests already received are
-answered, new ones get 503, and the process exits 0 once none is left.
+SIGTERM and SIGINT (and SIGHUP without --api_key_file; with one, SIGHUP
+re-reads the keys) stop it gracefully: the requests whose body was read are
+answered, new ones get 503, and the process exits 0 once none is left or
+--drain_timeout_s has passed, whatever clients do.
 """
 
 from __future__ import annotations
@@ -23,37 +32,48 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import inspect
 import json
 import logging
+import re
 import signal
 import socket
+import ssl
 import time
+import uuid
 from typing import Dict, List, Optional
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, \
-    Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from bert_ad.errors import fail
 from bert_ad.inference import layout
+from bert_ad.inference.api_keys import ApiKeys
+from bert_ad.inference.batching import TooManyRows
+from bert_ad.inference.listening import is_loopback
 from bert_ad.inference.predictions import BadInstance
-from bert_ad.inference.served_models import ServedModel
+from bert_ad.inference.request_body import ClientGone, RequestError, read_json
+from bert_ad.inference.served_models import ServedModel, Usage
+from bert_ad.inference.server_metrics import Metrics
 from bert_ad.signals import NAMES as SIGNAL_NAMES
 
 log = logging.getLogger("bert_ad")
 
 MODEL_NAME = r"{name:[^/:]+}"
 VERSION = r"{version:[0-9]+}"
-# Rows a batch holds, and seconds a request takes, as Prometheus buckets.
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                   10.0)
 TOP_LEVEL_FIELDS = ("instances", "signature_name")
+# Paths open without an API key: a load balancer's probes and Prometheus' scrape.
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
+# A client's own X-Request-Id is kept when it is this plain (no log injection).
+CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# After the drain, how long aiohttp lets handlers still running finish their
+# answer before it cancels them (the drain has already waited for the rest).
+HANDLER_GRACE_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerSettings:
-    """bert-ad serve's flags that shape the server (bert_ad/cli/serve.py)."""
+    """bert-ad serve's flags that shape the server (bert_ad/cli/serve.py has
+    their meaning, docs/serving.md the reasons for the defaults)."""
     host: str = "127.0.0.1"
     port: int = 8501
     max_batch_size: int = 32
@@ -61,53 +81,12 @@ class ServerSettings:
     max_request_bytes: int = 1 << 20
     max_instances: int = 256
     tokenizer_threads: int = 2
-
-
-class RequestError(Exception):
-    """A request the server refuses: its HTTP status and the one-line reason."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class Metrics:
-    """The /metrics figures, in a registry of this server's own."""
-
-    def __init__(self, models: Dict[str, ServedModel]):
-        self.registry = CollectorRegistry()
-        r = dict(registry=self.registry)
-        self.requests = Counter("bert_ad_serve_requests", "HTTP requests answered, by model "
-                                "and status code", ["model", "code"], **r)
-        self.errors = Counter("bert_ad_serve_request_errors", "requests answered with a 4xx "
-                              "or 5xx status, by model and code", ["model", "code"], **r)
-        self.instances = Counter("bert_ad_serve_instances", "instances predicted", ["model"],
-                                 **r)
-        self.latency = Histogram("bert_ad_serve_request_seconds", "time from a predict "
-                                 "request's arrival to its answer", ["model"],
-                                 buckets=LATENCY_BUCKETS, **r)
-        self.batch_rows = Histogram("bert_ad_serve_batch_rows", "feature rows scored in one "
-                                    "batch", ["model"], buckets=BATCH_BUCKETS, **r)
-        self.batch_seconds = Histogram("bert_ad_serve_batch_seconds", "time to pad and score "
-                                       "one batch", ["model"], buckets=LATENCY_BUCKETS, **r)
-        self.queued = Gauge("bert_ad_serve_queued_rows", "feature rows waiting to be scored",
-                            ["model"], **r)
-        self.in_flight = Gauge("bert_ad_serve_in_flight_requests", "predict requests being "
-                               "answered", **r)
-        for name, model in models.items():
-            self.queued.labels(name).set_function(
-                lambda m=model: m.batcher.queued_rows if m.batcher else 0)
-
-    def on_batch(self, model: str):
-        def record(rows: int, seconds: float) -> None:
-            self.batch_rows.labels(model).observe(rows)
-            self.batch_seconds.labels(model).observe(seconds)
-        return record
-
-    def answered(self, model: str, status: int) -> None:
-        self.requests.labels(model, str(status)).inc()
-        if status >= 400:
-            self.errors.labels(model, str(status)).inc()
+    max_batch_tokens: int = 8192
+    max_request_rows: int = 512
+    body_timeout_s: float = 30.0
+    request_timeout_s: float = 30.0
+    drain_timeout_s: float = 25.0
+    access_log: bool = False
 
 
 def _json_response(value, status: int = 200) -> web.Response:
@@ -120,13 +99,29 @@ def _type_name(value) -> str:
             type(None): "null"}.get(type(value), "a number")
 
 
+def _request_id(given: Optional[str]) -> str:
+    return given if given and CLIENT_REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
+
+
+def _runner(app: web.Application, grace_s: float) -> tuple:
+    """(AppRunner, the site's keyword arguments) with aiohttp's shutdown timeout
+    set where this aiohttp takes it: the runner (3.9+) or the site (3.8)."""
+    if "shutdown_timeout" in inspect.signature(web.AppRunner.__init__).parameters or \
+            "shutdown_timeout" in inspect.signature(web.BaseRunner.__init__).parameters:
+        return web.AppRunner(app, access_log=None, shutdown_timeout=grace_s), {}
+    return web.AppRunner(app, access_log=None), {"shutdown_timeout": grace_s}
+
+
 class Server:
     """The models behind one HTTP server (see the module docstring)."""
 
-    def __init__(self, models: Dict[str, ServedModel], settings: ServerSettings):
+    def __init__(self, models: Dict[str, ServedModel], settings: ServerSettings,
+                 api_keys: Optional[ApiKeys] = None):
         self.models = models
         self.settings = settings
+        self.api_keys = api_keys
         self.metrics = Metrics(models)
+        self.ready = False
         self.draining = False
         self.in_flight = 0
         self.answered = 0
@@ -134,105 +129,165 @@ class Server:
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         for name, model in models.items():
             model.start_batching(settings.max_batch_size, settings.batch_timeout_ms,
-                                 self.metrics.on_batch(name))
+                                 self.metrics.on_batch(name), settings.max_batch_tokens,
+                                 settings.max_request_rows)
 
     # --- the application ------------------------------------------------------------------
 
     def application(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors_as_json],
+        app = web.Application(middlewares=[self._each_request],
                               client_max_size=self.settings.max_request_bytes)
         for prefix in (f"/v1/models/{MODEL_NAME}", f"/v1/models/{MODEL_NAME}/versions/{VERSION}"):
             app.router.add_post(prefix + ":predict", self.predict)
             app.router.add_get(prefix, self.status)
             app.router.add_get(prefix + "/metadata", self.model_metadata)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.prometheus)
         return app
 
     @web.middleware
-    async def _errors_as_json(self, request: web.Request, handler):
-        """Every refusal as {"error": "..."} with its status; counted in /metrics."""
+    async def _each_request(self, request: web.Request, handler):
+        """Every request: its id, the key check, every refusal as {"error": "..."}
+        with its status, counted in /metrics and said in one log line."""
+        started = time.perf_counter()
+        request_id = _request_id(request.headers.get("X-Request-Id"))
         model = request.match_info.get("name", "")
         model = model if model in self.models else ""
+        reason = message = ""
         try:
+            self._check_key(request)
             response = await handler(request)
         except RequestError as e:
             response = _json_response({"error": str(e)}, e.status)
-        except web.HTTPRequestEntityTooLarge:
-            response = _json_response({"error": self._too_large()}, 413)
+            reason, message = e.reason, str(e)
+        except ClientGone as e:  # nobody to answer: counted and said, not a defect
+            response = web.Response(status=499, reason="Client Closed Request")
+            reason, message = "client_gone", f"the client closed the connection mid-body ({e})"
         except web.HTTPException as e:  # no such path (404), wrong method (405)
             message = {404: f"no such path {request.path!r}; predict with POST "
                             "/v1/models/NAME:predict",
                        405: f"{request.method} is not allowed on {request.path!r}"}.get(
                 e.status, e.reason)
             response = _json_response({"error": message}, e.status)
-        except Exception as e:  # a defect: said, and the server goes on
-            log.exception("serve: %s %s failed", request.method, request.path)
+            reason = {404: "not_found", 405: "method"}.get(e.status, "http")
+        except asyncio.CancelledError:  # the drain gave up on it (3.7: an Exception)
+            raise
+        except Exception as e:  # a defect: said with its traceback, and the server goes on
+            log.exception("serve: %s %s %s failed", request_id, request.method, request.path)
             response = _json_response({"error": f"internal error: {type(e).__name__}: {e}"},
                                       500)
-        self.metrics.answered(model, response.status)
+            reason, message = "internal", f"{type(e).__name__}: {e}"
+        response.headers["X-Request-Id"] = request_id
+        if response.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        self.metrics.answered(model, response.status, reason)
+        if message or self.settings.access_log:
+            usage = request.get("usage") or Usage()
+            line = (f"serve: {request_id} {request.method} {request.path} {response.status} "
+                    f"rows={usage.rows} tokens={usage.tokens} "
+                    f"ms={1000 * (time.perf_counter() - started):.1f}")
+            if "version" in request:
+                line += f" version={request['version']}"
+            if message:
+                line += f" error: {message}"
+            log.info("%s", line)
         return response
+
+    def _check_key(self, request: web.Request) -> None:
+        if self.api_keys is None or request.path in OPEN_PATHS:
+            return
+        authorization = request.headers.get("Authorization")
+        if not self.api_keys.allows(authorization):
+            raise RequestError(401, 'this server needs an API key: send "Authorization: '
+                                    'Bearer KEY" with a key of its --api_key_file'
+                               if not authorization else
+                               "the Authorization header does not carry one of this "
+                               'server\'s API keys (it must be "Bearer KEY")', "auth")
 
     def _too_large(self, size: Optional[int] = None) -> str:
         return (f"the request body{f' of {size} bytes' if size else ''} is over "
                 f"--max_request_bytes={self.settings.max_request_bytes}; send fewer or "
                 "shorter instances a request")
 
+
     def _model(self, request: web.Request) -> ServedModel:
         name = request.match_info["name"]
         model = self.models.get(name)
         if model is None:
             raise RequestError(404, f"no model named {name!r} here; this server serves "
-                                    f"{', '.join(sorted(self.models))}")
+                                    f"{', '.join(sorted(self.models))}", "not_found")
         version = request.match_info.get("version")
         if version is not None and int(version) != model.version:
             raise RequestError(404, f"model {name!r} has no version {version} here; it "
-                                    f"serves version {model.version}")
+                                    f"serves version {model.version}", "not_found")
         return model
 
     # --- predict ------------------------------------------------------------------------
 
     async def predict(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
         model = self._model(request)
-        if self.draining:
-            raise RequestError(503, "the server is stopping; send the request to another "
-                                    "replica or again once it is back")
-        self.in_flight += 1
-        self.metrics.in_flight.inc()
-        self._idle.clear()
+        self._refuse_if_draining()
+        body = await read_json(request, self.settings.max_request_bytes,
+                               self.settings.body_timeout_s, self._too_large)
+        # A body completed after the stop signal was not received before it.
+        self._refuse_if_draining()
+        started = time.perf_counter()
+        self._enter()
         try:
-            instances = self._instances(await self._body(request))
+            instances = self._instances(body)
             parsed = []
             for index, instance in enumerate(instances):
                 try:
                     parsed.append(model.predictions.parse(instance))
                 except BadInstance as e:
-                    raise RequestError(400, f"instances[{index}] {e}") from None
-            answers = await asyncio.wrap_future(model.answer(parsed, self._pool))
+                    raise RequestError(400, f"instances[{index}] {e}", "bad_instance") from None
+            request["usage"], request["version"] = Usage(), model.version
+            answers = await self._answers(model, parsed, request["usage"])
             self.metrics.instances.labels(model.name).inc(len(instances))
             self.metrics.latency.labels(model.name).observe(time.perf_counter() - started)
-            return _json_response({"predictions": answers})
+            response = _json_response({"predictions": answers})
+            # Which version answered: with several loaded (issue 54, item 4) a
+            # client can tell.
+            response.headers["X-Model-Version"] = str(model.version)
+            return response
         finally:
-            self.in_flight -= 1
-            self.answered += 1
-            self.metrics.in_flight.dec()
-            if not self.in_flight:
-                self._idle.set()
+            self._leave()
 
-    async def _body(self, request: web.Request):
-        """The request's JSON (413 over --max_request_bytes, 400 if not JSON)."""
-        limit = self.settings.max_request_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise RequestError(413, self._too_large(request.content_length))
-        body = await request.read()
+    async def _answers(self, model: ServedModel, parsed: list, usage: Usage) -> list:
+        """The answers, within --request_timeout_s of the body being read (504
+        otherwise: the request leaves the queue, its rows are never scored)."""
+        timeout = self.settings.request_timeout_s
         try:
-            return json.loads(body.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise RequestError(400, f"the request body is not UTF-8 text (byte {e.start + 1})"
-                               ) from None
-        except ValueError as e:
-            raise RequestError(400, f"the request body is not JSON: {e}") from None
+            return await asyncio.wait_for(asyncio.wrap_future(
+                model.answer(parsed, self._pool, usage)), timeout)
+        except asyncio.TimeoutError:
+            raise RequestError(504, f"no answer within --request_timeout_s={timeout:g} "
+                                    "seconds (the server is busy, or the request large); "
+                                    "its rows were dropped: retry, or send fewer texts a "
+                                    "request", "deadline") from None
+        except TooManyRows as e:
+            raise RequestError(413, f"the request makes {e.rows} rows to score (texts and "
+                                    f"windows of up to {model.metadata.max_seq_length} "
+                                    f"tokens), over --max_request_rows={e.limit}; send fewer "
+                                    "or shorter texts a request", "too_large") from None
+
+    def _refuse_if_draining(self) -> None:
+        if self.draining:
+            raise RequestError(503, "the server is stopping; send the request to another "
+                                    "replica or again once it is back", "draining")
+
+    def _enter(self) -> None:
+        self.in_flight += 1
+        self.metrics.in_flight.inc()
+        self._idle.clear()
+
+    def _leave(self) -> None:
+        self.in_flight -= 1
+        self.answered += 1
+        self.metrics.in_flight.dec()
+        if not self.in_flight:
+            self._idle.set()
 
     def _instances(self, body) -> List[object]:
         """The checked `instances` of a request body."""
@@ -289,9 +344,17 @@ class Server:
                          "batch_timeout_ms": self.settings.batch_timeout_ms}})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        if self.draining:
-            return _json_response({"status": "stopping"}, 503)
-        return _json_response({"status": "ok", "models": sorted(self.models)})
+        """Alive: 200 as long as the process answers, draining included (a
+        liveness probe that failed while draining would get it killed)."""
+        return _json_response({"status": "draining" if self.draining else "ok",
+                               "models": sorted(self.models)})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """Ready for traffic: models loaded and warmed, not draining."""
+        if not self.ready:
+            return _json_response({"status": "draining" if self.draining else "starting"},
+                                  503)
+        return _json_response({"status": "ready", "models": sorted(self.models)})
 
     async def prometheus(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry),
@@ -299,8 +362,10 @@ class Server:
 
     # --- running and stopping ------------------------------------------------------------
 
-    async def run(self, listening: socket.socket) -> int:
-        """Serve on `listening` (bound) until a stop signal; answer what is in flight."""
+    async def run(self, listening: socket.socket,
+                  ssl_context: Optional[ssl.SSLContext] = None) -> int:
+        """Serve on `listening` (bound) until a stop signal; answer what is in
+        flight within --drain_timeout_s."""
         loop = asyncio.get_running_loop()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -308,6 +373,9 @@ class Server:
         received: List[int] = []
 
         def on_signal(signum: int) -> None:
+            if signum == signal.SIGHUP and self.api_keys is not None:
+                self.api_keys.reload("SIGHUP")
+                return
             received.append(signum)
             stop.set()
 
@@ -316,19 +384,29 @@ class Server:
             loop.add_signal_handler(signum, on_signal, signum)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.settings.tokenizer_threads, thread_name_prefix="bert_ad-tokenize")
-        runner = web.AppRunner(self.application(), access_log=None)
+        runner, site_options = _runner(self.application(), HANDLER_GRACE_S)
         await runner.setup()
         try:
-            await web.SockSite(runner, listening).start()
+            await web.SockSite(runner, listening, ssl_context=ssl_context,
+                               **site_options).start()
+            self.ready = True   # load_model warmed every model before this
             host, port = listening.getsockname()[:2]
-            log.info("serve: listening on http://%s:%d  (%s)", host, port, ", ".join(
-                f"POST /v1/models/{name}:predict" for name in sorted(self.models)))
+            log.info("serve: listening on %s://%s:%d  (%s)", "https" if ssl_context else "http",
+                     host, port, ", ".join(f"POST /v1/models/{name}:predict"
+                                           for name in sorted(self.models)))
             await stop.wait()
-            self.draining = True
-            log.info("serve: stopping on %s: %d request(s) in flight will be answered, new "
-                     "ones get 503", SIGNAL_NAMES[received[0]], self.in_flight)
-            await self._idle.wait()
+            self.ready, self.draining = False, True
+            drain = self.settings.drain_timeout_s
+            log.info("serve: stopping on %s: %d request(s) in flight will be answered "
+                     "(within --drain_timeout_s=%g), new ones get 503",
+                     SIGNAL_NAMES[received[0]], self.in_flight, drain)
+            try:
+                await asyncio.wait_for(self._idle.wait(), drain)
+            except asyncio.TimeoutError:
+                log.warning("serve: --drain_timeout_s=%g passed with %d request(s) "
+                            "unanswered; closing their connections", drain, self.in_flight)
         finally:
+            # Connections still sending a body (not in flight) are closed here.
             await runner.cleanup()
             for signum in stop_signals:
                 loop.remove_signal_handler(signum)
@@ -339,27 +417,13 @@ class Server:
         return 0
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port (port 0: a free one), or one `error:` line."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        listening = socket.socket(family, kind, proto)
-    except OSError as e:
-        fail(f"--host={host}: cannot listen there ({e.strerror or e}); give an address of "
-             "this machine, e.g. 127.0.0.1 or 0.0.0.0")
-    try:
-        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listening.bind(address)
-    except OSError as e:
-        listening.close()
-        fail(f"--host={host} --port={port}: cannot listen there ({e.strerror or e}); "
-             "choose another --port (0: any free one)")
-    listening.setblocking(False)
-    return listening
-
-
 def serve(models: Dict[str, ServedModel], settings: ServerSettings,
-          listening: socket.socket) -> int:
-    """Run the server until a stop signal; 0 once every received request is answered."""
-    return asyncio.run(Server(models, settings).run(listening))
+          listening: socket.socket, api_keys: Optional[ApiKeys] = None,
+          ssl_context: Optional[ssl.SSLContext] = None) -> int:
+    """Run the server until a stop signal; 0 once every received request is
+    answered (or the drain's bound passed)."""
+    if api_keys is None and not is_loopback(listening):
+        log.warning("serve: listening on %s without --api_key_file: anyone who can reach "
+                    "this address can use the models; give --api_key_file=FILE (one key a "
+                    "line)", listening.getsockname()[0])
+    return asyncio.run(Server(models, settings, api_keys).run(listening, ssl_context))
