@@ -472,3 +472,43 @@ def refuse_outputs_over_inputs(outputs: Iterable[Tuple[str, str]],
             if _inside(in_path, folder):
                 raise UserError(f"{_named(in_what, in_path)} lies in {_named(out_what, folder)}, "
                                 f"which this run replaces as a whole; {advice}")
+
+
+def _overlap(output_dir: str, folder: str) -> str:
+    """How `output_dir` and `folder` overlap: "is", "lies inside", "holds", or ""."""
+    if _inside(output_dir, folder):
+        return "is" if _inside(folder, output_dir) else "lies inside"
+    return "holds" if _inside(folder, output_dir) else ""
+
+
+def refuse_output_dir_over_models(output_dir: str,
+                                  models: Iterable[Tuple[str, str, str]],
+                                  advice: str = "give this run a --output_dir of its own"
+                                  ) -> None:
+    """One error line if output_dir overlaps the folder of a model this run reads.
+
+    A run writes checkpoints, results and a config into output_dir, renames a
+    broken checkpoint aside, deletes old ones (--keep_checkpoint_max) and
+    replaces best/ and its exports: `distill --output_dir=T --teacher_dir=T`
+    resumed from the teacher's checkpoint, trained the student over it and
+    deleted the teacher's only checkpoint. So output_dir may be neither the
+    folder of an input model, nor inside it, nor hold it.
+
+    Args:
+      output_dir: the run's --output_dir.
+      models: (flag as typed, e.g. "--teacher_dir=T"; the model's folder; whose it
+        is, e.g. "the teacher") of every model the run reads.
+      advice: what to do, ending the line.
+    Raises:
+      UserError: naming output_dir, the model's flag and whose folder it is.
+    """
+    if not output_dir:
+        return
+    for named, folder, whose in models:
+        how = _overlap(output_dir, folder) if folder and os.path.isdir(folder) else ""
+        if how == "is":
+            raise UserError(f"--output_dir={output_dir} is {named}: that is {whose}'s folder, "
+                            f"which this run would write over; {advice}")
+        if how:
+            raise UserError(f"--output_dir={output_dir} {how} {whose}'s folder {folder} "
+                            f"({named}), where this run must write nothing; {advice}")
