@@ -62,22 +62,43 @@ def cannot_write(path: str, error: BaseException) -> UserError:
     Returns:
       UserError("cannot write PATH: CAUSE"), e.g. "... No space left on device".
     """
-    if isinstance(error, OSError):
+    blocker = (file_in_the_way(path) if isinstance(error, OSError)
+               and error.errno in (errno.EEXIST, errno.ENOTDIR) else "")
+    if blocker:  # makedirs says only "File exists" (or "Not a directory")
+        cause = f"{blocker} is a file, not a folder"
+    elif isinstance(error, OSError):
         cause = error.strerror or str(error)
     else:
-        cause = _tensorflow_cause(str(getattr(error, "message", "") or error))
+        cause = tensorflow_cause(error)
     return UserError(f"cannot write {path}: {' '.join(cause.split())}")
 
 
-def _tensorflow_cause(message: str) -> str:
-    """The cause in a TensorFlow error: the "PATH; CAUSE" line, without the op
-    (`[[{{node save/SaveV2}}]]`) or the hint TensorFlow adds to any
-    ResourceExhausted error, a full disk's too ("Hint: If you want to see a
-    list of allocated tensors when OOM happens ...")."""
+def file_in_the_way(path: str) -> str:
+    """The nearest of `path` and its parents that exists and is not a folder (a
+    file where a folder is needed: `--export_dir=FILE/sub`), or ""."""
+    folder = os.path.abspath(path)
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return "" if os.path.isdir(folder) or not os.path.lexists(folder) else folder
+
+
+# Lines of a TensorFlow error that are not its cause: the op, the hint TensorFlow
+# adds to any ResourceExhausted error (a full disk's too), and the frame TF 2.x
+# puts around an error in a graph ("Graph execution error:", the node, its trace).
+_NOT_THE_CAUSE = ("[[", "Hint:", "Graph execution error", "Detected at node", "Node:",
+                  "Original stack trace", "File \"")
+
+
+def tensorflow_cause(error: BaseException) -> str:
+    """The cause in a TensorFlow error (an OpError, or any exception): the
+    "PATH; CAUSE" line's cause, else its first line that says something; e.g.
+    "Read less bytes than requested" where TF 2.x's message begins "Graph
+    execution error:" and ends with an empty stack trace."""
+    message = str(getattr(error, "message", "") or error)
     lines = [line.strip() for line in message.splitlines()]
-    lines = [line for line in lines if line and not line.startswith(("[[", "Hint:"))]
+    lines = [line for line in lines if line and not line.startswith(_NOT_THE_CAUSE)]
     located = [line for line in lines if "; " in line]
-    line = located[-1] if located else (lines[0] if lines else message)
+    line = located[-1] if located else (lines[0] if lines else message or type(error).__name__)
     return re.sub(r"\s*\[\[.*?\]\]", "", line.rsplit("; ", 1)[-1]).strip()
 
 
@@ -423,7 +444,8 @@ def same_file(a: str, b: str) -> bool:
     return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
 
-def _inside(path: str, folder: str) -> bool:
+def is_inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies in it, by their real paths."""
     real, top = os.path.realpath(path), os.path.realpath(folder)
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
@@ -469,46 +491,7 @@ def refuse_outputs_over_inputs(outputs: Iterable[Tuple[str, str]],
         if not folder or not os.path.isdir(folder):  # nothing there to replace
             continue
         for in_what, in_path in inputs:
-            if _inside(in_path, folder):
+            if is_inside(in_path, folder):
                 raise UserError(f"{_named(in_what, in_path)} lies in {_named(out_what, folder)}, "
                                 f"which this run replaces as a whole; {advice}")
 
-
-def _overlap(output_dir: str, folder: str) -> str:
-    """How `output_dir` and `folder` overlap: "is", "lies inside", "holds", or ""."""
-    if _inside(output_dir, folder):
-        return "is" if _inside(folder, output_dir) else "lies inside"
-    return "holds" if _inside(folder, output_dir) else ""
-
-
-def refuse_output_dir_over_models(output_dir: str,
-                                  models: Iterable[Tuple[str, str, str]],
-                                  advice: str = "give this run a --output_dir of its own"
-                                  ) -> None:
-    """One error line if output_dir overlaps the folder of a model this run reads.
-
-    A run writes checkpoints, results and a config into output_dir, renames a
-    broken checkpoint aside, deletes old ones (--keep_checkpoint_max) and
-    replaces best/ and its exports: `distill --output_dir=T --teacher_dir=T`
-    resumed from the teacher's checkpoint, trained the student over it and
-    deleted the teacher's only checkpoint. So output_dir may be neither the
-    folder of an input model, nor inside it, nor hold it.
-
-    Args:
-      output_dir: the run's --output_dir.
-      models: (flag as typed, e.g. "--teacher_dir=T"; the model's folder; whose it
-        is, e.g. "the teacher") of every model the run reads.
-      advice: what to do, ending the line.
-    Raises:
-      UserError: naming output_dir, the model's flag and whose folder it is.
-    """
-    if not output_dir:
-        return
-    for named, folder, whose in models:
-        how = _overlap(output_dir, folder) if folder and os.path.isdir(folder) else ""
-        if how == "is":
-            raise UserError(f"--output_dir={output_dir} is {named}: that is {whose}'s folder, "
-                            f"which this run would write over; {advice}")
-        if how:
-            raise UserError(f"--output_dir={output_dir} {how} {whose}'s folder {folder} "
-                            f"({named}), where this run must write nothing; {advice}")

@@ -182,7 +182,10 @@ class OutputDirLock:
 
     def acquire(self) -> None:
         self.created = missing_folders(self.directory)
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:  # a file in the way: say which
+            raise cannot_write(self.directory, e) from e
         me = {"host": socket.gethostname(), "pid": os.getpid(),
               "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "command": " ".join(os.path.basename(a) if i == 0 else a

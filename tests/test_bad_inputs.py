@@ -866,7 +866,8 @@ def _round_five_cases(w: Workspace, cases: dict, features: dict) -> None:
             "bert_config_file": w.model.config_file, "init_checkpoint": started,
             "output_dir": os.path.join(started, "pretrained"),
             "input_file": os.path.join(w.root, "shards", "mlm.tfrecord"), "do_train": True,
-            "max_seq_length": 32, "num_train_steps": 2, "num_warmup_steps": 0}), started,
+            "max_seq_length": 32, "max_predictions_per_seq": 5, "num_train_steps": 2,
+            "num_warmup_steps": 0}), started,
         [f"lies inside the starting model's folder {started} (--init_checkpoint={started})"])
     # #2: a model folder a live run is still writing (its lock held).
     busy = teacher("teacher_being_trained")
@@ -887,6 +888,38 @@ def _round_five_cases(w: Workspace, cases: dict, features: dict) -> None:
         [FEATURES] + flag_args(dict(features, init_checkpoint=busy, layers=-1,
                                     output_file=os.path.join(root, "busy.jsonl"))), busy,
         [f"--init_checkpoint={busy} is a folder that {live}", advice])
+    # #4: messages that named the wrong cause. A path under a regular file ("File exists").
+    here = os.path.join(root, "path_under_a_file")
+    a_file = _write(os.path.join(here, "a_file"), "the user's file\n")
+    fine_tuned = teacher("fine_tuned")
+    cases["classifier_export_dir_under_a_file"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(
+            w, os.path.join(here, "out"), do_train=None, do_export=True, labels="0,1",
+            init_checkpoint=os.path.join(fine_tuned, "model.ckpt-3"),
+            export_dir=os.path.join(a_file, "sub"))), here,
+        [f"--export_dir={a_file}/sub lies under {a_file}, which is a file, not a folder"])
+    cases["classifier_output_dir_under_a_file"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(w, os.path.join(a_file, "sub"))), here,
+        [f"cannot write {a_file}/sub: {a_file} is a file, not a folder"])
+    # A SavedModel whose variables file was cut short ("Graph execution error:" and
+    # nothing after it, in TF 2.x).
+    export = os.path.join(root, "export")
+    _run([CLASSIFIER] + flag_args(classifier_flags(
+        w, os.path.join(root, "exporting"), do_train=None, do_export=True, labels="0,1",
+        init_checkpoint=os.path.join(fine_tuned, "model.ckpt-3"), export_dir=export))).check()
+    cut = os.path.join(root, "export_cut_short")
+    shutil.copytree(export, cut)
+    variables = os.path.join(cut, "variables", "variables.data-00000-of-00001")
+    with open(variables, "rb") as f:
+        raw = f.read()
+    with open(variables, "wb") as f:
+        f.write(raw[:len(raw) // 2])
+    cases["predict_from_export_cut_short"] = (
+        [CLASSIFIER] + flag_args(dict(
+            task_name="sentiment", data_dir=w.data, do_predict=True,
+            output_dir=os.path.join(root, "predict_from_cut"), predict_from_export=cut)), cut,
+        [f"--predict_from_export={cut}: the checkpoint {cut}/variables/variables cannot be "
+         "read", "it was cut short or a file is missing; export the model again"])
 
 
 # What each command line runs: a root launcher's or `python -m` module's cli(argv).
@@ -996,6 +1029,8 @@ CASE_NAMES = [
     "classifier_init_checkpoint_in_its_output_dir",
     "pretrain_output_dir_inside_its_init_checkpoint", "distill_teacher_being_trained",
     "classifier_init_checkpoint_being_trained", "features_checkpoint_being_trained",
+    "classifier_export_dir_under_a_file", "classifier_output_dir_under_a_file",
+    "predict_from_export_cut_short",
 ]
 
 

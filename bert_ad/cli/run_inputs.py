@@ -24,7 +24,7 @@ from typing import List, Tuple
 from absl import flags
 
 from bert_ad.cli import flagfiles
-from bert_ad.files import refuse_output_dir_over_models
+from bert_ad.folders import refuse_output_dir_over_models
 from bert_ad.locks import refuse_reading_while_written
 
 # Flags naming what a command writes (cache_dir is written too: never an input).

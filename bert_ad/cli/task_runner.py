@@ -31,7 +31,7 @@ from absl import flags
 from bert_ad import onnx_predict
 from bert_ad.cli import flag_checks, flag_groups
 from bert_ad.cli.registry import TaskCommand
-from bert_ad.cli.run_inputs import flag_inputs
+from bert_ad.cli.run_inputs import check_input_models, flag_inputs
 from bert_ad.cli.runner import run_launcher
 from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.errors import fail
@@ -78,6 +78,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     if command.check_flags is not None:
         command.check_flags(f)
     flag_checks.check_training_flags(f, *command.positive_flags)
+    check_input_models(f)  # before a teacher's or a starting model's folder is read
     text = flag_checks.model_text_from_flags(f) if command.text else None
     if text is not None and predicts_from_onnx_only(command, f):
         return predict_from_onnx(command, f, text)
@@ -140,6 +141,7 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
         command.check_flags(f)
     flag_checks.check_inference_flags(f)
     flag_checks.check_export_flags(f)
+    check_input_models(f)
     text = flag_checks.model_text_from_flags(f)
     if (f.predict_from_export and not ("do_export" in f and f.do_export)
             and onnx_predict.is_onnx_export(f.predict_from_export)):
