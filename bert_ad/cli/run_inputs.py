@@ -24,6 +24,7 @@ from typing import List, Tuple
 from absl import flags
 
 from bert_ad.cli import flagfiles
+from bert_ad.files import same_file
 from bert_ad.folders import refuse_output_dir_over_models
 from bert_ad.locks import refuse_reading_while_written
 
@@ -90,6 +91,8 @@ def check_input_models(f: flags.FlagValues) -> None:
     refuse_output_dir_over_models(f.output_dir if "output_dir" in f else "",
                                   input_models(f) if trains else input_models(f, TEACHER_FLAGS))
     read_anyway = "read_while_training" in f and bool(f.read_while_training)
+    output_dir = f.output_dir if "output_dir" in f and f.output_dir else ""
     for named, folder, _ in input_models(f):
-        if os.path.isdir(folder):
+        # output_dir's own model is guarded by the lock this run takes on it.
+        if os.path.isdir(folder) and not (output_dir and same_file(folder, output_dir)):
             refuse_reading_while_written(folder, named, read_anyway)
