@@ -63,22 +63,43 @@ def cannot_write(path: str, error: BaseException) -> UserError:
     Returns:
       UserError("cannot write PATH: CAUSE"), e.g. "... No space left on device".
     """
-    if isinstance(error, OSError):
+    blocker = (file_in_the_way(path) if isinstance(error, OSError)
+               and error.errno in (errno.EEXIST, errno.ENOTDIR) else "")
+    if blocker:  # makedirs says only "File exists" (or "Not a directory")
+        cause = f"{blocker} is a file, not a folder"
+    elif isinstance(error, OSError):
         cause = error.strerror or str(error)
     else:
-        cause = _tensorflow_cause(str(getattr(error, "message", "") or error))
+        cause = tensorflow_cause(error)
     return UserError(f"cannot write {path}: {' '.join(cause.split())}")
 
 
-def _tensorflow_cause(message: str) -> str:
-    """The cause in a TensorFlow error: the "PATH; CAUSE" line, without the op
-    (`[[{{node save/SaveV2}}]]`) or the hint TensorFlow adds to any
-    ResourceExhausted error, a full disk's too ("Hint: If you want to see a
-    list of allocated tensors when OOM happens ...")."""
+def file_in_the_way(path: str) -> str:
+    """The nearest of `path` and its parents that exists and is not a folder (a
+    file where a folder is needed: `--export_dir=FILE/sub`), or ""."""
+    folder = os.path.abspath(path)
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return "" if os.path.isdir(folder) or not os.path.lexists(folder) else folder
+
+
+# Lines of a TensorFlow error that are not its cause: the op, the hint TensorFlow
+# adds to any ResourceExhausted error (a full disk's too), and the frame TF 2.x
+# puts around an error in a graph ("Graph execution error:", the node, its trace).
+_NOT_THE_CAUSE = ("[[", "Hint:", "Graph execution error", "Detected at node", "Node:",
+                  "Original stack trace", "File \"")
+
+
+def tensorflow_cause(error: BaseException) -> str:
+    """The cause in a TensorFlow error (an OpError, or any exception): the
+    "PATH; CAUSE" line's cause, else its first line that says something; e.g.
+    "Read less bytes than requested" where TF 2.x's message begins "Graph
+    execution error:" and ends with an empty stack trace."""
+    message = str(getattr(error, "message", "") or error)
     lines = [line.strip() for line in message.splitlines()]
-    lines = [line for line in lines if line and not line.startswith(("[[", "Hint:"))]
+    lines = [line for line in lines if line and not line.startswith(_NOT_THE_CAUSE)]
     located = [line for line in lines if "; " in line]
-    line = located[-1] if located else (lines[0] if lines else message)
+    line = located[-1] if located else (lines[0] if lines else message or type(error).__name__)
     return re.sub(r"\s*\[\[.*?\]\]", "", line.rsplit("; ", 1)[-1]).strip()
 
 
@@ -433,7 +454,8 @@ def same_file(a: str, b: str) -> bool:
     return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
 
-def _inside(path: str, folder: str) -> bool:
+def is_inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies in it, by their real paths."""
     real, top = os.path.realpath(path), os.path.realpath(folder)
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
@@ -479,6 +501,7 @@ def refuse_outputs_over_inputs(outputs: Iterable[Tuple[str, str]],
         if not folder or not os.path.isdir(folder):  # nothing there to replace
             continue
         for in_what, in_path in inputs:
-            if _inside(in_path, folder):
+            if is_inside(in_path, folder):
                 raise UserError(f"{_named(in_what, in_path)} lies in {_named(out_what, folder)}, "
                                 f"which this run replaces as a whole; {advice}")
+

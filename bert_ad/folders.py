@@ -8,6 +8,7 @@
   refuse_foreign_entries(folder, ours)  that check alone, before the work
   restore_directory(target)           undo what a killed writer of `target` left
   remove_stale_staging(dir)           the staging folders of a killed run, at start
+  refuse_output_dir_over_models(...)  no run writes into the folder of a model it reads
 
 A reader sees the old folder or the new one, never a half-built one; a
 folder being built is registered with bert_ad/signals.py, so a stop signal
@@ -25,10 +26,10 @@ import os
 import re
 import secrets
 import shutil
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 from bert_ad.errors import UserError, fail
-from bert_ad.files import cannot_write, fsync_path
+from bert_ad.files import cannot_write, fsync_path, is_inside
 from bert_ad.signals import held, is_live, remove_on_stop
 
 
@@ -189,3 +190,43 @@ def remove_stale_staging(directory: str) -> List[str]:
     targets = sorted({match.group(1) for match in map(_STAGING_NAME.match, names) if match})
     return [os.path.join(directory, name) for target in targets
             for name in restore_directory(os.path.join(directory, target))]
+
+
+def _overlap(output_dir: str, folder: str) -> str:
+    """How `output_dir` and `folder` overlap: "is", "lies inside", "holds", or ""."""
+    if is_inside(output_dir, folder):
+        return "is" if is_inside(folder, output_dir) else "lies inside"
+    return "holds" if is_inside(folder, output_dir) else ""
+
+
+def refuse_output_dir_over_models(output_dir: str,
+                                  models: Iterable[Tuple[str, str, str]],
+                                  advice: str = "give this run a --output_dir of its own"
+                                  ) -> None:
+    """One error line if output_dir overlaps the folder of a model this run reads.
+
+    A run writes checkpoints, results and a config into output_dir, renames a
+    broken checkpoint aside, deletes old ones (--keep_checkpoint_max) and
+    replaces best/ and its exports: `distill --output_dir=T --teacher_dir=T`
+    resumed from the teacher's checkpoint, trained the student over it and
+    deleted the teacher's only checkpoint. So output_dir may be neither the
+    folder of an input model, nor inside it, nor hold it.
+
+    Args:
+      output_dir: the run's --output_dir.
+      models: (flag as typed, e.g. "--teacher_dir=T"; the model's folder; whose it
+        is, e.g. "the teacher") of every model the run reads.
+      advice: what to do, ending the line.
+    Raises:
+      UserError: naming output_dir, the model's flag and whose folder it is.
+    """
+    if not output_dir:
+        return
+    for named, folder, whose in models:
+        how = _overlap(output_dir, folder) if folder and os.path.isdir(folder) else ""
+        if how == "is":
+            raise UserError(f"--output_dir={output_dir} is {named}: that is {whose}'s folder, "
+                            f"which this run would write over; {advice}")
+        if how:
+            raise UserError(f"--output_dir={output_dir} {how} {whose}'s folder {folder} "
+                            f"({named}), where this run must write nothing; {advice}")

@@ -25,11 +25,14 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
+import sys
+from typing import Iterator
 
 import pytest
 
-from helpers import (REPO, SAMPLE_SENTIMENT, Run, flag_args, run_bad_inputs, run_cli_in_process,
-                     save_initial_checkpoint, tiny_model)
+from helpers import (REPO, SAMPLE_SENTIMENT, Run, flag_args, head_graph, launcher_env,
+                     run_bad_inputs, run_cli_in_process, save_initial_checkpoint, tiny_model)
 
 CLASSIFIER = os.path.join(REPO, "run_classifier_mgpu.py")
 REWRITE = os.path.join(REPO, "rewrite_finetune.py")
@@ -37,6 +40,7 @@ PRETRAIN = os.path.join(REPO, "run_pretraining_mgpu.py")
 CREATE = os.path.join(REPO, "create_pretraining_data.py")
 SQUAD = os.path.join(REPO, "run_squad_mgpu.py")
 FEATURES = os.path.join(REPO, "extract_features.py")
+DISTILL = os.path.join(REPO, "distill_mgpu.py")
 
 
 class Workspace:
@@ -51,9 +55,10 @@ def _write(path: str, text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory) -> Workspace:
+def ws(tmp_path_factory) -> Iterator[Workspace]:
     w = Workspace()
     w.root = str(tmp_path_factory.mktemp("bad_inputs"))
+    w.holders = []  # live processes holding a folder's lock, killed at the end
     w.model = tiny_model(os.path.join(w.root, "model"))
     w.init = save_initial_checkpoint(os.path.join(w.root, "init", "bert_model.ckpt"),
                                      w.model.bert_config(), seed=1)
@@ -90,7 +95,10 @@ def ws(tmp_path_factory) -> Workspace:
     hf_weights["encoder.layer.0.attention.self.key.weight"][4, 1] = float("nan")
     safetensors.save(hf_weights, os.path.join(w.hf_not_finite, "model.safetensors"),
                      metadata={"format": "pt"})
-    return w
+    yield w
+    for process in w.holders:
+        process.kill()
+        process.wait()
 
 
 def classifier_flags(w: Workspace, output_dir: str, **changes) -> dict:
@@ -450,6 +458,7 @@ def _cases(w: Workspace) -> dict:
            ["extend", "--checkpoint", w.init, "--vocab_file", w.model.vocab_file,
             "--words", corpus, "--output_dir", vocab_out], vocab_out)
     _round_four_cases(w, cases, features)
+    _round_five_cases(w, cases, features)
     return cases
 
 
@@ -769,13 +778,158 @@ def _round_four_cases(w: Workspace, cases: dict, features: dict) -> None:
             [f"--flagfile={utf16 if name == 'convert_nested' else path}", expected])
 
 
+def save_teacher(folder: str, config_file: str) -> str:
+    """A fine-tuned-looking classifier folder: model.ckpt-3 with a head, labels.txt and
+    its bert_config.json (as a distilled student's folder, or a converted model's, has)."""
+    from bert_ad.model.heads import FEATURE_SPEC, classifier
+    from bert_ad.model.modeling import BertConfig
+    os.makedirs(folder)
+    save_initial_checkpoint(os.path.join(folder, "model.ckpt-3"),
+                            BertConfig.from_json_file(config_file),
+                            lambda c: head_graph(c, FEATURE_SPEC, False,
+                                                 lambda bert, f: classifier(bert, f, 2, False)),
+                            seed=3)
+    _write(os.path.join(folder, "labels.txt"), "0\n1\n")
+    shutil.copy(config_file, os.path.join(folder, "bert_config.json"))
+    return folder
+
+
+# A live run holding a folder's lock: a small Python holding it until killed.
+HOLD = ("import sys, time; from bert_ad.locks import OutputDirLock; "
+        "lock = OutputDirLock(sys.argv[1]); lock.acquire(); print('held', flush=True); "
+        "time.sleep(600)")
+
+
+def hold_lock(folder: str) -> subprocess.Popen:
+    """A live process holding `folder`'s lock (bert_ad/locks.py), as a training run does."""
+    process = subprocess.Popen([sys.executable, "-c", HOLD, folder], env=launcher_env(),
+                               stdout=subprocess.PIPE, universal_newlines=True)
+    assert process.stdout.readline() == "held\n"
+    return process
+
+
+def _round_five_cases(w: Workspace, cases: dict, features: dict) -> None:
+    """Issue 55: a run never writes into a model it reads, nor reads one being trained.
+    Each case digests the input model's folder."""
+    root = os.path.join(w.root, "r5")
+
+    def teacher(name: str) -> str:
+        return save_teacher(os.path.join(root, name), w.model.config_file)
+
+    def distill(name, folder, expected, **changes):
+        flags = dict(task_name="sentiment", data_dir=w.data, vocab_file=w.model.vocab_file,
+                     bert_config_file=w.model.config_file, max_seq_length=32,
+                     train_batch_size=4, num_train_epochs=1, do_train=True,
+                     keep_checkpoint_max=1)
+        flags.update(changes)
+        cases[name] = ([DISTILL] + flag_args(flags), folder, expected)
+
+    # #1: the student written into its teacher's folder (the same depth: it trained
+    # over the teacher and deleted its checkpoint; one layer: a config mismatch).
+    same = teacher("teacher_is_output")
+    for layers in (1, 2):
+        distill(f"distill_output_is_its_teacher_{layers}_layers", same,
+                [f"--output_dir={same} is --teacher_dir={same}: that is the teacher's "
+                 "folder", "give this run a --output_dir of its own"],
+                teacher_dir=same, output_dir=same, student_layers=layers)
+    spelled = teacher("teacher_spelled_otherwise")
+    distill("distill_output_is_its_teacher_spelled_otherwise", spelled,
+            ["that is the teacher's folder"], teacher_dir=spelled,
+            output_dir=os.path.join(spelled, "..", "teacher_spelled_otherwise", "."),
+            student_layers=1)
+    outer = teacher("teacher_holds_output")
+    distill("distill_output_inside_its_teacher", outer,
+            [f"--output_dir={outer}/student lies inside the teacher's folder {outer} "
+             f"(--teacher_dir={outer})"],
+            teacher_dir=outer, output_dir=os.path.join(outer, "student"), student_layers=1)
+    inner_out = os.path.join(root, "run_holds_teacher")
+    inner = save_teacher(os.path.join(inner_out, "best"), w.model.config_file)
+    distill("distill_teacher_inside_its_output", inner_out,
+            [f"--output_dir={inner_out} holds the teacher's folder {inner}"],
+            teacher_dir=inner, output_dir=inner_out, student_layers=1)
+    by_checkpoint = teacher("teacher_by_checkpoint")
+    distill("distill_output_is_its_teacher_checkpoints_folder", by_checkpoint,
+            ["that is the teacher's folder"], student_layers=1, output_dir=by_checkpoint,
+            teacher_checkpoint=os.path.join(by_checkpoint, "model.ckpt-3"),
+            teacher_config_file=w.model.config_file)
+    # #1 in the other commands that train: --init_checkpoint in output_dir.
+    started = os.path.join(root, "init_in_output")
+    shutil.copytree(os.path.dirname(w.init), started)
+    cases["classifier_init_checkpoint_in_its_output_dir"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(
+            w, started, init_checkpoint=os.path.join(started, "bert_model.ckpt"),
+            keep_checkpoint_max=1)), started,
+        [f"--output_dir={started} is --init_checkpoint={started}/bert_model.ckpt: that is "
+         "the starting model's folder"])
+    cases["pretrain_output_dir_inside_its_init_checkpoint"] = (
+        [PRETRAIN] + flag_args({
+            "bert_config_file": w.model.config_file, "init_checkpoint": started,
+            "output_dir": os.path.join(started, "pretrained"),
+            "input_file": os.path.join(w.root, "shards", "mlm.tfrecord"), "do_train": True,
+            "max_seq_length": 32, "max_predictions_per_seq": 5, "num_train_steps": 2,
+            "num_warmup_steps": 0}), started,
+        [f"lies inside the starting model's folder {started} (--init_checkpoint={started})"])
+    # #2: a model folder a live run is still writing (its lock held).
+    busy = teacher("teacher_being_trained")
+    w.holders.append(hold_lock(busy))
+    live = f"a live run is still writing (pid {w.holders[-1].pid} on "
+    advice = "add --read_while_training to read its newest complete checkpoint"
+    distill("distill_teacher_being_trained", busy,
+            [f"--teacher_dir={busy} is a folder that {live}", advice],
+            teacher_dir=busy, output_dir=os.path.join(root, "student_of_busy"),
+            student_layers=1)
+    cases["classifier_init_checkpoint_being_trained"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(
+            w, os.path.join(root, "classifier_of_busy"),
+            init_checkpoint=os.path.join(busy, "model.ckpt-3"))), busy,
+        [f"--init_checkpoint={busy}/model.ckpt-3 lies in {busy}, a folder that {live}",
+         advice])
+    cases["features_checkpoint_being_trained"] = (
+        [FEATURES] + flag_args(dict(features, init_checkpoint=busy, layers=-1,
+                                    output_file=os.path.join(root, "busy.jsonl"))), busy,
+        [f"--init_checkpoint={busy} is a folder that {live}", advice])
+    # #4: messages that named the wrong cause. A path under a regular file ("File exists").
+    here = os.path.join(root, "path_under_a_file")
+    a_file = _write(os.path.join(here, "a_file"), "the user's file\n")
+    fine_tuned = teacher("fine_tuned")
+    cases["classifier_export_dir_under_a_file"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(
+            w, os.path.join(here, "out"), do_train=None, do_export=True, labels="0,1",
+            init_checkpoint=os.path.join(fine_tuned, "model.ckpt-3"),
+            export_dir=os.path.join(a_file, "sub"))), here,
+        [f"--export_dir={a_file}/sub lies under {a_file}, which is a file, not a folder"])
+    cases["classifier_output_dir_under_a_file"] = (
+        [CLASSIFIER] + flag_args(classifier_flags(w, os.path.join(a_file, "sub"))), here,
+        [f"cannot write {a_file}/sub: {a_file} is a file, not a folder"])
+    # A SavedModel whose variables file was cut short ("Graph execution error:" and
+    # nothing after it, in TF 2.x).
+    export = os.path.join(root, "export")
+    _run([CLASSIFIER] + flag_args(classifier_flags(
+        w, os.path.join(root, "exporting"), do_train=None, do_export=True, labels="0,1",
+        init_checkpoint=os.path.join(fine_tuned, "model.ckpt-3"), export_dir=export))).check()
+    cut = os.path.join(root, "export_cut_short")
+    shutil.copytree(export, cut)
+    variables = os.path.join(cut, "variables", "variables.data-00000-of-00001")
+    with open(variables, "rb") as f:
+        raw = f.read()
+    with open(variables, "wb") as f:
+        f.write(raw[:len(raw) // 2])
+    cases["predict_from_export_cut_short"] = (
+        [CLASSIFIER] + flag_args(dict(
+            task_name="sentiment", data_dir=w.data, do_predict=True,
+            output_dir=os.path.join(root, "predict_from_cut"), predict_from_export=cut)), cut,
+        [f"--predict_from_export={cut}: the checkpoint {cut}/variables/variables cannot be "
+         "read", "it was cut short or a file is missing; export the model again"])
+
+
 # What each command line runs: a root launcher's or `python -m` module's cli(argv).
 ENTRY_POINTS = {CLASSIFIER: "bert_ad.cli.classifier", REWRITE: "bert_ad.cli.rewrite",
                 PRETRAIN: "bert_ad.cli.pretrain", CREATE: "bert_ad.cli.create_pretraining_data",
                 SQUAD: "bert_ad.cli.squad", FEATURES: "bert_ad.cli.features",
                 "bert_ad.cli.tokenize": "bert_ad.cli.tokenize",
                 "bert_ad.cli.data": "bert_ad.cli.data",
-                "bert_ad.convert": "bert_ad.cli.convert", "bert_ad.vocab": "bert_ad.cli.vocab"}
+                "bert_ad.convert": "bert_ad.cli.convert", "bert_ad.vocab": "bert_ad.cli.vocab",
+                DISTILL: "bert_ad.cli.distill"}
 
 
 def _run(argv) -> Run:
@@ -797,7 +951,7 @@ def bad_runs(cases):
 
 
 def test_the_corpus_is_large(cases):
-    assert len(cases) >= 150  # 103 before round four (issue 42)
+    assert len(cases) >= 167  # 153 before round five (issue 55), 103 before round four
 
 
 CASE_NAMES = [
@@ -868,6 +1022,15 @@ CASE_NAMES = [
     "create_output_is_the_vocab", "data_prepare_source_inside_output_dir",
     "vocab_trim_corpus_inside_output_dir", "convert_hf2google_into_its_hf_dir",
     "convert_google2hf_into_its_checkpoint_dir",
+    # Round five (issue 55).
+    "distill_output_is_its_teacher_1_layers", "distill_output_is_its_teacher_2_layers",
+    "distill_output_is_its_teacher_spelled_otherwise", "distill_output_inside_its_teacher",
+    "distill_teacher_inside_its_output", "distill_output_is_its_teacher_checkpoints_folder",
+    "classifier_init_checkpoint_in_its_output_dir",
+    "pretrain_output_dir_inside_its_init_checkpoint", "distill_teacher_being_trained",
+    "classifier_init_checkpoint_being_trained", "features_checkpoint_being_trained",
+    "classifier_export_dir_under_a_file", "classifier_output_dir_under_a_file",
+    "predict_from_export_cut_short",
 ]
 
 

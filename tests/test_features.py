@@ -203,7 +203,8 @@ def bad_runs(model, tmp_path_factory):
     cases["pooling_with_several_layers"] = case(
         ["--pooling=mean pools one layer", "--layers=-1,-2"], pooling="mean", layers="-1,-2")
     cases["unwritable_output"] = case(
-        ["cannot write", "Not a directory"], output_name="features.jsonl/inside.jsonl")
+        ["cannot write", "features.jsonl is a file, not a folder"],
+        output_name="features.jsonl/inside.jsonl")
     cases["npy_without_pooling"] = case(["features.npy", "--pooling=mean"],
                                         output_name="features.npy")
     cases["not_utf8"] = case(["latin1.txt", "line 2", "UTF-8"], input_file=not_utf8)

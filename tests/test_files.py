@@ -264,9 +264,10 @@ def test_a_file_where_the_folder_should_be_is_one_line(tmp_path):
     (tmp_path / "out").write_text("a file")
     with pytest.raises(UserError) as error:
         files.write_results(str(tmp_path / "out"), {"predict.txt": ["x"]})
-    assert str(error.value) == \
-        f"cannot write {tmp_path / 'out' / 'predict.txt'}: Not a directory"
-    with pytest.raises(UserError, match="Not a directory"):
+    # Names the file in the way (issue 55: "File exists" / "Not a directory" did not).
+    assert str(error.value) == (f"cannot write {tmp_path / 'out' / 'predict.txt'}: "
+                                f"{tmp_path / 'out'} is a file, not a folder")
+    with pytest.raises(UserError, match="out is a file, not a folder"):
         write_features(str(tmp_path / "out" / "train-abc.tf_record"),
                        TokenizedExamples({"input_ids": [np.ones(3, np.int32)]}, [0]))
     assert snapshot(tmp_path) == {"out": b"a file"}

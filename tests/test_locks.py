@@ -8,17 +8,22 @@ full disk is a file-size limit (RLIMIT_FSIZE) on a real launcher run.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from bert_ad.errors import UserError
-from bert_ad.locks import LOCK_NAME, OutputDirLock
+from bert_ad import locks
+from bert_ad.locks import (LOCK_NAME, OutputDirLock, describe_owner, live_writer,
+                           refuse_reading_while_written)
 from helpers import (REPO, SAMPLE_SENTIMENT, assert_one_error_line, flag_args, launcher_env,
                      run_command, run_launcher_in_process, save_initial_checkpoint,
                      tiny_model)
@@ -130,3 +135,80 @@ def test_a_full_disk_while_writing_the_lock_names_it_and_blocks_nothing(tmp_path
                                "large")
     assert not os.path.exists(output_dir) or os.listdir(output_dir) == []
     run_launcher_in_process(args).check()   # no limit here: the same command goes ahead
+
+
+# --- readers: a model folder a live run is still writing (issue 55) -------------------------
+
+def test_a_reader_sees_a_live_writer_but_not_a_gone_one_nor_itself(holder, tmp_path):
+    process, output_dir = holder
+    owner = live_writer(output_dir)
+    assert owner["pid"] == process.pid and owner["host"] == socket.gethostname()
+    with pytest.raises(UserError) as error:
+        refuse_reading_while_written(output_dir, f"--teacher_dir={output_dir}")
+    assert str(error.value) == (
+        f"--teacher_dir={output_dir} is a folder that a live run is still writing "
+        f"({describe_owner(owner)}); wait for it to finish, or add --read_while_training "
+        "to read its newest complete checkpoint")
+    process.kill()
+    process.wait()
+    assert live_writer(output_dir) is None  # its lock file stays, no process holds it
+    mine = str(tmp_path / "mine")
+    with OutputDirLock(mine):  # this run's own folder: read by itself, never refused
+        assert live_writer(mine) is None
+    assert live_writer(str(tmp_path / "never_locked")) is None
+
+
+def test_read_while_training_reads_the_newest_checkpoint_with_a_warning(holder, tmp_path):
+    """features with --init_checkpoint in a folder being trained: refused, and with
+    --read_while_training embedded from the checkpoint there, said in a warning."""
+    process, output_dir = holder
+    model = tiny_model(str(tmp_path / "model"))
+    save_initial_checkpoint(os.path.join(output_dir, "model.ckpt-1"), model.bert_config(),
+                            seed=1)
+    text = tmp_path / "in.txt"
+    text.write_text("a good film\n")
+    args = [os.path.join(REPO, "extract_features.py")] + flag_args(
+        {"vocab_file": model.vocab_file, "bert_config_file": model.config_file,
+         "init_checkpoint": output_dir, "input_file": str(text), "max_seq_length": 16,
+         "layers": -1, "output_file": str(tmp_path / "out.jsonl")})
+    assert_one_error_line(run_launcher_in_process(args), f"--init_checkpoint={output_dir} is "
+                          f"a folder that a live run is still writing (pid {process.pid} on ")
+    assert not (tmp_path / "out.jsonl").exists()
+    run = run_launcher_in_process(args + ["--read_while_training"]).check()
+    assert (f"warning: --init_checkpoint={output_dir} is a folder that a live run is still "
+            f"writing (pid {process.pid} on ") in run.stderr
+    assert "reading its newest complete checkpoint (--read_while_training)" in run.stderr
+    assert (tmp_path / "out.jsonl").read_text().count("\n") == 1
+
+
+def test_a_readers_probe_never_refuses_a_writer_starting_meanwhile(tmp_path):
+    """The probe holds a shared flock for an instant; a writer starting then tries again."""
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    fd = os.open(str(output_dir / LOCK_NAME), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a probe, caught in the act
+    threading.Timer(0.1, os.close, [fd]).start()
+    with OutputDirLock(str(output_dir)) as lock:
+        assert lock.held
+
+
+def test_without_working_flock_a_reader_goes_by_the_owner_record(holder, monkeypatch):
+    """A file system whose flock fails (ENOLCK: some network and FUSE mounts): the
+    owner record decides, a live pid of this host is a writer, another host's is not."""
+    process, output_dir = holder
+
+    class NoFlock:
+        LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = (fcntl.LOCK_SH, fcntl.LOCK_EX, fcntl.LOCK_NB,
+                                              fcntl.LOCK_UN)
+
+        @staticmethod
+        def flock(fd, operation):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(locks, "fcntl", NoFlock)
+    assert live_writer(output_dir)["pid"] == process.pid
+    path = os.path.join(output_dir, LOCK_NAME)
+    owner = json.load(open(path))
+    with open(path, "w") as f:
+        json.dump(dict(owner, host="another-host.example"), f)
+    assert live_writer(output_dir) is None  # unseen: the documented limit

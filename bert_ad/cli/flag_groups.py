@@ -51,6 +51,10 @@ SHARED: Dict[str, Flag] = {
     "init_checkpoint": Flag("string", "Checkpoint prefix (or a folder holding one) of the "
                             "model's weights: what training starts from, or what "
                             "scoring reads.", None),
+    "read_while_training": Flag("bool", "Read a model folder (--init_checkpoint, "
+                                "--teacher_dir) that a live run is still training, at its "
+                                "newest complete checkpoint, with a warning (default: "
+                                "refused, naming the run).", False),
     "vocab_file": Flag("string", "The model's vocabulary: WordPiece vocab.txt, or an XLM-R "
                        "unigram piece list (pieces.tsv).", None),
     "spm_model_file": Flag("string", "SentencePiece .model of the model, instead of "
@@ -199,8 +203,8 @@ SHARED: Dict[str, Flag] = {
 }
 
 GROUPS: Dict[str, Tuple[str, ...]] = {
-    "model_files": ("bert_config_file", "init_checkpoint", "vocab_file", "spm_model_file",
-                    "do_lower_case", "max_seq_length"),
+    "model_files": ("bert_config_file", "init_checkpoint", "read_while_training", "vocab_file",
+                    "spm_model_file", "do_lower_case", "max_seq_length"),
     "towers": ("n_gpus", "variable_update"),
     "speed": ("precision", "use_xla", "remove_padding", "recompute_activations"),
     "export": ("do_export", "export_dir", "export_format", "export_precision",

@@ -33,7 +33,7 @@ from bert_ad import export_predict
 from bert_ad.cli import flag_checks, flag_groups
 from bert_ad.cli.model_folder_flags import use_model_folder
 from bert_ad.cli.registry import TaskCommand
-from bert_ad.cli.run_inputs import flag_inputs
+from bert_ad.cli.run_inputs import check_input_models, flag_inputs
 from bert_ad.cli.runner import run_launcher
 from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.errors import fail
@@ -82,6 +82,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     if command.check_flags is not None:
         command.check_flags(f)
     flag_checks.check_training_flags(f, *command.positive_flags)
+    check_input_models(f)  # before a teacher's or a starting model's folder is read
     text = flag_checks.model_text_from_flags(f) if command.text else None
     if text is not None and f.predict_from_export:
         return predict_from_export(command, f, text)
@@ -146,6 +147,7 @@ def run_inference(command: TaskCommand, f: flags.FlagValues) -> int:
         command.check_flags(f)
     flag_checks.check_inference_flags(f)
     flag_checks.check_export_flags(f)
+    check_input_models(f)
     text = flag_checks.model_text_from_flags(f)
     if (f.predict_from_export and not ("do_export" in f and f.do_export)
             and not needs_tensorflow(f.predict_from_export)):

@@ -37,7 +37,7 @@ import numpy as np
 
 from bert_ad.compat import TF_VERSION, make_saved_model_portable, portable_graph_def, tf
 from bert_ad.errors import fail
-from bert_ad.files import cannot_write
+from bert_ad.files import cannot_write, file_in_the_way
 from bert_ad.folders import staging_directory
 from bert_ad.parallel.checkpoint_files import checkpoint_step
 from bert_ad.parallel.checkpoints import require_variables, variable_name
@@ -74,6 +74,10 @@ def refuse_existing(export_dir: str) -> None:
     if os.path.lexists(export_dir):
         fail(f"--export_dir={export_dir} already exists; an export is never written "
              "over: remove it or give another --export_dir")
+    blocker = file_in_the_way(export_dir)
+    if blocker:
+        fail(f"--export_dir={export_dir} lies under {blocker}, which is a file, not a "
+             "folder: give an --export_dir whose parents are folders")
 
 
 def check_exportable(task: Task) -> None:

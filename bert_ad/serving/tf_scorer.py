@@ -21,7 +21,9 @@ from typing import Dict, List, Optional
 
 from bert_ad.compat import TF_VERSION, tf
 from bert_ad.errors import fail
+from bert_ad.files import tensorflow_cause
 from bert_ad.inference import layout
+from bert_ad.parallel.checkpoints import checkpoint_problem
 
 
 class ExportScorer:
@@ -62,6 +64,9 @@ class ExportScorer:
             meta_graph = tf.saved_model.loader.load(self.session, [layout.SERVE_TAG],
                                                     export_dir)
         except (tf.errors.OpError, RuntimeError, ValueError, OSError) as e:
+            damaged = _damaged_variables(export_dir)
+            if damaged:
+                fail(f"{self.flag}={export_dir}: {damaged}; export the model again")
             fail(f"{self.flag}={export_dir}: the SavedModel does not load here "
                  f"(TensorFlow {TF_VERSION}): {_first_line(e)}")
         if layout.SIGNATURE_KEY not in meta_graph.signature_def:
@@ -105,6 +110,15 @@ class ExportScorer:
         self.close()
 
 
+def _damaged_variables(export_dir: str) -> str:
+    """Why a SavedModel's variables (a checkpoint) cannot be read whole, or ""."""
+    if not os.path.isdir(os.path.join(export_dir, "variables")):
+        return ""
+    return checkpoint_problem(os.path.join(export_dir, "variables", "variables")) or ""
+
+
 def _first_line(error: BaseException) -> str:
+    if isinstance(error, tf.errors.OpError):  # TF 2.x's first line: "Graph execution error:"
+        return tensorflow_cause(error)
     text = str(getattr(error, "message", "") or error).strip()
     return text.splitlines()[0] if text else type(error).__name__
