@@ -29,7 +29,8 @@ import shutil
 from typing import Iterable, List, Optional, Tuple
 
 from bert_ad.errors import UserError, fail
-from bert_ad.files import cannot_write, fsync_path, is_inside
+from bert_ad.files import cannot_write, fsync_path
+from bert_ad.path_overlaps import is_inside
 from bert_ad.signals import held, is_live, remove_on_stop
 
 

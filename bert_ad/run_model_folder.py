@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 from bert_ad import __version__, files
 from bert_ad.data.text_lines import text_lines
 from bert_ad.errors import fail
+from bert_ad.path_overlaps import same_file
 from bert_ad.model_folder import (BERT_CONFIG_FILE, SETTINGS_FILE, ModelSettings,
                                   is_model_folder, read_model_settings, settings_path)
 from bert_ad.parallel.checkpoint_files import step_checkpoints
@@ -118,7 +119,7 @@ def write_model_folder(output_dir: str, task: Task, record: ModelSettings) -> No
     tokenizer = getattr(task.encoder, "tokenizer", None)
     for source in tokenizer.files() if tokenizer is not None else ():
         target = os.path.join(output_dir, os.path.basename(source))
-        if not (os.path.exists(target) and files.same_file(source, target)):
+        if not (os.path.exists(target) and same_file(source, target)):
             with open(source, "rb") as f:
                 _write_bytes(target, f.read())
     write_record(output_dir, record)

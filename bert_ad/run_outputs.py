@@ -14,10 +14,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from bert_ad import files
 from bert_ad.data.processors import load_label_list
 from bert_ad.errors import fail
 from bert_ad.files import remove_stale_temporaries, write_results
+from bert_ad import path_overlaps
 from bert_ad.folders import remove_stale_staging
 from bert_ad.parallel.checkpoint_files import remove_partial_save, step_checkpoints
 from bert_ad.run_settings import RunSettings
@@ -70,7 +70,7 @@ def refuse_outputs_over_inputs(task: Task, output_dir: str, inputs: List[SplitDa
     """An input file this run would write over (NER's --predict_file=OUTPUT_DIR/predict.txt
     renamed the input aside and replaced it with the output), however its path is
     spelled (a symlink, a hard link): one line, nothing written."""
-    files.refuse_outputs_over_inputs(
+    path_overlaps.refuse_outputs_over_inputs(
         output_files(task, output_dir),
         [(f"the {data.split} file", source) for data in inputs for source in data.sources()],
         advice="give another --output_dir or move the input")

@@ -23,7 +23,8 @@ TEMPORARILY_EXEMPT = set()
 
 # Low to high. A module may import its own layer and the layers below it.
 LAYERS = [
-    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.folders",
+    {"bert_ad", "bert_ad.errors", "bert_ad.compat", "bert_ad.files", "bert_ad.path_overlaps",
+     "bert_ad.folders",
      "bert_ad.seeds", "bert_ad.cpu_features", "bert_ad.choices",
      # BertConfig: bert_config.json read and checked (plain data, no TensorFlow).
      "bert_ad.bert_config",

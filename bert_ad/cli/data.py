@@ -14,7 +14,7 @@ from bert_ad.cli.registry import register_tool
 from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import tool_cli, parse_flags
 from bert_ad.errors import fail
-from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.path_overlaps import refuse_outputs_over_inputs
 from bert_ad.tools import prepare
 
 USAGE = "NAME --output_dir=DIR [--flag=value ...]"

@@ -47,7 +47,7 @@ from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS
                                              parse_layers)
 from bert_ad.data.streamed_batches import ROW_INFO
 from bert_ad.errors import fail
-from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.path_overlaps import refuse_outputs_over_inputs
 from bert_ad.data.scored_rows import rows_in_order
 from bert_ad.placement import Placement
 

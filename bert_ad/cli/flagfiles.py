@@ -8,7 +8,7 @@ command. `read_flagfiles` finds the flagfiles as absl does (`--flagfile=F`,
 relative to the working directory), checks that each is UTF-8 text (one
 `error:` line naming the file otherwise) and returns their paths: they are
 inputs of the run like any data file, which no output may write over
-(`bert_ad.files.refuse_outputs_over_inputs`); `of(fv)` gives them back.
+(`bert_ad.path_overlaps.refuse_outputs_over_inputs`); `of(fv)` gives them back.
 """
 
 from __future__ import annotations

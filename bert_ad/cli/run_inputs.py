@@ -1,4 +1,4 @@
-"""The files a command line names as its inputs, for `files.refuse_outputs_over_inputs`.
+"""The files a command line names as its inputs, for `path_overlaps.refuse_outputs_over_inputs`.
 
 Every flag's value that names an existing file or folder is an input (each
 item of a comma list too), except the flags that name where output goes; a
@@ -24,7 +24,7 @@ from typing import List, Tuple
 from absl import flags
 
 from bert_ad.cli import flagfiles
-from bert_ad.files import same_file
+from bert_ad.path_overlaps import same_file
 from bert_ad.folders import refuse_output_dir_over_models
 from bert_ad.locks import refuse_reading_while_written
 

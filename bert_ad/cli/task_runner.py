@@ -37,7 +37,7 @@ from bert_ad.cli.run_inputs import check_input_models, flag_inputs
 from bert_ad.cli.runner import run_launcher
 from bert_ad.distributed.cluster_config import resolve_cluster
 from bert_ad.errors import fail
-from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.path_overlaps import refuse_outputs_over_inputs
 from bert_ad.inference.exported_model import needs_tensorflow
 from bert_ad.run_outputs import output_files
 from bert_ad.run_settings import RunSettings

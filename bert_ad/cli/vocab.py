@@ -21,7 +21,7 @@ from bert_ad.cli import flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.run_inputs import flag_inputs
 from bert_ad.cli.runner import Subcommand, run_subcommand, tool_cli
-from bert_ad.files import refuse_outputs_over_inputs
+from bert_ad.path_overlaps import refuse_outputs_over_inputs
 from bert_ad.tools import vocab, vocab_extend, vocab_trim
 
 PROGRAM = "python -m bert_ad.vocab"

@@ -17,7 +17,8 @@ import numpy as np
 
 from bert_ad.data.batching import Batches, padded_length
 from bert_ad.errors import fail, require_file
-from bert_ad.files import StagedFiles, cannot_write, refuse_outputs_over_inputs
+from bert_ad.files import StagedFiles, cannot_write
+from bert_ad.path_overlaps import refuse_outputs_over_inputs
 
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
                  "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
