@@ -221,7 +221,7 @@ def host_estimate(model, towers: int, cpu_seconds: float, cores: int = 16) -> st
 
 
 def machine_line() -> str:
-    from bert_ad.compat import onednn_state
+    from bert_ad.compat.onednn import onednn_state
     from benchmarks.measuring import cpu_line
     return cpu_line(onednn_state())
 

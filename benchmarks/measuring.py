@@ -103,7 +103,7 @@ def logged_onednn_state(log_text: str) -> str:
 
 def onednn_state() -> str:
     """Whether this process's TensorFlow runs oneDNN, and why (imports TensorFlow)."""
-    from bert_ad.compat import onednn_state as state
+    from bert_ad.compat.onednn import onednn_state as state
     return state()
 
 

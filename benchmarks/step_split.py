@@ -245,7 +245,8 @@ def synthetic_feed(placeholders: Sequence[dict], vocab_size: int, batch: int, se
 def measure(config, layout: str, towers: int, batch: int, seq: int, warmup: int,
             steps: int, traced: int) -> dict:
     """The untimed, timed and traced steps of one layout on `towers` devices."""
-    from bert_ad.compat import list_gpu_count, session_config, tf
+    from bert_ad.compat import session_config, tf
+    from bert_ad.compat.installed import list_gpu_count
     from bert_ad.model.heads import FEATURE_SPEC, classifier
     from bert_ad.parallel.towers import plan_devices
     from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
@@ -316,7 +317,9 @@ def markdown(rows: Sequence[Sequence]) -> str:
 
 
 def machine_lines(args, uses_gpu: bool) -> List[str]:
-    from bert_ad.compat import TF_VERSION, onednn_state, tensorflow_build
+    from bert_ad.compat import TF_VERSION
+    from bert_ad.compat.installed import tensorflow_build
+    from bert_ad.compat.onednn import onednn_state
     from benchmarks.measuring import cpu_line
     lines = [cpu_line(onednn_state()),
              f"TensorFlow {TF_VERSION} ({tensorflow_build()}); load average "

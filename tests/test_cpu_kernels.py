@@ -14,9 +14,9 @@ from bert_ad.model import precision
 from helpers import (SAMPLE_SENTIMENT, fresh_python_lines, run_launcher_in_process,
                      tiny_model)
 
-PROBE = ("import os; from bert_ad import compat; "
-         "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS')); print(compat.onednn_enabled()); "
-         "print(compat.onednn_state())")
+PROBE = ("import os; from bert_ad.compat import onednn; "
+         "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS')); print(onednn.onednn_enabled()); "
+         "print(onednn.onednn_state())")
 
 
 def probe(**env: str) -> list:

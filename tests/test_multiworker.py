@@ -82,16 +82,16 @@ def threaded_workers(workers: int, out_path: str,
     to `out_path` as "index/name". Exits naming the workers that failed."""
     import threading
 
-    from bert_ad import compat
+    from bert_ad.compat import collectives
 
     hosts = [f"127.0.0.1:{p}" for p in free_ports(workers)]
     configs, servers = [], []
     for i in range(workers):
         config = tf.ConfigProto()
-        compat.configure_collectives(config, "/job:worker/replica:0/task:0",
+        collectives.configure_collectives(config, "/job:worker/replica:0/task:0",
                                      f"/job:worker/task:{i}", "ring")
         configs.append(config)
-        servers.append(compat.start_server(hosts, i, config))
+        servers.append(collectives.start_server(hosts, i, config))
     results, errors = [None] * workers, []
 
     def run(i):

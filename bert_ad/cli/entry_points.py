@@ -48,7 +48,7 @@ def version_text() -> str:
                 "exports only (bert-ad serve, bert-ad predict and --predict_from_export "
                 "with ONNX exports); training and exporting need TensorFlow: "
                 'pip install "bert_ad[tf]"')
-    from bert_ad.compat import tensorflow_description
+    from bert_ad.compat.installed import tensorflow_description
     return f"bert_ad {__version__}, {tensorflow_description()}"
 
 

@@ -89,7 +89,7 @@ def main(command: TaskCommand, f: flags.FlagValues) -> int:
     # The flags are sound: from here on TensorFlow is imported.
     from bert_ad import driver
     from bert_ad.cli import builders
-    from bert_ad.compat import quiet_onednn_notices
+    from bert_ad.compat.onednn import quiet_onednn_notices
     from bert_ad.model.precision import compute_dtype
     compute_dtype(f.precision)  # refuses what this lane cannot run, before a server starts
     placement = builders.placement_from_flags(

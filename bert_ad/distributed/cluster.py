@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 
 from bert_ad.choices import COLLECTIVE_IMPLEMENTATIONS as IMPLEMENTATIONS
 from bert_ad import compat
+from bert_ad.compat import collectives
 from bert_ad.compat import tf
 from bert_ad.distributed.cluster_config import JOB, ClusterSpec, parse_address, worker_plan
 from bert_ad.errors import EXIT_USER_ERROR, fail
@@ -173,7 +174,7 @@ class ClusterRuntime:
             fail("--collective_implementation=nccl needs GPU towers, but this worker "
                  "trains on the CPU; use ring (the default without GPUs)")
         if fp16:
-            problem = compat.collective_fp16_problem(implementation)
+            problem = collectives.collective_fp16_problem(implementation)
             if problem:
                 fail(f"--collective_fp16 is not available here: {problem}; leave it off "
                      "or use TensorFlow 2.x")
@@ -193,7 +194,7 @@ class ClusterRuntime:
         self.session_config = tf.ConfigProto()
         if session_config is not None:
             self.session_config.CopyFrom(session_config)
-        compat.configure_collectives(self.session_config, spec.task_prefix(0),
+        collectives.configure_collectives(self.session_config, spec.task_prefix(0),
                                      f"/job:{JOB}/task:{spec.task_index}", implementation)
         self.server = None
         self.watchdog = Watchdog()
@@ -235,7 +236,7 @@ class ClusterRuntime:
                  "worker another port")
         try:
             with compat.quiet_stderr():
-                self.server = compat.start_server(self.spec.hosts, self.task_index,
+                self.server = collectives.start_server(self.spec.hosts, self.task_index,
                                                   self.session_config)
         except tf.errors.OpError as e:
             fail(f"{where}: TensorFlow could not start its server on "

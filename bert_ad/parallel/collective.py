@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 from typing import Sequence
 
-from bert_ad import compat
+from bert_ad.compat import collectives
 from bert_ad.compat import tf
 
 # Start-up exchanges get fixed instance keys: they must line up across
@@ -113,7 +113,7 @@ class Collectives:
         """Sum (or mean) of `tensor` over the workers; same shape and dtype."""
         tensor = self._here(tensor)
         with tf.device(self.device):
-            return compat.collective_all_reduce(
+            return collectives.collective_all_reduce(
                 tensor, self.num_workers, self.group_key, self._instance(instance_key),
                 final_op="Div" if mean else "Id", implementation=self.implementation)
 
@@ -121,7 +121,7 @@ class Collectives:
         """[n, ...] per worker -> [workers * n, ...], worker 0's rows first."""
         tensor = self._here(tensor)
         with tf.device(self.device):
-            return compat.collective_all_gather(
+            return collectives.collective_all_gather(
                 tensor, self.num_workers, self.group_key, self._instance(instance_key),
                 implementation=self.implementation)
 
@@ -132,10 +132,10 @@ class Collectives:
             tensor = self._here(tensor)
         with tf.device(self.device):
             if is_source:
-                return compat.collective_broadcast_send(
+                return collectives.collective_broadcast_send(
                     tensor, self.num_workers, self.group_key, key,
                     implementation=self.implementation)
-            return compat.collective_broadcast_recv(
+            return collectives.collective_broadcast_recv(
                 tensor.shape, tensor.dtype, self.num_workers, self.group_key, key,
                 implementation=self.implementation)
 

@@ -28,7 +28,9 @@ import os
 from typing import Callable, Sequence
 
 from bert_ad.choices import PARAMETER_SERVER, REPLICATED, VARIABLE_UPDATES
-from bert_ad.compat import list_gpu_count, onednn_state, tf
+from bert_ad.compat import tf
+from bert_ad.compat.installed import list_gpu_count
+from bert_ad.compat.onednn import onednn_state
 from bert_ad.errors import fail
 from bert_ad.limits import TRAINING_BATCH_FLAGS, check_tower_count, logical_cpus
 

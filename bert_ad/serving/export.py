@@ -35,7 +35,9 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from bert_ad.compat import TF_VERSION, make_saved_model_portable, portable_graph_def, tf
+from bert_ad.compat import TF_VERSION, tf
+
+from bert_ad.compat.graphs import make_saved_model_portable, portable_graph_def
 from bert_ad.errors import fail
 from bert_ad.files import cannot_write, file_in_the_way
 from bert_ad.folders import staging_directory
