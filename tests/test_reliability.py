@@ -108,18 +108,16 @@ def test_an_output_dir_trained_with_another_config_is_refused_before_anything_is
     before = tree_digest(output_dir)
     wider = write_config(str(tmp_path / "wider.json"), ws.model.vocab_size, hidden_size=64,
                          intermediate_size=128)
-    newest = os.path.join(output_dir, "model.ckpt-10")
-    rows = ws.model.vocab_size
     for changes in ({"num_train_epochs": 2}, {"do_train": None, "do_predict": True},
                     {"do_train": None, "do_export": True}):
         run = run_launcher(flags(ws, output_dir, bert_config_file=wider, init_checkpoint=None,
                                  **changes))
+        # The folder's own record (model_settings.json) tells, before a checkpoint is read.
         assert_one_error_line(
-            run, f"{newest} (the newest checkpoint in --output_dir) does not fit "
-                 f"--bert_config_file={wider}: bert/embeddings/word_embeddings is [{rows}, 32] "
-                 f"there but [{rows}, 64] by the config (the checkpoint's hidden_size=32, "
-                 "intermediate_size=64; the config's hidden_size=64, intermediate_size=128); "
-                 "give the --bert_config_file it was trained with, or use a new --output_dir")
+            run, f"--bert_config_file={wider} is another model than the model folder "
+                 f"--output_dir={output_dir}: hidden_size=64 (the folder's 32), "
+                 "intermediate_size=128 (the folder's 64); leave --bert_config_file out to "
+                 "use the folder's")
         assert tree_digest(output_dir) == before
 
 
