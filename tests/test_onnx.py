@@ -55,6 +55,7 @@ needs_onnx = pytest.mark.skipif(
     '(pip install "bert_ad[onnx]": Python 3.8+ with TensorFlow 2.x)')
 SQUAD = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
 CLIS = {"classifier": classifier_cli, "windows": classifier_cli, "ner": ner_cli,
+        "ner_softmax": ner_cli,
         "squad": squad_cli, "features": features_cli, "rewrite": rewrite_cli}
 ATOL = 1e-4
 BATCH = 4
@@ -112,6 +113,7 @@ def setup(tmp_path_factory) -> Setup:
                          rewrite_rows.PrepareSettings(negatives=1, dev_fraction=0.25,
                                                       slots_per_text=1, seed=3))
     s.data = {"classifier": SAMPLE_SENTIMENT, "windows": SAMPLE_SENTIMENT, "ner": ner_dir,
+              "ner_softmax": ner_dir,
               "squad": SQUAD, "features": s.lines, "rewrite": rewrite_dir}
     s.checkpoints, s.exports = {}, {}
     return s
@@ -295,6 +297,7 @@ EXPECTED_OUTPUTS = {
     "windows": ["label_ids", "probabilities", "window_documents", "window_logits",
                 "window_scores"],
     "ner": ["logits", "predicted"],
+    "ner_softmax": ["logits", "predicted"],
     "squad": ["end_logits", "start_logits"],
     "features": ["embedding"],
     "rewrite": ["score"],
@@ -368,6 +371,7 @@ sys.argv = ["bert-ad"] + sys.argv[1:]
 runpy.run_module("bert_ad", run_name="__main__")
 """
 COMMANDS = {"classifier": "classifier", "windows": "classifier", "ner": "ner",
+            "ner_softmax": "ner",
             "squad": "squad", "features": "features", "rewrite": "rewrite"}
 
 

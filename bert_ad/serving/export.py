@@ -188,8 +188,13 @@ def _write_saved_model(target: str, serving: ServingGraph, session, assets: list
 
 def frozen_graph_def(serving: ServingGraph, session):
     """The serving graph with its variables folded into constants, pruned to the
-    outputs, without devices: what frozen_graph.pb holds (and ONNX converts)."""
-    names = [t.op.name for t in serving.outputs.values()]
+    outputs, without devices: what frozen_graph.pb holds (and ONNX converts).
+
+    Every input is kept, read or not: the signature names them all (a caller
+    feeds them all) and tf2onnx refuses an input the graph lacks; the softmax
+    tagger's outputs do not read `word_mask` (argmax over each word's logits),
+    and pruning to the outputs alone dropped its placeholder."""
+    names = [t.op.name for t in list(serving.outputs.values()) + list(serving.inputs.values())]
     frozen = portable_graph_def(tf.graph_util.convert_variables_to_constants(
         session, serving.graph.as_graph_def(), names))
     for node in frozen.node:
