@@ -30,7 +30,9 @@ import contextlib
 import json
 import logging
 import os
-from typing import Dict, Optional
+import sys
+import time
+from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
@@ -47,35 +49,56 @@ def require_quantizer(flag: str = "--export_precision=int8"):
     """onnxruntime's quantization and transformer optimizer, or a UserError."""
     onnx_scoring.require_onnxruntime(flag)
     try:
-        from onnxruntime.quantization import quantize_dynamic
+        from onnxruntime.quantization import quantize_static
         from onnxruntime.transformers import optimizer
     except ImportError as e:
         fail(f"{flag} needs onnxruntime's quantization tools ({e}): "
              f"{onnx_scoring.EXTRA}")
-    return optimizer, quantize_dynamic
+    return optimizer, quantize_static
+
+
+@contextlib.contextmanager
+def step(name: str):
+    """Log `name` and, once done, its time: the export's steps take seconds to
+    minutes on a real model, and a silent minute looks like a hang."""
+    log.info("export: %s ...", name)
+    start = time.monotonic()
+    yield
+    log.info("export: %s done in %.1f s (peak RSS so far %.2f GB)", name,
+             time.monotonic() - start, _peak_rss_bytes() / 1e9)
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports KiB, macOS bytes)."""
+    import resource
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
-             embeddings: bool = False, head: bool = False, per_channel: bool = True
-             ) -> Dict[str, object]:
-    """Write the fused, dynamically quantized int8 model of `fp32_path` to `int8_path`.
+             calibration: Iterable[Dict[str, np.ndarray]], embeddings: bool = False,
+             head: bool = False, per_channel: bool = True) -> Dict[str, object]:
+    """Write the fused, statically quantized int8 model of `fp32_path` to `int8_path`.
 
     Args:
       fp32_path, int8_path: ONNX files (the fp32 export's model, the int8 one);
         the fused fp32 model is left beside fp32_path.
       num_heads, hidden_size: the encoder's (BertConfig), for the fusions.
+      calibration: batches of rows ({input name: array}, extra keys ignored)
+        the activations' ranges are measured on: the run's dev rows.
       embeddings: quantize the embedding tables' lookups too.
       head: quantize the matrices outside the encoder (pooler, task head) too.
       per_channel: one scale per output column (else one per matrix).
     Returns:
-      What was done, for export.json's `onnx`: fusions, quantized node count
-      and the options.
+      What was done, for export.json's `onnx`: fusions, quantized node count,
+      the calibration rows and the options.
     """
     import onnx
-    from onnxruntime.quantization import QuantType
-    optimizer, quantize_dynamic = require_quantizer()
-    fused = optimizer.optimize_model(fp32_path, model_type="bert_tf", num_heads=num_heads,
-                                     hidden_size=hidden_size, opt_level=0)
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
+    optimizer, quantize_static = require_quantizer()
+    with step("optimize (fuse layer norms and GELUs)"):
+        fused = optimizer.optimize_model(fp32_path, model_type="bert_tf", num_heads=num_heads,
+                                         hidden_size=hidden_size, opt_level=0)
     fusions = {op: count for op, count in fused.get_fused_operator_statistics().items()
                if count}
     graph = fused.model.graph
@@ -95,19 +118,71 @@ def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
         elif node.op_type == "Gather" and embeddings and weights \
                 and node.name.startswith(EMBEDDINGS_PREFIX):
             names.append(node.name)
+    del graph, initializers
     source_path = fp32_path
     if fused is not None:
         # Saved first: the file gets the opset of the fused kernels' domain (com.microsoft).
         source_path = os.path.splitext(fp32_path)[0] + "_fused.onnx"
         fused.save_model_to_file(source_path)
-    with _without_preprocessing_advice():
-        quantize_dynamic(source_path, int8_path, weight_type=QuantType.QInt8,
-                         per_channel=per_channel, nodes_to_quantize=names,
-                         # Shape inference cannot type the fused kernels' outputs.
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        del fused
+        onnx.save(_typed(onnx.load(source_path)), source_path)
+    feeds = _CalibrationFeeds(calibration, _input_names(source_path))
+    with step("calibrate and quantize"), _without_preprocessing_advice():
+        # Static: each activation's range is measured once, here, on the calibration
+        # rows, and fixed in the model; a row's outputs then depend on that row alone
+        # (dynamic quantization took each range from the whole batch, padding
+        # included, so a row's label could change with its neighbours).
+        quantize_static(source_path, int8_path, feeds, quant_format=QuantFormat.QDQ,
+                        op_types_to_quantize=["MatMul", "Gather"] if embeddings else ["MatMul"],
+                        nodes_to_quantize=names, per_channel=per_channel,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax,
+                        extra_options={
+                            # The matmuls' outputs stay float: ONNX Runtime runs each
+                            # DQ -> MatMul as one MatMulIntegerToFloat kernel.
+                            "OpTypesToExcludeOutputQuantization": ["MatMul", "Gather"],
+                            # Ranges folded in every few batches: memory stays flat.
+                            "CalibMaxIntermediateOutputs": 8,
+                            # Shape inference cannot type the fused kernels' outputs.
+                            "DefaultTensorType": onnx.TensorProto.FLOAT})
     return {"fusions": fusions, "quantized_nodes": len(names), "weights": "int8",
-            "activations": "uint8, dynamic", "per_channel": per_channel,
+            "activations": "uint8, static (min/max of the calibration rows)",
+            "calibration_rows": feeds.rows, "per_channel": per_channel,
             "embeddings_quantized": embeddings, "head_quantized": head}
+
+
+def _typed(model):
+    """`model` with every value's type and shape inferred, the fused kernels'
+    (com.microsoft) included, which ONNX's own shape inference leaves untyped:
+    the quantizer quantizes only an activation whose type it knows."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+
+
+def _input_names(path: str) -> List[str]:
+    import onnx
+    return [value.name for value in onnx.load(path, load_external_data=False).graph.input]
+
+
+class _CalibrationFeeds:
+    """onnxruntime.quantization's CalibrationDataReader (get_next: a feed, then
+    None) over batches of rows, keeping the model's inputs; counts the rows."""
+
+    def __init__(self, batches: Iterable[Dict[str, np.ndarray]], inputs: List[str]):
+        self.batches = iter(batches)
+        self.inputs = inputs
+        self.rows = 0
+
+    def get_next(self) -> Optional[Dict[str, np.ndarray]]:
+        batch = next(self.batches, None)
+        if batch is None:
+            return None
+        feed = {name: np.asarray(batch[name], np.int32) for name in self.inputs}
+        self.rows += len(feed[self.inputs[0]])
+        return feed
+
+    def __iter__(self):
+        return iter(self.get_next, None)
 
 
 def _undefined_inputs(graph, outer: frozenset = frozenset()) -> set:
