@@ -415,11 +415,13 @@ def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
     assert done["per_channel"] and not done["embeddings_quantized"]
     ops = {node.op_type for node in onnx_library.load(
         os.path.join(int8_dir, layout.ONNX_FILE)).graph.node}
-    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops or "DynamicQuantizeMatMul" in ops
+    # Static: each matmul's input quantized with a calibrated, fixed scale.
+    assert {"QuantizeLinear", "MatMulInteger"} <= ops and "DynamicQuantizeLinear" not in ops
     with open(os.path.join(int8_dir, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
         report = json.load(f)
     dev = read_examples(get_task("sentiment"), SAMPLE_SENTIMENT, "dev")
     assert report["split"] == "dev" and report["rows"] == len(dev)
+    assert done["calibration_rows"] == len(dev) and done["calibration_split"] == "dev"
     # The fp32 figures are the checkpoint's: its dev predictions scored here.
     predicted = predict(setup, "classifier", "checkpoint_dev",
                         predict_file=os.path.join(SAMPLE_SENTIMENT, "dev.tsv"))["predict.txt"]
@@ -427,9 +429,12 @@ def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
     assert report["fp32"]["eval_accuracy"] == pytest.approx(accuracy)
     assert report["change"]["eval_accuracy"] == pytest.approx(
         report["int8"]["eval_accuracy"] - accuracy)
-    # Really int8 (the probabilities move), and close to fp32.
+    # Really int8 (the probabilities move), and close to fp32: this tiny model's wide
+    # initialisation gives outsized activations, whose min/max ranges, fixed for
+    # every row, are coarse (0.26 at most, 0.06 on average here; MiniLM: 0.085 at
+    # most and 0.012 on average, docs/serving.md).
     change = report["outputs"]["probabilities"]
-    assert 1e-6 < change["max_abs"] < 0.05, change
+    assert 1e-6 < change["max_abs"] < 0.35 and change["mean_abs"] < 0.1, change
     assert 0.0 <= report["same_prediction_lines"]["share"] <= 1.0
 
 
@@ -448,8 +453,11 @@ def test_an_int8_export_of_a_crf_tagger_is_quantized_without_fusions(setup):
     # makes int8's rounding larger than a trained model's (int8_tasks_study: F1).
     a = np.concatenate([np.asarray(row, float).ravel() for row in int8["logits"]])
     b = np.concatenate([np.asarray(row, float).ravel() for row in fp32["logits"]])
-    assert 1e-6 < np.max(np.abs(a - b)) < 0.25 * np.max(np.abs(b))
-    assert np.corrcoef(a, b)[0, 1] > 0.99
+    # (Static ranges, fixed for every row, are coarser than one batch's own: 0.68 of
+    # the largest emission at most here, correlation 0.95.)
+    assert 1e-6 < np.max(np.abs(a - b)) < 0.75 * np.max(np.abs(b)), (
+        np.max(np.abs(a - b)), np.max(np.abs(b)), np.corrcoef(a, b)[0, 1])
+    assert np.corrcoef(a, b)[0, 1] > 0.9, np.corrcoef(a, b)[0, 1]
     # Measured on the first dev sentences only (--max_eval_examples): their lines alone
     # (the tags of the first 2 sentences, where it failed with a traceback).
     limited = os.path.join(setup.root, "exports", "ner_int8_first_2")
