@@ -178,6 +178,8 @@ def export(s: Setup, key: str, fmt: str, precision: str = "fp32") -> str:
                            export_precision=precision)
         if key in ("features", "squad"):  # (their files are only read when scoring)
             flags.pop("input_file" if key == "features" else "predict_file")
+        if key == "squad" and precision == "int8":  # (calibrated and measured on dev)
+            flags["dev_file"] = s.data[key]
         if key != "features":
             flags["output_dir"] = os.path.join(s.root, "export_runs", name)
         assert run_main(CLIS[key], flags) == 0
@@ -484,6 +486,108 @@ def test_an_int8_export_of_a_question_answerer_is_measured_on_its_dev_file(setup
         report = json.load(f)
     assert report["split"] == "dev" and report["source"] == flags["dev_file"]
     assert report["fp32"]["eval_questions"] == report["rows"] > 0
+
+
+# ---------------------------------------------------------------------------
+# 4b. int8 answers each row on its own: alone, in any batch, with any padding.
+
+# What a row's outputs may move by with the rows around it (docs/serving.md): the int8
+# export's activation scales are fixed, so only float32 summation order can differ.
+INT8_ROW_TOLERANCE = 1e-3
+ROWS = 64
+
+
+def feature_rows(s: Setup, key: str, export_dir: str):
+    """(the task's Batches, ROWS feature rows: indices into its examples) of the
+    export's task over its rows (the predict split, then dev and train, as needed)."""
+    from bert_ad.data.batching import ExampleBatches, concatenate
+    from bert_ad.serving import onnx_scoring
+    metadata = layout.read_metadata(export_dir)
+    task = onnx_tasks.build(key, onnx_scoring.export_encoder(export_dir, metadata), s.data)
+    splits = [task.read("predict")]
+    for split in ("dev", "train"):
+        if key != "squad":   # (squad's rows: one file, hundreds of windows)
+            splits.append(task.read(split))
+    batches = [task.batches(data) for data in splits]
+    examples = batches[0].examples
+    for more in (batches * 3)[1:]:   # (NER's splits hold 61 windows, squad's 32: some twice)
+        if len(examples) >= ROWS:
+            break
+        examples = concatenate(examples, more.examples)
+    assert len(examples) >= ROWS, (key, len(examples))
+    return ExampleBatches(examples, batches[0].padding, False), list(range(ROWS))
+
+
+def scored_rows(scorer, batches, groups, padding=None) -> dict:
+    """{row: {output: its own part}} scoring each group of rows as one batch
+    (`padding`: every batch padded to that length instead of its longest row)."""
+    from bert_ad.data.batching import make_batch
+    result = {}
+    for group in groups:
+        batch = make_batch(batches.examples, group, padding or batches.padding)
+        # A windows model pools the windows of a document within a request: each
+        # window is its own document here, so its answer is its own.
+        batch["document_index"] = np.arange(len(group), dtype=np.int32)
+        outputs, = scorer.run([batch])
+        for position, row in enumerate(group):
+            result[row] = {name: own_part(name, value[position], batch, position)
+                           for name, value in outputs.items()}
+    return result
+
+
+def own_part(name: str, value, batch: dict, position: int) -> np.ndarray:
+    """A row's output without its padding: the real words (a tagger's outputs), the
+    real pieces (span logits); other outputs are whole per row."""
+    value = np.asarray(value)
+    if name in ("predicted", "logits"):
+        return value[:int(batch["word_mask"][position].sum())]
+    if name in ("start_logits", "end_logits"):
+        return value[:int(batch["input_mask"][position].sum())]
+    return value
+
+
+LABELS = {"label_ids", "predicted"}   # compared exactly; span logits: their argmax
+
+
+@needs_onnx
+@pytest.mark.parametrize("key", ["classifier", "windows", "ner", "ner_softmax", "squad"])
+def test_an_int8_export_answers_a_row_the_same_in_any_batch(setup, key):
+    """64 rows each scored alone, padded to the longest length, and inside shuffled
+    batches of 1, 7 and 32 rows of other texts: the same labels, and every output
+    within INT8_ROW_TOLERANCE (dynamic quantization moved a probability by up to
+    0.1 and flipped labels: each matmul's scale came from the whole batch)."""
+    from bert_ad.serving.onnx_scoring import OnnxScorer
+    export_dir = export(setup, key, "onnx", "int8")
+    batches, rows = feature_rows(setup, key, export_dir)
+    rng = np.random.RandomState(7)
+    with OnnxScorer(export_dir, layout.read_metadata(export_dir)) as scorer:
+        alone = scored_rows(scorer, batches, [[row] for row in rows])
+        longest = scored_rows(scorer, batches, [[row] for row in rows[:8]],
+                              padding=int(batches.examples.lengths.max()) + 5)
+        others = list(range(len(rows), len(batches.examples)))
+        ways = [longest]
+        for size in (1, 7, 32):
+            order = rows + others
+            rng.shuffle(order)
+            ways.append(scored_rows(scorer, batches, [order[i:i + size]
+                                                      for i in range(0, len(order), size)]))
+    largest = 0.0
+    for way in ways:
+        for row, outputs in way.items():
+            if row not in alone:
+                continue
+            for name, value in outputs.items():
+                expected = alone[row][name]
+                assert value.shape == expected.shape, (key, name)
+                if name in LABELS:
+                    assert np.array_equal(value, expected), (key, name, row)
+                elif name == "window_documents":
+                    continue   # (the row's place in its batch)
+                else:
+                    largest = max(largest, float(np.max(np.abs(value - expected))))
+                    if name.endswith("_logits") and name != "window_logits":
+                        assert np.argmax(value) == np.argmax(expected), (key, name, row)
+    assert largest <= INT8_ROW_TOLERANCE, (key, largest)
 
 
 # ---------------------------------------------------------------------------

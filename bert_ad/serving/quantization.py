@@ -166,6 +166,11 @@ def _fused(optimizer, fp32_path: str, num_heads: int, hidden_size: int):
         log.info("int8: the fused model lost what its loops read (%s); quantizing the "
                  "unfused model", ", ".join(sorted(lost)[:3]))
         return fp32_path, {}
+    # The optimizer prunes inputs nothing reads (the softmax tagger's word_mask);
+    # the export's signature keeps them all.
+    kept = {value.name for value in fused.model.graph.input}
+    fused.model.graph.input.extend(value for value in onnx.load(
+        fp32_path, load_external_data=False).graph.input if value.name not in kept)
     # Saved first: the file gets the opset of the fused kernels' domain (com.microsoft).
     path = os.path.splitext(fp32_path)[0] + "_fused.onnx"
     fused.save_model_to_file(path)
