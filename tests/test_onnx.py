@@ -488,6 +488,30 @@ def test_an_int8_export_of_a_question_answerer_is_measured_on_its_dev_file(setup
     assert report["fp32"]["eval_questions"] == report["rows"] > 0
 
 
+@needs_onnx
+def test_an_int8_export_without_a_dev_split_calibrates_on_the_training_rows(setup, caplog):
+    """No dev file: the training rows calibrate and measure the int8 model, and the
+    log says so (it was refused)."""
+    data_dir = os.path.join(setup.root, "train_only")
+    os.makedirs(data_dir)
+    shutil.copy(os.path.join(SAMPLE_SENTIMENT, "train.tsv"), data_dir)
+    target = os.path.join(setup.root, "exports", "classifier_int8_train_only")
+    with caplog.at_level("INFO", logger="bert_ad"):
+        assert run_main(classifier_cli, task_flags(
+            setup, "classifier", data_dir=data_dir, do_export=True, export_dir=target,
+            export_format="onnx", export_precision="int8",
+            output_dir=os.path.join(setup.root, "export_runs", "train_only"))) == 0
+    with open(os.path.join(target, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
+        report = json.load(f)
+    with open(os.path.join(data_dir, "train.tsv"), encoding="utf-8") as f:
+        rows = sum(1 for line in f if line.strip())
+    assert report["split"] == "train" and report["rows"] == rows
+    done = layout.read_metadata(target).onnx["int8"]
+    assert done["calibration_split"] == "train" and done["calibration_rows"] == rows
+    assert any("no dev split" in r.getMessage() and "training rows" in r.getMessage()
+               for r in caplog.records)
+
+
 # ---------------------------------------------------------------------------
 # 4b. int8 answers each row on its own: alone, in any batch, with any padding.
 
