@@ -34,7 +34,7 @@ import numpy as np
 from bert_ad.compat import tf
 from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import save_label_list
-from bert_ad.errors import UserError, fail
+from bert_ad.errors import MissingFile, UserError, fail
 from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
                                 non_finite_warnings, record_dev_choice,
                                 recorded_answer_settings, score, scoring_checkpoint)
@@ -303,7 +303,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         during_training = eval_data or _read_dev_for(task, DURING_TRAINING)
     int8_dev = None  # what an int8 export's accuracy is measured on
     if do_export and chief and export_settings.precision == "int8":
-        int8_dev = eval_data or during_training or _read_dev_for(task, INT8_EXPORT)
+        int8_dev = eval_data or during_training or _int8_rows(task, train_data)
     if do_export and chief and export_settings.export_dir:
         refuse_existing(export_settings.export_dir)
     checkpoint = None  # what export, predict and eval use without training: chosen once
@@ -387,7 +387,23 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
 
 DURING_TRAINING = ("--eval_every_steps and --keep_best_checkpoint score the dev set "
                    "while training")
-INT8_EXPORT = "--export_precision=int8 measures the int8 model against fp32 on the dev set"
+INT8_EXPORT = ("--export_precision=int8 calibrates the int8 model and measures it against fp32 "
+               "on the dev set, else on the training set")
+
+
+def _int8_rows(task: Task, train_data: Optional[SplitData]) -> SplitData:
+    """What an int8 export is calibrated and measured on: the dev rows, else (no dev
+    file) the training rows, logged; neither is one line naming the dev file."""
+    try:
+        return task.read("dev")
+    except MissingFile as missing:
+        try:
+            rows = train_data if train_data is not None else task.read("train")
+        except MissingFile:
+            raise UserError(f"{missing} ({INT8_EXPORT})") from None
+        log.info("int8 export: no dev split (%s): calibrating and measuring on the %d "
+                 "training rows (%s)", missing, len(rows), rows.source)
+        return rows
 
 
 def _read_dev_for(task: Task, why: str) -> SplitData:

@@ -36,6 +36,12 @@ class Stopped(UserError):
         self.exit_code = exit_code
 
 
+class MissingFile(UserError):
+    """A file the run was pointed at (or a split's default file) is not there:
+    what a caller with another source for the rows can catch (an int8 export
+    without a dev split calibrates on the training rows)."""
+
+
 def fail(message: str) -> NoReturn:
     raise UserError(message)
 
@@ -43,9 +49,9 @@ def fail(message: str) -> NoReturn:
 def require_file(path: str, what: str) -> str:
     """Return `path` if it is a readable file, else a UserError naming `what`."""
     if not path:
-        fail(f"{what} is not set")
+        raise MissingFile(f"{what} is not set")
     if not os.path.exists(path):
-        fail(f"{what} {path!r} does not exist")
+        raise MissingFile(f"{what} {path!r} does not exist")
     if not os.path.isfile(path):
         fail(f"{what} {path!r} is not a file")
     if not os.access(path, os.R_OK):

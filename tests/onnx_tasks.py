@@ -30,6 +30,7 @@ FLAGS = {
     "windows": {"task_name": "sentiment", "labels": "0,1", "long_text": "windows",
                 "window_stride": WINDOW_STRIDE, "window_pooling": "attention"},
     "ner": {"labels": ",".join(NER_LABELS), "use_crf": True},
+    "ner_softmax": {"labels": ",".join(NER_LABELS), "use_crf": False},   # ner's default
     "squad": {"max_seq_length": SQUAD_WINDOWS.max_seq_length,
               "doc_stride": SQUAD_WINDOWS.doc_stride,
               "max_query_length": SQUAD_WINDOWS.max_query_length},
@@ -49,11 +50,12 @@ def build(key: str, encoder, data: dict):
                                   windows=windows,
                                   window_pooling="attention" if windows else "mean"
                                   ).with_labels(["0", "1"])
-    if key == "ner":
+    if key in ("ner", "ner_softmax"):
         return TokenClassificationTask(encoder, ConllFormat(data_dir=data[key]),
                                        labels=NER_LABELS,
                                        doc_stride=max(1, (encoder.max_seq_length - 2) // 2),
-                                       use_crf=True).with_labels(list(NER_LABELS))
+                                       use_crf=FLAGS[key]["use_crf"]
+                                       ).with_labels(list(NER_LABELS))
     if key == "squad":
         return SquadTask(encoder, SquadFiles(predict_file=data[key]), SQUAD_WINDOWS,
                          AnswerSettings())

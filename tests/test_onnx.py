@@ -55,6 +55,7 @@ needs_onnx = pytest.mark.skipif(
     '(pip install "bert_ad[onnx]": Python 3.8+ with TensorFlow 2.x)')
 SQUAD = os.path.join(REPO, "data", "sample_squad", "en-v1.1.json")
 CLIS = {"classifier": classifier_cli, "windows": classifier_cli, "ner": ner_cli,
+        "ner_softmax": ner_cli,
         "squad": squad_cli, "features": features_cli, "rewrite": rewrite_cli}
 ATOL = 1e-4
 BATCH = 4
@@ -112,6 +113,7 @@ def setup(tmp_path_factory) -> Setup:
                          rewrite_rows.PrepareSettings(negatives=1, dev_fraction=0.25,
                                                       slots_per_text=1, seed=3))
     s.data = {"classifier": SAMPLE_SENTIMENT, "windows": SAMPLE_SENTIMENT, "ner": ner_dir,
+              "ner_softmax": ner_dir,
               "squad": SQUAD, "features": s.lines, "rewrite": rewrite_dir}
     s.checkpoints, s.exports = {}, {}
     return s
@@ -176,6 +178,8 @@ def export(s: Setup, key: str, fmt: str, precision: str = "fp32") -> str:
                            export_precision=precision)
         if key in ("features", "squad"):  # (their files are only read when scoring)
             flags.pop("input_file" if key == "features" else "predict_file")
+        if key == "squad" and precision == "int8":  # (calibrated and measured on dev)
+            flags["dev_file"] = s.data[key]
         if key != "features":
             flags["output_dir"] = os.path.join(s.root, "export_runs", name)
         assert run_main(CLIS[key], flags) == 0
@@ -229,17 +233,22 @@ def checkpoint_files(setup) -> dict:
 
 def raw_outputs(s: Setup, key: str, export_dir: str) -> dict:
     """The export's outputs for every row of the task's predict split, in order."""
-    from bert_ad.inference.exported_model import ExportedModel, score_split
-    from bert_ad.tasks.base import TextEncoder
+    from bert_ad.inference.exported_model import score_split
+    exported, task = export_task(s, key, export_dir)
+    # Both formats through the one path: ExportedModel picks the scorer.
+    return score_split(exported, task, task.read("predict"), BATCH)
 
+
+def export_task(s: Setup, key: str, export_dir: str):
+    """(the opened export, the task `key` built on the export's own tokenizer and length)."""
+    from bert_ad.inference.exported_model import ExportedModel
+    from bert_ad.tasks.base import TextEncoder
     exported = ExportedModel.open(export_dir)
     metadata = exported.metadata
     encoder = TextEncoder(config=exported.config, tokenizer=exported.tokenizer,
                           vocab_file=exported.vocab_path, do_lower_case=metadata.do_lower_case,
                           max_seq_length=metadata.max_seq_length)
-    task = onnx_tasks.build(key, encoder, s.data)
-    # Both formats through the one path: ExportedModel picks the scorer.
-    return score_split(exported, task, task.read("predict"), BATCH)
+    return exported, onnx_tasks.build(key, encoder, s.data)
 
 
 def assert_close(a, b, atol: float = ATOL) -> None:
@@ -294,6 +303,7 @@ EXPECTED_OUTPUTS = {
     "windows": ["label_ids", "probabilities", "window_documents", "window_logits",
                 "window_scores"],
     "ner": ["logits", "predicted"],
+    "ner_softmax": ["logits", "predicted"],
     "squad": ["end_logits", "start_logits"],
     "features": ["embedding"],
     "rewrite": ["score"],
@@ -367,6 +377,7 @@ sys.argv = ["bert-ad"] + sys.argv[1:]
 runpy.run_module("bert_ad", run_name="__main__")
 """
 COMMANDS = {"classifier": "classifier", "windows": "classifier", "ner": "ner",
+            "ner_softmax": "ner",
             "squad": "squad", "features": "features", "rewrite": "rewrite"}
 
 
@@ -410,11 +421,13 @@ def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
     assert done["per_channel"] and not done["embeddings_quantized"]
     ops = {node.op_type for node in onnx_library.load(
         os.path.join(int8_dir, layout.ONNX_FILE)).graph.node}
-    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops or "DynamicQuantizeMatMul" in ops
+    # Static: each matmul's input quantized with a calibrated, fixed scale.
+    assert {"QuantizeLinear", "MatMulInteger"} <= ops and "DynamicQuantizeLinear" not in ops
     with open(os.path.join(int8_dir, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
         report = json.load(f)
     dev = read_examples(get_task("sentiment"), SAMPLE_SENTIMENT, "dev")
     assert report["split"] == "dev" and report["rows"] == len(dev)
+    assert done["calibration_rows"] == len(dev) and done["calibration_split"] == "dev"
     # The fp32 figures are the checkpoint's: its dev predictions scored here.
     predicted = predict(setup, "classifier", "checkpoint_dev",
                         predict_file=os.path.join(SAMPLE_SENTIMENT, "dev.tsv"))["predict.txt"]
@@ -422,9 +435,12 @@ def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
     assert report["fp32"]["eval_accuracy"] == pytest.approx(accuracy)
     assert report["change"]["eval_accuracy"] == pytest.approx(
         report["int8"]["eval_accuracy"] - accuracy)
-    # Really int8 (the probabilities move), and close to fp32.
+    # Really int8 (the probabilities move), and close to fp32: this tiny model's wide
+    # initialisation gives outsized activations, whose min/max ranges, fixed for
+    # every row, are coarse (0.26 at most, 0.06 on average here; MiniLM: 0.085 at
+    # most and 0.012 on average, docs/serving.md).
     change = report["outputs"]["probabilities"]
-    assert 1e-6 < change["max_abs"] < 0.05, change
+    assert 1e-6 < change["max_abs"] < 0.35 and change["mean_abs"] < 0.1, change
     assert 0.0 <= report["same_prediction_lines"]["share"] <= 1.0
 
 
@@ -443,8 +459,11 @@ def test_an_int8_export_of_a_crf_tagger_is_quantized_without_fusions(setup):
     # makes int8's rounding larger than a trained model's (int8_tasks_study: F1).
     a = np.concatenate([np.asarray(row, float).ravel() for row in int8["logits"]])
     b = np.concatenate([np.asarray(row, float).ravel() for row in fp32["logits"]])
-    assert 1e-6 < np.max(np.abs(a - b)) < 0.25 * np.max(np.abs(b))
-    assert np.corrcoef(a, b)[0, 1] > 0.99
+    # (Static ranges, fixed for every row, are coarser than one batch's own: 0.68 of
+    # the largest emission at most here.)
+    assert 1e-6 < np.max(np.abs(a - b)) < 0.75 * np.max(np.abs(b)), (
+        np.max(np.abs(a - b)), np.max(np.abs(b)), np.corrcoef(a, b)[0, 1])
+    assert np.corrcoef(a, b)[0, 1] > 0.9, np.corrcoef(a, b)[0, 1]
     # Measured on the first dev sentences only (--max_eval_examples): their lines alone
     # (the tags of the first 2 sentences, where it failed with a traceback).
     limited = os.path.join(setup.root, "exports", "ner_int8_first_2")
@@ -471,6 +490,130 @@ def test_an_int8_export_of_a_question_answerer_is_measured_on_its_dev_file(setup
         report = json.load(f)
     assert report["split"] == "dev" and report["source"] == flags["dev_file"]
     assert report["fp32"]["eval_questions"] == report["rows"] > 0
+
+
+@needs_onnx
+def test_an_int8_export_without_a_dev_split_calibrates_on_the_training_rows(setup, caplog):
+    """No dev file: the training rows calibrate and measure the int8 model, and the
+    log says so (it was refused)."""
+    data_dir = os.path.join(setup.root, "train_only")
+    os.makedirs(data_dir)
+    shutil.copy(os.path.join(SAMPLE_SENTIMENT, "train.tsv"), data_dir)
+    target = os.path.join(setup.root, "exports", "classifier_int8_train_only")
+    with caplog.at_level("INFO", logger="bert_ad"):
+        assert run_main(classifier_cli, task_flags(
+            setup, "classifier", data_dir=data_dir, do_export=True, export_dir=target,
+            export_format="onnx", export_precision="int8",
+            output_dir=os.path.join(setup.root, "export_runs", "train_only"))) == 0
+    with open(os.path.join(target, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
+        report = json.load(f)
+    with open(os.path.join(data_dir, "train.tsv"), encoding="utf-8") as f:
+        rows = sum(1 for line in f if line.strip())
+    assert report["split"] == "train" and report["rows"] == rows
+    done = layout.read_metadata(target).onnx["int8"]
+    assert done["calibration_split"] == "train" and done["calibration_rows"] == rows
+    assert any("no dev split" in r.getMessage() and "training rows" in r.getMessage()
+               for r in caplog.records)
+
+
+# ---------------------------------------------------------------------------
+# 4b. int8 answers each row on its own: alone, in any batch, with any padding.
+
+# What a row's outputs may move by with the rows around it (docs/serving.md): the int8
+# export's activation scales are fixed, so only float32 summation order can differ.
+INT8_ROW_TOLERANCE = 1e-3
+ROWS = 64
+
+
+def feature_rows(s: Setup, key: str, export_dir: str):
+    """(the task's Batches, ROWS feature rows: indices into its examples) of the
+    export's task over its rows (the predict split, then dev and train, as needed)."""
+    from bert_ad.data.batching import ExampleBatches, concatenate
+    _, task = export_task(s, key, export_dir)
+    splits = [task.read("predict")]
+    for split in ("dev", "train"):
+        if key != "squad":   # (squad's rows: one file, hundreds of windows)
+            splits.append(task.read(split))
+    batches = [task.batches(data) for data in splits]
+    examples = batches[0].examples
+    for more in (batches * 3)[1:]:   # (NER's splits hold 61 windows, squad's 32: some twice)
+        if len(examples) >= ROWS:
+            break
+        examples = concatenate(examples, more.examples)
+    assert len(examples) >= ROWS, (key, len(examples))
+    return ExampleBatches(examples, batches[0].padding, False), list(range(ROWS))
+
+
+def scored_rows(scorer, batches, groups, padding=None) -> dict:
+    """{row: {output: its own part}} scoring each group of rows as one batch
+    (`padding`: every batch padded to that length instead of its longest row)."""
+    from bert_ad.data.batching import make_batch
+    result = {}
+    for group in groups:
+        batch = make_batch(batches.examples, group, padding or batches.padding)
+        # A windows model pools the windows of a document within a request: each
+        # window is its own document here, so its answer is its own.
+        batch["document_index"] = np.arange(len(group), dtype=np.int32)
+        outputs, = scorer.run([batch])
+        for position, row in enumerate(group):
+            result[row] = {name: own_part(name, value[position], batch, position)
+                           for name, value in outputs.items()}
+    return result
+
+
+def own_part(name: str, value, batch: dict, position: int) -> np.ndarray:
+    """A row's output without its padding: the real words (a tagger's outputs), the
+    real pieces (span logits); other outputs are whole per row."""
+    value = np.asarray(value)
+    if name in ("predicted", "logits"):
+        return value[:int(batch["word_mask"][position].sum())]
+    if name in ("start_logits", "end_logits"):
+        return value[:int(batch["input_mask"][position].sum())]
+    return value
+
+
+LABELS = {"label_ids", "predicted"}   # compared exactly; span logits: their argmax
+
+
+@needs_onnx
+@pytest.mark.parametrize("key", ["classifier", "windows", "ner", "ner_softmax", "squad"])
+def test_an_int8_export_answers_a_row_the_same_in_any_batch(setup, key):
+    """64 rows each scored alone, padded to the longest length, and inside shuffled
+    batches of 1, 7 and 32 rows of other texts: the same labels, and every output
+    within INT8_ROW_TOLERANCE (dynamic quantization moved a probability by up to
+    0.1 and flipped labels: each matmul's scale came from the whole batch)."""
+    from bert_ad.inference.onnx_scorer import OnnxScorer
+    export_dir = export(setup, key, "onnx", "int8")
+    batches, rows = feature_rows(setup, key, export_dir)
+    rng = np.random.RandomState(7)
+    with OnnxScorer(export_dir, layout.read_metadata(export_dir)) as scorer:
+        alone = scored_rows(scorer, batches, [[row] for row in rows])
+        longest = scored_rows(scorer, batches, [[row] for row in rows[:8]],
+                              padding=int(batches.examples.lengths.max()) + 5)
+        others = list(range(len(rows), len(batches.examples)))
+        ways = [longest]
+        for size in (1, 7, 32):
+            order = rows + others
+            rng.shuffle(order)
+            ways.append(scored_rows(scorer, batches, [order[i:i + size]
+                                                      for i in range(0, len(order), size)]))
+    largest = 0.0
+    for way in ways:
+        for row, outputs in way.items():
+            if row not in alone:
+                continue
+            for name, value in outputs.items():
+                expected = alone[row][name]
+                assert value.shape == expected.shape, (key, name)
+                if name in LABELS:
+                    assert np.array_equal(value, expected), (key, name, row)
+                elif name == "window_documents":
+                    continue   # (the row's place in its batch)
+                else:
+                    largest = max(largest, float(np.max(np.abs(value - expected))))
+                    if name.endswith("_logits") and name != "window_logits":
+                        assert np.argmax(value) == np.argmax(expected), (key, name, row)
+    assert largest <= INT8_ROW_TOLERANCE, (key, largest)
 
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from bert_ad.data.task_specs import SPLITS, TASKS, TaskSpec
-from bert_ad.errors import UserError
+from bert_ad.errors import MissingFile, UserError
 from bert_ad.files import atomic_open
 
 # The flag that sets each split's file, named in "file not found" errors.
@@ -223,7 +223,7 @@ def _iter_csv_rows(path: str, delimiter: str,
 def _missing_file_error(path: str, what: str, flag: str) -> UserError:
     hint = f"set {flag}" if flag == "--predict_file" else f"set --data_dir or {flag}"
     if not os.path.exists(path):
-        return UserError(f"{what} {path!r} does not exist; {hint}")
+        return MissingFile(f"{what} {path!r} does not exist; {hint}")
     return UserError(f"{what} {path!r} is not a readable file; {hint}")
 
 

@@ -194,8 +194,13 @@ def _write_saved_model(target: str, serving: ServingGraph, session, assets: list
 
 def frozen_graph_def(serving: ServingGraph, session):
     """The serving graph with its variables folded into constants, pruned to the
-    outputs, without devices: what frozen_graph.pb holds (and ONNX converts)."""
-    names = [t.op.name for t in serving.outputs.values()]
+    outputs, without devices: what frozen_graph.pb holds (and ONNX converts).
+
+    Every input is kept, read or not: the signature names them all (a caller
+    feeds them all) and tf2onnx refuses an input the graph lacks; the softmax
+    tagger's outputs do not read `word_mask` (argmax over each word's logits),
+    and pruning to the outputs alone dropped its placeholder."""
+    names = [t.op.name for t in list(serving.outputs.values()) + list(serving.inputs.values())]
     frozen = portable_graph_def(tf.graph_util.convert_variables_to_constants(
         session, serving.graph.as_graph_def(), names))
     for node in frozen.node:
@@ -219,11 +224,12 @@ def _write_frozen_graph(target: str, serving: ServingGraph, session, assets: lis
 
 def _write_onnx(target: str, serving: ServingGraph, session, assets: list) -> None:
     """model.onnx: the frozen graph converted by tf2onnx (fp32)."""
-    model = onnx_export.convert(frozen_graph_def(serving, session),
-                                {k: v.name for k, v in serving.inputs.items()},
-                                {k: v.name for k, v in serving.outputs.items()})
-    with open(os.path.join(target, layout.ONNX_FILE), "wb") as f:
-        f.write(model.SerializeToString())
+    with quantization.step("convert to ONNX (tf2onnx)"):
+        model = onnx_export.convert(frozen_graph_def(serving, session),
+                                    {k: v.name for k, v in serving.inputs.items()},
+                                    {k: v.name for k, v in serving.outputs.items()})
+        with open(os.path.join(target, layout.ONNX_FILE), "wb") as f:
+            f.write(model.SerializeToString())
     _copy_assets(target, assets)
 
 
@@ -306,6 +312,7 @@ def export_model(task: Task, checkpoint: str, settings: ExportSettings,
             _write_text(layout.bert_config_path(staging), encoder.config.to_json_string())
             _write_text(layout.metadata_path(staging), metadata.to_json())
             if settings.precision == "int8":
+                assert dev is not None, "an int8 export is calibrated on rows (dev)"
                 _quantize_staged(task, staging, metadata, scratch, dev, dev_batch_size)
         refuse_existing(target)  # another process may have exported meanwhile
         os.rename(staging, target)
@@ -323,19 +330,24 @@ WRITERS = {"saved_model": _write_saved_model, "frozen_graph": _write_frozen_grap
 
 
 def _quantize_staged(task: Task, staging: str, metadata: layout.ExportMetadata,
-                     scratch: str, dev: Optional[SplitData], dev_batch_size: int) -> None:
-    """The staged fp32 model.onnx made int8 (quantization.py), export.json saying
-    how, and measured against the fp32 model on `dev` (int8_accuracy.json)."""
+                     scratch: str, dev: SplitData, dev_batch_size: int) -> None:
+    """The staged fp32 model.onnx made int8 (quantization.py), its activations'
+    ranges calibrated on `dev`, export.json saying how, and measured against
+    the fp32 model on `dev` (int8_accuracy.json)."""
     model = os.path.join(staging, layout.ONNX_FILE)
     fp32 = os.path.join(scratch, "fp32_" + layout.ONNX_FILE)
     os.rename(model, fp32)
     config = task.encoder.config
+    calibration = (batch for _, batches in task.batches(dev).scoring(dev_batch_size, 1)
+                   for batch in batches)
+    log.info("int8 export: calibrating on %s's %d rows (%s)", dev.split, len(dev), dev.source)
     metadata.onnx["int8"] = quantization.quantize(fp32, model, config.num_attention_heads,
-                                                  config.hidden_size)
+                                                  config.hidden_size, calibration)
+    metadata.onnx["int8"]["calibration_split"] = dev.split
     _write_text(layout.metadata_path(staging), metadata.to_json())
-    if dev is not None:
+    with quantization.step(f"check (int8 against fp32 on {dev.split})"):
         report = quantization.accuracy_change(task, dev, staging, metadata, fp32,
                                               dev_batch_size)
-        quantization.write_report(staging, report, task.main_metric)
-        log.info("export: the int8 model against fp32 on %s: %s/%s", dev.source,
-                 layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)
+    quantization.write_report(staging, report, task.main_metric)
+    log.info("export: the int8 model against fp32 on %s: %s/%s", dev.source,
+             layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)

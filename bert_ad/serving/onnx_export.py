@@ -21,6 +21,8 @@ from __future__ import annotations
 import contextlib
 from typing import Dict
 
+import numpy as np
+
 from bert_ad.compat import tf
 from bert_ad.inference.layout import require_export_modules
 
@@ -58,17 +60,26 @@ def convert(graph_def, inputs: Dict[str, str], outputs: Dict[str, str]):
     as the signature's.
 
     Args:
-      graph_def: a frozen GraphDef (constants, no variables).
+      graph_def: a frozen GraphDef (constants, no variables); its weights are
+        taken out of it (see weights_as_inputs).
       inputs, outputs: {signature name: graph tensor name ("input_ids:0")}.
     Returns:
       The onnx.ModelProto (opset OPSET): the text inputs' dimensions named
       INPUT_DIMENSIONS, every other input's and output's first one `batch`.
     """
+    from onnx import numpy_helper
     tf2onnx = require_converter()
+    weights = weights_as_inputs(graph_def)
     renames = {tensor: name for name, tensor in list(inputs.items()) + list(outputs.items())}
     model, _ = tf2onnx.convert.from_graph_def(
-        graph_def, input_names=list(inputs.values()), output_names=list(outputs.values()),
-        opset=OPSET, tensors_to_rename=renames)
+        graph_def, input_names=list(inputs.values()) + list(weights),
+        output_names=list(outputs.values()), opset=OPSET, tensors_to_rename=renames)
+    for value in list(model.graph.input):
+        if value.name in weights:  # back as the constants they were
+            model.graph.input.remove(value)
+            model.graph.initializer.append(
+                numpy_helper.from_array(weights.pop(value.name), value.name))
+    assert not weights, f"tf2onnx dropped the weights {sorted(weights)[:3]}"
     # Names say which dynamic sizes are equal (ONNX Runtime plans buffers by them):
     # the pieces' inputs share [batch, sequence]; every input and output its batch;
     # other sizes (NER's words) keep the converter's own name each.
@@ -79,6 +90,34 @@ def convert(graph_def, inputs: Dict[str, str], outputs: Dict[str, str]):
             if not dimension.HasField("dim_value"):
                 dimension.dim_param = name
     return model
+
+
+# Constants of at least this many elements are weights: matrices, embedding tables
+# and the wider biases (layer norms and the narrow biases stay constants).
+WEIGHT_ELEMENTS = 1024
+
+
+def weights_as_inputs(graph_def) -> Dict[str, "np.ndarray"]:
+    """Turn `graph_def`'s large float constants (the weights) into placeholders, in
+    place; {their tensor name ("...:0"): value}.
+
+    tf2onnx copies its whole graph, constants included, before each of its
+    optimisers (to restore it if one fails), and the copies wait for Python's
+    cycle collector: converting MiniLM's 90 MB of weights peaked at 4.6 GB.
+    Fed as inputs, the weights stay out of its graph (1.0 GB), and convert()
+    puts them back as initializers, which is what constants become in ONNX.
+    """
+    weights = {}
+    for node in graph_def.node:
+        tensor = node.attr["value"].tensor if node.op == "Const" else None
+        if tensor is None or tensor.dtype != tf.float32.as_datatype_enum or \
+                np.prod([d.size for d in tensor.tensor_shape.dim]) < WEIGHT_ELEMENTS:
+            continue
+        weights[node.name + ":0"] = tf.make_ndarray(tensor)
+        node.op = "Placeholder"
+        node.attr["shape"].shape.CopyFrom(tensor.tensor_shape)
+        del node.attr["value"]
+    return weights
 
 
 def versions() -> Dict[str, str]:

@@ -1,16 +1,21 @@
-"""--export_precision=int8 for ONNX: fuse, quantize, and measure what it cost on dev.
+"""--export_precision=int8 for ONNX: fuse, calibrate, quantize, and measure what it
+cost on dev.
 
 1. Fuse: ONNX Runtime's own BERT optimizer (onnxruntime.transformers.optimizer,
    model type `bert_tf`, Python fusions only) turns each layer norm into one
    LayerNormalization kernel and each GELU with its bias into one BiasGelu,
    as they are written in the graph (bert_ad/model/modeling.py writes both in
    Google's form, which it recognises). It needs no PyTorch.
-2. Quantize: onnxruntime.quantization.quantize_dynamic: the encoder's weight
-   matrices as int8 (symmetric, one scale per output column), activations
-   quantized to uint8 as they come, batch by batch (no calibration data); the
-   products between activations (attention's scores and context) stay
-   float32, as do layer norms, softmax and GELU.
-3. Measure: the dev split scored by the fp32 model and the int8 one, the
+2. Calibrate: ONNX Runtime's min/max calibrator runs the fused model on the
+   calibration rows (the run's dev rows) and records each matmul input's range.
+3. Quantize: the encoder's weight matrices as int8 (symmetric, one scale per
+   output column), their inputs as uint8 with the calibrated, fixed scales
+   (QuantizeLinear -> MatMulInteger -> back to float: ONNX Runtime's integer
+   kernels); the products between activations (attention's scores and
+   context) stay float32, as do layer norms, softmax and GELU. Fixed scales
+   make a row's outputs its own: the same alone, in any batch, with any
+   padding (dynamic quantization, before, took each scale from the whole batch).
+4. Measure: the dev split scored by the fp32 model and the int8 one, the
    task's dev figures of both (Task.metrics on what the export serves), the
    share of prediction lines that stay the same and the largest output
    change, written to assets.extra/int8_accuracy.json beside the export.
@@ -21,7 +26,9 @@ One scale per matrix lost 1.25-2 points of accuracy on the accuracy study's
 quick run where per column kept it within half a point, for 13% of int8's
 speed; the word embeddings (a lookup, no arithmetic to speed up) cost
 accuracy for file size alone, and the task's head (one small matrix a row)
-changed nothing either way: both stay float32.
+changed nothing either way: both stay float32. Static scales against dynamic
+ones, and the integer form against quantize_static's QDQ: docs/serving.md.
+Each step logs its time and the peak RSS so far.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ import contextlib
 import json
 import logging
 import os
-from typing import Dict, Optional
+import sys
+import time
+from typing import Dict, Iterable, List, Optional
 
 import numpy as np
 
@@ -48,47 +57,61 @@ def require_quantizer(flag: str = "--export_precision=int8"):
     """onnxruntime's quantization and transformer optimizer, or a UserError."""
     onnx_scorer.require_onnxruntime(flag)
     try:
-        from onnxruntime.quantization import quantize_dynamic
+        from onnxruntime.quantization import create_calibrator
+        from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer  # noqa: F401
         from onnxruntime.transformers import optimizer
     except ImportError as e:
         fail(f"{flag} needs onnxruntime's quantization tools ({e}): "
              f"{onnx_scorer.EXTRA}")
-    return optimizer, quantize_dynamic
+    return optimizer, create_calibrator
+
+
+@contextlib.contextmanager
+def step(name: str):
+    """Log `name` and, once done, its time: the export's steps take seconds to
+    minutes on a real model, and a silent minute looks like a hang."""
+    log.info("export: %s ...", name)
+    start = time.monotonic()
+    yield
+    log.info("export: %s done in %.1f s (peak RSS so far %.2f GB)", name,
+             time.monotonic() - start, _peak_rss_bytes() / 1e9)
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory (Linux reports KiB, macOS bytes)."""
+    import resource
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
-             embeddings: bool = False, head: bool = False, per_channel: bool = True
-             ) -> Dict[str, object]:
-    """Write the fused, dynamically quantized int8 model of `fp32_path` to `int8_path`.
+             calibration: Iterable[Dict[str, np.ndarray]], embeddings: bool = False,
+             head: bool = False, per_channel: bool = True) -> Dict[str, object]:
+    """Write the fused, statically quantized int8 model of `fp32_path` to `int8_path`.
 
     Args:
       fp32_path, int8_path: ONNX files (the fp32 export's model, the int8 one);
-        the fused fp32 model is left beside fp32_path.
+        the fused fp32 model and the calibration's scratch are left beside fp32_path.
       num_heads, hidden_size: the encoder's (BertConfig), for the fusions.
+      calibration: batches of rows ({input name: array}, extra keys ignored)
+        the activations' ranges are measured on: the run's dev rows.
       embeddings: quantize the embedding tables' lookups too.
       head: quantize the matrices outside the encoder (pooler, task head) too.
       per_channel: one scale per output column (else one per matrix).
     Returns:
-      What was done, for export.json's `onnx`: fusions, quantized node count
-      and the options.
+      What was done, for export.json's `onnx`: fusions, quantized node count,
+      the calibration rows and the options.
     """
     import onnx
-    from onnxruntime.quantization import QuantType
-    optimizer, quantize_dynamic = require_quantizer()
-    fused = optimizer.optimize_model(fp32_path, model_type="bert_tf", num_heads=num_heads,
-                                     hidden_size=hidden_size, opt_level=0)
-    fusions = {op: count for op, count in fused.get_fused_operator_statistics().items()
-               if count}
-    graph = fused.model.graph
-    if _undefined_inputs(graph):
-        # The optimizer drops outer nodes whose outputs only a loop's body reads (the
-        # CRF's Viterbi loops): then quantize the model as exported, without fusions.
-        log.info("int8: the fused model lost what its loops read (%s); quantizing the "
-                 "unfused model", ", ".join(sorted(_undefined_inputs(graph))[:3]))
-        graph, fusions, fused = onnx.load(fp32_path).graph, {}, None
-    initializers = {tensor.name for tensor in graph.initializer}
+    from onnxruntime.quantization import CalibrationMethod, QuantizationMode, QuantType
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+    optimizer, create_calibrator = require_quantizer()
+    with step("optimize (fuse layer norms and GELUs, infer types)"):
+        source_path, fusions = _fused(optimizer, fp32_path, num_heads, hidden_size)
+    model = onnx.load(source_path)
+    initializers = {tensor.name for tensor in model.graph.initializer}
     names = []
-    for node in graph.node:
+    for node in model.graph.node:
         weights = any(name in initializers for name in node.input)
         if node.op_type == "MatMul" and weights and (
                 node.name.startswith(ENCODER_PREFIX) or head):
@@ -96,19 +119,94 @@ def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
         elif node.op_type == "Gather" and embeddings and weights \
                 and node.name.startswith(EMBEDDINGS_PREFIX):
             names.append(node.name)
-    source_path = fp32_path
-    if fused is not None:
-        # Saved first: the file gets the opset of the fused kernels' domain (com.microsoft).
-        source_path = os.path.splitext(fp32_path)[0] + "_fused.onnx"
-        fused.save_model_to_file(source_path)
-    with _without_preprocessing_advice():
-        quantize_dynamic(source_path, int8_path, weight_type=QuantType.QInt8,
-                         per_channel=per_channel, nodes_to_quantize=names,
-                         # Shape inference cannot type the fused kernels' outputs.
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    op_types = ["MatMul", "Gather"] if embeddings else ["MatMul"]
+    feeds = _CalibrationFeeds(calibration, [value.name for value in model.graph.input])
+    with step("calibrate (activation ranges on the calibration rows)"):
+        # Each activation's range is measured once, here, and fixed in the model:
+        # a row's outputs then depend on that row alone (dynamic quantization
+        # took each range from the whole batch, padding included, so a row's
+        # label could change with its neighbours).
+        calibrator = create_calibrator(
+            source_path, op_types, augmented_model_path=source_path + ".calibration.onnx",
+            calibrate_method=CalibrationMethod.MinMax,
+            # Ranges folded in every few batches: memory stays flat.
+            extra_options={"max_intermediate_outputs": 8})
+        calibrator.collect_data(feeds)
+        ranges = calibrator.compute_data()
+        del calibrator
+    with step("quantize"):
+        # Integer ops (QuantizeLinear with the calibrated scale -> MatMulInteger ->
+        # scale back to float), as quantize_dynamic writes them but with fixed
+        # scales: ONNX Runtime runs int8 kernels. quantize_static's QDQ form ran
+        # at fp32's speed (its matmuls fused with their bias into float Gemms).
+        quantizer = ONNXQuantizer(
+            model, per_channel, False, QuantizationMode.IntegerOps, True, QuantType.QInt8,
+            QuantType.QUInt8, ranges, names, [], op_types,
+            # Shape inference cannot type the fused kernels' outputs in a CRF's model.
+            {"DefaultTensorType": onnx.TensorProto.FLOAT})
+        quantizer.quantize_model()
+        quantizer.model.save_model_to_file(int8_path)
     return {"fusions": fusions, "quantized_nodes": len(names), "weights": "int8",
-            "activations": "uint8, dynamic", "per_channel": per_channel,
+            "activations": "uint8, static (min/max of the calibration rows)",
+            "calibration_rows": feeds.rows, "per_channel": per_channel,
             "embeddings_quantized": embeddings, "head_quantized": head}
+
+
+def _fused(optimizer, fp32_path: str, num_heads: int, hidden_size: int):
+    """(the path of the fused fp32 model, {fused kernel: count}); the model as
+    exported and no fusions when fusing breaks it."""
+    import onnx
+    fused = optimizer.optimize_model(fp32_path, model_type="bert_tf", num_heads=num_heads,
+                                     hidden_size=hidden_size, opt_level=0)
+    fusions = {op: count for op, count in fused.get_fused_operator_statistics().items()
+               if count}
+    lost = _undefined_inputs(fused.model.graph)
+    if lost:
+        # The optimizer drops outer nodes whose outputs only a loop's body reads (the
+        # CRF's Viterbi loops): then quantize the model as exported, without fusions.
+        log.info("int8: the fused model lost what its loops read (%s); quantizing the "
+                 "unfused model", ", ".join(sorted(lost)[:3]))
+        return fp32_path, {}
+    # The optimizer prunes inputs nothing reads (the softmax tagger's word_mask);
+    # the export's signature keeps them all.
+    kept = {value.name for value in fused.model.graph.input}
+    fused.model.graph.input.extend(value for value in onnx.load(
+        fp32_path, load_external_data=False).graph.input if value.name not in kept)
+    # Saved first: the file gets the opset of the fused kernels' domain (com.microsoft).
+    path = os.path.splitext(fp32_path)[0] + "_fused.onnx"
+    fused.save_model_to_file(path)
+    del fused
+    onnx.save(_typed(onnx.load(path)), path)
+    return path, fusions
+
+
+def _typed(model):
+    """`model` with every value's type and shape inferred, the fused kernels'
+    (com.microsoft) included, which ONNX's own shape inference leaves untyped:
+    the quantizer quantizes only an activation whose type it knows."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    return SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+
+
+class _CalibrationFeeds:
+    """onnxruntime.quantization's CalibrationDataReader (get_next: a feed, then
+    None) over batches of rows, keeping the model's inputs; counts the rows."""
+
+    def __init__(self, batches: Iterable[Dict[str, np.ndarray]], inputs: List[str]):
+        self.batches = iter(batches)
+        self.inputs = inputs
+        self.rows = 0
+
+    def get_next(self) -> Optional[Dict[str, np.ndarray]]:
+        batch = next(self.batches, None)
+        if batch is None:
+            return None
+        feed = {name: np.asarray(batch[name], np.int32) for name in self.inputs}
+        self.rows += len(feed[self.inputs[0]])
+        return feed
+
+    def __iter__(self):
+        return iter(self.get_next, None)
 
 
 def _undefined_inputs(graph, outer: frozenset = frozenset()) -> set:
@@ -125,23 +223,6 @@ def _undefined_inputs(graph, outer: frozenset = frozenset()) -> set:
             if attribute.type == attribute.GRAPH:
                 missing |= _undefined_inputs(attribute.g, frozenset(defined))
     return missing
-
-
-class _PreprocessingAdvice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def _without_preprocessing_advice():
-    """quantize_dynamic advises (on the root logger, every time) a shape-inference
-    pre-pass meant for static quantization of image models: not a line for our log."""
-    advice = _PreprocessingAdvice()
-    logging.getLogger().addFilter(advice)
-    try:
-        yield
-    finally:
-        logging.getLogger().removeFilter(advice)
 
 
 def accuracy_change(task, data, export_dir: str, metadata: layout.ExportMetadata,
