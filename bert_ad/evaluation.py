@@ -228,6 +228,11 @@ def recorded_answer_settings(checkpoint: str, output_dir: str) -> tuple:
                 record = json.load(f)
             named = os.path.abspath(os.path.join(folder, record["checkpoint"]))
             values = dict(record["answer_settings"])
+            # (every answer setting recorded is a number: squad's threshold)
+            wrong = [k for k, v in values.items() if isinstance(v, bool)
+                     or not isinstance(v, (int, float)) or not math.isfinite(v)]
+            if wrong:
+                raise ValueError(f"{wrong[0]!r} is {values[wrong[0]]!r}, not a finite number")
         except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
             fail(f"{path} cannot be read as the answer settings chosen for a checkpoint "
                  f"({type(e).__name__}: {e}); remove it, or choose again (e.g. "

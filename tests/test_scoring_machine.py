@@ -134,6 +134,13 @@ def make_exports(root: str) -> dict:
                      "flags": {k: v for k, v in flags.items() if k in (
                          "task_name", "data_dir", "predict_file", "doc_stride",
                          "max_query_length")}}
+    # The classifier's folder exported again as int8, with no model flag (the folder's).
+    int8_dir = os.path.join(root, "runs", "classifier_int8")
+    assert run_main(classifier, {
+        "task_name": "sentiment", "data_dir": SENTIMENT, "do_export": True,
+        "output_dir": made["classifier"]["folder"], "export_format": "onnx",
+        "export_precision": "int8", "export_dir": int8_dir}) == 0
+    made["classifier_int8"] = {"export": int8_dir, "flags": made["classifier"]["flags"]}
     checkpoint = save_initial_checkpoint(os.path.join(root, "init", "bert_model.ckpt"),
                                          model.bert_config(), seed=1)
     export_dir = os.path.join(root, "runs", "features_export")
@@ -222,14 +229,14 @@ def test_predict_from_export_wrote_every_tasks_files(machine):
 class Server:
     """`bert-ad serve` without TensorFlow on a free port."""
 
-    def __init__(self, machine: Machine, model_dirs: dict, log_name: str):
+    def __init__(self, machine: Machine, model_dirs: dict, log_name: str, *flags: str):
         self.log_path = os.path.join(machine.root, log_name)
         env = dict(os.environ, PYTHONPATH=REPO)
         self.log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-c", WITHOUT_TENSORFLOW, "serve", "--port=0",
              "--model_dir=" + ",".join(f"{k}={v}" for k, v in model_dirs.items()),
-             "--doc_stride=16", "--max_query_length=16"],
+             "--doc_stride=16", "--max_query_length=16", *flags],
             cwd=machine.root, env=env, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True)
         deadline = time.time() + TIMEOUT
@@ -423,3 +430,35 @@ def test_a_model_folder_newer_than_its_export_is_served_with_a_warning(machine):
         assert served.stop() == 0
     assert re.search(r"warning: --model_dir=\S+ holds model\.ckpt-999, newer than its newest "
                      r"export \(\d+\), which is served", served.text()), served.text()[-2000:]
+
+
+def test_an_int8_model_answers_a_text_alike_under_16_concurrent_clients(machine):
+    """Static int8 scales: a text's answer does not depend on the requests batched
+    with it (dynamic quantization flipped labels under concurrent clients)."""
+    from concurrent.futures import ThreadPoolExecutor
+    served = Server(machine, {"int8": machine.exports["classifier_int8"]["export"]},
+                    "int8.log", "--max_batch_size=32", "--batch_timeout_ms=20")
+    try:
+        texts = sentiment_texts() * 4
+        alone = {text: served.predict("int8", [text])[0] for text in set(texts)}
+        rng = np.random.RandomState(3)
+
+        def client(seed: int) -> list:
+            order = np.random.RandomState(seed).permutation(len(texts))
+            answers = []
+            for start in range(0, len(order), 1 + seed % 7):
+                chosen = [int(i) for i in order[start:start + 1 + seed % 7]]
+                answers += list(zip(chosen, served.predict("int8", [texts[i] for i in chosen])))
+            return answers
+
+        with ThreadPoolExecutor(16) as pool:
+            results = [a for batch in pool.map(client, rng.randint(0, 1000, 16)) for a in batch]
+    finally:
+        assert served.stop() == 0
+    assert len(results) == 16 * len(texts)
+    texts = sentiment_texts() * 4
+    for index, answer in results:
+        reference = alone[texts[index]]
+        assert answer["label"] == reference["label"]
+        for label, p in reference["probabilities"].items():
+            assert abs(answer["probabilities"][label] - p) <= 1e-3

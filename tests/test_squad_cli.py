@@ -116,7 +116,9 @@ def trained(setup):
     zh = dict(s.common, vocab_file=s.chinese_vocab, bert_config_file=s.zh_config,
               train_file=s.zh_v2, predict_file=s.zh_v2, output_dir=os.path.join(s.root, "zh"),
               do_train=True, do_predict=True, do_eval=True, version_2_with_negative=True,
-              eval_every_steps=10, keep_best_checkpoint=True)
+              eval_every_steps=10, keep_best_checkpoint=True,
+              # Google's threshold, given: unset, --do_eval would choose it on dev.
+              null_score_diff_threshold=0.0)
     with ThreadPoolExecutor(2) as pool:
         runs = {name: pool.submit(run_launcher, [LAUNCHER] + flag_args(flags))
                 for name, flags in (("en", en), ("zh", zh))}
@@ -286,14 +288,17 @@ def answered_with(null_odds: dict, best_spans: dict, threshold: float) -> dict:
 
 @pytest.fixture(scope="module")
 def auto(setup, trained):
-    """The trained v2.0 checkpoint evaluated, exported and predicted with
-    --null_score_diff_threshold=auto in a new output_dir."""
+    """The trained v2.0 checkpoint evaluated, exported and predicted in a new output_dir
+    with no --null_score_diff_threshold: with --do_eval it is chosen on the dev file, as
+    --null_score_diff_threshold=auto (issue 56), and the log says so."""
     output_dir = os.path.join(setup.root, "zh_auto")
     checkpoint = resolve_checkpoint(trained["zh"][0])
     run = run_in_process(zh_scoring_flags(
         setup, output_dir, init_checkpoint=checkpoint, do_eval=True, do_export=True,
-        export_dir=os.path.join(output_dir, "export"), null_score_diff_threshold="auto"))
+        export_dir=os.path.join(output_dir, "export")))
     assert run.returncode == 0, run.describe()
+    assert ("--null_score_diff_threshold not given: it is chosen on the dev file "
+            f"({setup.zh_v2})") in run.stderr, run.describe()
     return output_dir, checkpoint, run
 
 

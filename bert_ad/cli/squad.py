@@ -25,6 +25,7 @@ train_results.txt, model.ckpt-N (docs/squad.md).
 
 from __future__ import annotations
 
+import logging
 import math
 
 from absl import flags
@@ -38,6 +39,8 @@ from bert_ad.answers.squad import AnswerSettings
 
 # The flags every worker of a cluster must agree on (how questions become training
 # windows; the files' paths may differ from machine to machine).
+log = logging.getLogger("bert_ad")
+
 AGREED_FLAGS = ("doc_stride", "max_query_length", "version_2_with_negative",
                 "head_learning_rate_multiplier")
 # max_seq_length: Google's run_squad.py default (the shared flag's is 128).
@@ -97,8 +100,9 @@ def define_task_flags(fv: flags.FlagValues) -> None:
                  "v2.0: answer \"\" when the null score exceeds the best span's by more "
                  "than this; auto: the threshold of the dev file's best F1 (needs "
                  "--do_eval), recorded beside the checkpoint and in the export. Not "
-                 "given: the threshold recorded for the checkpoint or in the export "
-                 "scored with, else 0.", serializer=flags.ArgumentSerializer(), **d)
+                 "given: with --do_eval, auto (said in the log); else the threshold "
+                 "recorded for the checkpoint or in the export scored with, else 0.",
+                 serializer=flags.ArgumentSerializer(), **d)
     flags.DEFINE_enum("answer_metric", "auto", ["auto"] + list(STYLES),
                       "Exact match and F1 as SQuAD's evaluation (squad: English "
                       "normalisation) or CMRC2018's (cmrc2018: each Chinese character a "
@@ -140,6 +144,20 @@ def check_flags(f: flags.FlagValues) -> None:
     window_settings(f).check()
 
 
+def chooses_threshold_on_dev(f: flags.FlagValues) -> bool:
+    """SQuAD v2.0 evaluated with no --null_score_diff_threshold: the threshold is chosen
+    on the dev file (as `auto`), said in the log. Google's 0 left half the answerable
+    questions of a 2,000-question training run unanswered (docs/squad.md, issue 56)."""
+    chosen = (f.version_2_with_negative and f.do_eval and not f.predict_from_export
+              and not f["null_score_diff_threshold"].present)
+    if chosen:
+        log.info("--null_score_diff_threshold not given: it is chosen on the dev file "
+                 "(%s), where F1 is best, recorded beside the checkpoint and in an export; "
+                 "give a number (e.g. 0, Google's) to keep it fixed",
+                 f.dev_file or f.predict_file)
+    return chosen
+
+
 def window_settings(f: flags.FlagValues) -> SquadWindowSettings:
     return SquadWindowSettings(f.max_seq_length, f.doc_stride, f.max_query_length)
 
@@ -148,7 +166,7 @@ def build(f: flags.FlagValues, encoder):
     """The SquadTask the flags describe."""
     from bert_ad.tasks.squad import SquadFiles, SquadTask  # TensorFlow: once run
     files = SquadFiles(f.train_file or "", f.predict_file or "", f.dev_file or "")
-    auto = f.null_score_diff_threshold == "auto"
+    auto = f.null_score_diff_threshold == "auto" or chooses_threshold_on_dev(f)
     answers = AnswerSettings(f.n_best_size, f.max_answer_length, f.version_2_with_negative,
                              0.0 if auto else f.null_score_diff_threshold)
     source = ("auto" if auto else "flag" if f["null_score_diff_threshold"].present
