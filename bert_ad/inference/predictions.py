@@ -103,20 +103,6 @@ class Featurized:
                 for i in range(len(self.examples))]
 
 
-def stack_rows(per_row: Sequence[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
-    """{name: [rows, ...]} of per-row outputs: stacked where every row has one
-    shape, else an object array of the rows (padded to different lengths)."""
-    stacked = {}
-    for name in (per_row[0] if per_row else {}):
-        values = [row[name] for row in per_row]
-        if len({np.shape(v) for v in values}) == 1:
-            stacked[name] = np.stack(values)
-        else:
-            stacked[name] = np.empty(len(values), dtype=object)
-            stacked[name][:] = values
-    return stacked
-
-
 def _string(value, what: str) -> str:
     if not isinstance(value, str):
         raise BadInstance(f"{what} must be a string, not {_json_type(value)}")
@@ -173,7 +159,8 @@ class Predictions(abc.ABC):
     @abc.abstractmethod
     def predict(self, parsed: List[object], featurized: Featurized,
                 outputs: Dict[str, np.ndarray]) -> List[dict]:
-        """One answer per instance from the rows' outputs (stack_rows)."""
+        """One answer per instance from the rows' outputs (stacked as
+        bert_ad.data.scored_rows.stack_rows stacks a split's)."""
 
     def complete_batch(self, batch: Dict[str, np.ndarray]) -> None:  # noqa: B027 (optional hook)
         """Inputs a batch of several requests' rows needs besides theirs."""

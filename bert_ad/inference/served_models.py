@@ -23,7 +23,8 @@ from bert_ad.errors import fail
 from bert_ad.inference import layout
 from bert_ad.inference.batching import DynamicBatcher, pack
 from bert_ad.inference.exported_model import ExportedModel
-from bert_ad.inference.predictions import Predictions, ServeOptions, predictions_for, stack_rows
+from bert_ad.data.scored_rows import stack_rows
+from bert_ad.inference.predictions import Predictions, ServeOptions, predictions_for
 from bert_ad.model_folder import is_model_folder
 
 log = logging.getLogger("bert_ad")
@@ -171,7 +172,7 @@ class ServedModel:
 
         def make_answers(featurized, scored: concurrent.futures.Future) -> None:
             try:
-                outputs = stack_rows(scored.result())
+                outputs = stack_rows(enumerate(scored.result()))
                 answered.set_result(self.predictions.predict(parsed, featurized, outputs))
             except BaseException as e:  # the request learns it (500)
                 failed(e)
@@ -214,7 +215,7 @@ class ServedModel:
         outputs = self.score(batch)
         per_row = [{name: value[i] for name, value in outputs.items()}
                    for i in range(len(rows))]
-        predictions.predict(parsed, featurized, stack_rows(per_row))
+        predictions.predict(parsed, featurized, stack_rows(enumerate(per_row)))
 
     def close(self) -> None:
         if self.batcher is not None:
