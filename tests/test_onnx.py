@@ -682,6 +682,26 @@ def test_an_onnx_export_without_the_converter_is_one_line(setup, monkeypatch):
     assert not os.path.exists(flags["export_dir"])
 
 
+@needs_onnx
+@pytest.mark.parametrize("missing", ["sympy", "onnx"])
+def test_an_int8_export_missing_a_tool_is_refused_before_training(setup, monkeypatch, missing):
+    """An int8 export's tools (onnx, onnxruntime, tf2onnx, and sympy, which onnxruntime's
+    shape inference needs and does not pull in) are checked with the flags: one line in
+    seconds, not a traceback after hours of training; output_dir gets no checkpoint."""
+    monkeypatch.setitem(sys.modules, missing, None)
+    output_dir = os.path.join(setup.root, "bad", f"int8_without_{missing}")
+    flags = task_flags(setup, "classifier", do_train=True, do_export=True,
+                       export_format="onnx", export_precision="int8", output_dir=output_dir,
+                       export_dir=os.path.join(setup.root, "bad", f"int8_{missing}_export"))
+    flags.pop("init_checkpoint")
+    message = one_line(classifier_cli, flags)
+    assert message.startswith("--export_precision=int8 needs onnx, onnxruntime, tf2onnx and "
+                              f"sympy ({missing}"), message
+    assert 'pip install "bert_ad[onnx]"' in message
+    assert not os.path.exists(output_dir) or not [
+        name for name in os.listdir(output_dir) if name.startswith("model.ckpt")]
+
+
 def test_a_missing_model_file_is_one_line(setup):
     target = fake_onnx_export(setup, "missing")
     os.remove(os.path.join(target, layout.ONNX_FILE))
