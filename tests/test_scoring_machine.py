@@ -339,10 +339,10 @@ def test_served_squad_answers_as_predict_from_export(machine, server):
     answers = server.predict("squad", [{"question": q, "context": c}
                                        for _, q, c in questions])
     assert [a["answer"] for a in answers] == [expected[i] for i, _, _ in questions]
-    # A v2.0 model, served with no --version_2_with_negative: "" where --do_predict
-    # answered "" (and null odds beside every answer).
-    assert "" in expected.values() and set(expected.values()) != {""}
+    # A v2.0 model, served with no --version_2_with_negative: v2.0's answers (null odds
+    # beside every one, and "" wherever --do_predict answered ""), as export.json says.
     assert all("null_odds" in a for a in answers)
+    assert machine_settings(machine, "squad")["version_2_with_negative"] is True
 
 
 def test_served_embeddings_as_features(machine, server):
@@ -353,6 +353,12 @@ def test_served_embeddings_as_features(machine, server):
     served = np.array([a["embedding"] for a in server.predict("features", instances)])
     np.testing.assert_allclose(served, np.load(machine.outputs["features"] + ".npy"),
                                atol=ATOL)
+
+
+def machine_settings(machine, key: str) -> dict:
+    with open(os.path.join(machine.exports[key]["export"], "assets.extra", "export.json"),
+              encoding="utf-8") as f:
+        return json.load(f)["settings"]
 
 
 def edited_export(machine, name: str, change) -> str:

@@ -33,8 +33,11 @@ def describe_model(task) -> Dict[str, object]:
     return {
         "task": task.name,
         "labels": list(task.labels) if task.labels is not None else None,
+        # (a task on token ids has its records' length, or none of its own: the
+        # model's positions bound it)
         "max_seq_length": int(getattr(encoder, "max_seq_length", None)
-                              or task.max_seq_length),
+                              or getattr(task, "max_seq_length", None)
+                              or encoder.config.max_position_embeddings),
         "do_lower_case": bool(getattr(encoder, "do_lower_case", False)),
         "vocab_file": os.path.basename(encoder.vocab_file) if tokenizer is not None else "",
         "tokenizer": tokenizer_kind(tokenizer) if tokenizer is not None else "",
