@@ -116,7 +116,7 @@ def check_columns(input_format: str, f: flags.FlagValues, text_fields: Sequence[
     if f.text_b_column and not f.text_column and input_format == "jsonl":
         fail("--text_b_column needs --text_column (the first text's field)")
     if text_fields[0] == "question" and input_format != "jsonl" and not f.text_b_column:
-        fail(f"a squad model answers a question about a context: give --input_format=tsv "
+        fail("a squad model answers a question about a context: give --input_format=tsv "
              "or csv with --text_column (the question) and --text_b_column (the context), "
              "or jsonl lines of {\"question\": ..., \"context\": ...}")
 
