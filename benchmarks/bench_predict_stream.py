@@ -1,0 +1,142 @@
+"""Streaming batch scoring: `bert-ad predict` on many short lines, rows/sec and peak RSS.
+
+    python -m benchmarks.bench_predict_stream --lines 1000000 --tf_lines 100000
+
+One fresh process per configuration (benchmarks/measuring.py run_measured:
+wall time, user + system CPU seconds, peak RSS from wait4), on the same
+short lines (movie-review sentences cut to their first 8 words, repeated):
+
+  predict onnx int8   bert-ad predict --model_dir=OUT (its ONNX int8 export),
+                      --lines and --lines / 10 (peak RSS for 10x the lines
+                      should be within 10% of 1x: memory is flat)
+  predict checkpoint  bert-ad predict --model_dir=OUT without an export: its
+                      checkpoint on 1 tower, TensorFlow (--tf_lines)
+  --do_predict        bert-ad classifier --do_predict --predict_file on the same
+                      rows (--tf_lines): the driver reads the whole file first
+
+The model: MiniLM-L6 (scripts/fetch_minilm.sh) fine-tuned --steps steps on
+the movie reviews (bert-ad data prepare movie_reviews), max_seq_length 64,
+exported as ONNX int8; made once in --work_dir. Rows/sec counts the whole
+process (start-up, model load, reading, writing), as a user sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from benchmarks import measuring
+
+WORDS_A_LINE = 8
+
+
+def run(command, log_path: str) -> dict:
+    """A command's wall seconds, CPU seconds and peak RSS (it must succeed)."""
+    started = time.time()
+    with open(log_path, "w") as log:
+        measured = measuring.run_measured(command, stdout=log, stderr=subprocess.STDOUT,
+                                          env=dict(os.environ, **measuring.checkout_env()))
+    wall = time.time() - started
+    if measured.returncode != 0:
+        sys.exit(f"error: {' '.join(command)} failed: "
+                 f"{measuring.last_error_line(open(log_path).read())} ({log_path})")
+    return {"wall": wall, "cpu": measured.cpu_seconds, "rss": measured.peak_rss_mb,
+            "log": open(log_path).read()}
+
+
+def bert_ad(*args: str) -> list:
+    return [sys.executable, "-m", "bert_ad"] + list(args)
+
+
+def make_model(args, work: str) -> str:
+    """A fine-tuned MiniLM folder with an ONNX int8 export (made once)."""
+    folder = os.path.join(work, "model")
+    if os.path.isdir(os.path.join(folder, "export")):
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    run(bert_ad("classifier", "--task_name=sentiment", f"--data_dir={args.data_dir}",
+                f"--vocab_file={args.model_dir}/vocab.txt",
+                f"--bert_config_file={args.model_dir}/bert_config.json",
+                f"--init_checkpoint={args.model_dir}/bert_model.ckpt", "--max_seq_length=64",
+                "--train_batch_size=16", f"--max_train_examples={16 * args.steps}",
+                "--num_train_epochs=1", "--do_train", "--do_export", "--export_format=onnx",
+                "--export_precision=int8", f"--output_dir={folder}"),
+        os.path.join(work, "train.log"))
+    return folder
+
+
+def write_lines(args, work: str, count: int) -> str:
+    """`count` short lines (and the same rows as label<TAB>text for --do_predict)."""
+    from bert_ad.data import processors
+    task = processors.get_task("sentiment")
+    texts = [" ".join(e.text_a.split()[:WORDS_A_LINE]) for split in ("train", "dev", "test")
+             for e in processors.read_examples(task, args.data_dir, split)]
+    path = os.path.join(work, f"lines_{count}.txt")
+    with open(path, "w", encoding="utf-8") as f, \
+            open(path + ".tsv", "w", encoding="utf-8") as tsv:
+        for i in range(count):
+            f.write(texts[i % len(texts)] + "\n")
+            tsv.write("0\t" + texts[i % len(texts)] + "\n")
+    return path
+
+
+def main() -> int:
+    parser = measuring.parser_for(__doc__)
+    measuring.add_minilm_flags(parser)
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--tf_lines", type=int, default=100_000,
+                        help="lines for the TensorFlow runs (checkpoint, --do_predict)")
+    parser.add_argument("--steps", type=int, default=20, help="fine-tuning steps")
+    parser.add_argument("--work_dir", default=os.path.join(measuring.cache_dir(),
+                                                           "bench_predict_stream"))
+    args = parser.parse_args()
+    if measuring.missing_inputs(args):
+        return 2
+    work = args.work_dir
+    os.makedirs(work, exist_ok=True)
+    folder = make_model(args, work)
+    without_export = os.path.join(work, "model_checkpoint_only")
+    if not os.path.isdir(without_export):
+        shutil.copytree(folder, without_export,
+                        ignore=shutil.ignore_patterns("export", "cache"))
+    rows = []
+
+    def measure(name: str, lines: int, command, log: str) -> dict:
+        result = run(command, os.path.join(work, log))
+        rows.append([name, f"{lines:,}", measuring.fmt(lines / result["wall"]),
+                     measuring.fmt(lines / result["cpu"]), measuring.fmt(result["rss"], 0),
+                     measuring.fmt(result["wall"], 0), measuring.loadavg()])
+        print(rows[-1], flush=True)
+        return result
+
+    sizes = [args.lines // 10, args.lines]
+    for count in sizes:
+        path = write_lines(args, work, count)
+        measure("predict, ONNX int8 export", count,
+                bert_ad("predict", f"--model_dir={folder}", f"--input_file={path}",
+                        f"--output_file={path}.jsonl", "--batch_size=64"), f"onnx_{count}.log")
+        os.remove(f"{path}.jsonl")
+    path = write_lines(args, work, args.tf_lines)
+    checkpoint = measure("predict, checkpoint (TensorFlow, 1 tower)", args.tf_lines,
+                         bert_ad("predict", f"--model_dir={without_export}",
+                                 f"--input_file={path}", f"--output_file={path}.jsonl",
+                                 "--n_gpus=1", "--batch_size=64"), "checkpoint.log")
+    out = os.path.join(work, "do_predict")
+    shutil.rmtree(out, ignore_errors=True)
+    measure("classifier --do_predict (TensorFlow, 1 tower)", args.tf_lines,
+            bert_ad("classifier", "--task_name=sentiment", f"--init_checkpoint={folder}",
+                    f"--predict_file={path}.tsv", "--do_predict", f"--output_dir={out}",
+                    "--n_gpus=1", "--predict_batch_size=64"), "do_predict.log")
+    print()
+    print(measuring.cpu_line(measuring.logged_onednn_state(checkpoint["log"])))
+    print(measuring.markdown_table(
+        ["run", "lines", "lines/sec", "lines/CPU-sec", "peak RSS MB", "wall s",
+         "load (1 min)"], rows, "lrrrrrr"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
