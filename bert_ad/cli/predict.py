@@ -100,9 +100,13 @@ def check_flags(f: flags.FlagValues) -> None:
     if f.input_file != "-" and not os.path.isfile(f.input_file):
         fail(f"--input_file={f.input_file} is not a file; give a file of one text a line, "
              "or - for standard input")
-    if f.output_file != "-" and os.path.abspath(f.output_file) == os.path.abspath(
-            f.input_file):
-        fail(f"--output_file={f.output_file} is --input_file: give another file")
+    if f.output_file != "-":
+        if os.path.abspath(f.output_file) == os.path.abspath(f.input_file):
+            fail(f"--output_file={f.output_file} is --input_file: give another file")
+        folder = os.path.dirname(os.path.abspath(f.output_file))
+        if not os.path.isdir(folder):
+            fail(f"--output_file={f.output_file}: its folder {folder} does not exist; "
+                 "create it first")
 
 
 def check_columns(input_format: str, f: flags.FlagValues, text_fields: Sequence[str],
