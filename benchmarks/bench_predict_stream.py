@@ -1,6 +1,7 @@
 """Streaming batch scoring: `bert-ad predict` on many short lines, rows/sec and peak RSS.
 
     python -m benchmarks.bench_predict_stream --lines 1000000 --tf_lines 100000
+    python -m benchmarks.bench_predict_stream --lines 20000 --chunk_size 256 --onnx_only
 
 One fresh process per configuration (benchmarks/measuring.py run_measured:
 wall time, user + system CPU seconds, peak RSS from wait4), on the same
@@ -92,6 +93,11 @@ def main() -> int:
     parser.add_argument("--tf_lines", type=int, default=100_000,
                         help="lines for the TensorFlow runs (checkpoint, --do_predict)")
     parser.add_argument("--steps", type=int, default=20, help="fine-tuning steps")
+    parser.add_argument("--chunk_size", type=int, default=2048,
+                        help="bert-ad predict's --chunk_size (the RSS comparison needs "
+                             "--lines / 10 to be several chunks)")
+    parser.add_argument("--onnx_only", action="store_true",
+                        help="the two ONNX runs only (the RSS comparison)")
     parser.add_argument("--work_dir", default=os.path.join(measuring.cache_dir(),
                                                            "bench_predict_stream"))
     args = parser.parse_args()
@@ -122,8 +128,13 @@ def main() -> int:
         path = write_lines(args, work, count)
         measure("predict, ONNX int8 export", count,
                 bert_ad("predict", f"--model_dir={folder}", f"--input_file={path}",
-                        f"--output_file={path}.jsonl", "--batch_size=64"), f"onnx_{count}.log")
+                        f"--output_file={path}.jsonl", "--batch_size=64",
+                        f"--chunk_size={args.chunk_size}"), f"onnx_{count}.log")
         os.remove(f"{path}.jsonl")
+    if args.onnx_only:
+        print(measuring.cpu_line())
+        print(table(rows))
+        return 0
     path = write_lines(args, work, args.tf_lines)
     checkpoint = measure("predict, checkpoint (TensorFlow, 1 tower)", args.tf_lines,
                          bert_ad("predict", f"--model_dir={without_export}",
@@ -136,10 +147,14 @@ def main() -> int:
                     "--predict_batch_size=64"), "do_predict.log")
     print()
     print(measuring.cpu_line(measuring.logged_onednn_state(checkpoint["log"])))
-    print(measuring.markdown_table(
-        ["run", "lines", "lines/sec", "after load", "lines/CPU-sec", "peak RSS MB", "wall s",
-         "load (1 min)"], rows, "lrrrrrrr"))
+    print(table(rows))
     return 0
+
+
+def table(rows) -> str:
+    return measuring.markdown_table(
+        ["run", "lines", "lines/sec", "after load", "lines/CPU-sec", "peak RSS MB", "wall s",
+         "load (1 min)"], rows, "lrrrrrrr")
 
 
 if __name__ == "__main__":
