@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_predict_stream --lines 1000000 --tf_lines 100000
     python -m benchmarks.bench_predict_stream --lines 20000 --chunk_size 256 --onnx_only
+    python -m benchmarks.bench_predict_stream --lines 20000 --chunk_size 256 --trace_rss
 
 One fresh process per configuration (benchmarks/measuring.py run_measured:
 wall time, user + system CPU seconds, peak RSS from wait4), on the same
@@ -86,6 +87,39 @@ def write_lines(args, work: str, count: int) -> str:
     return path
 
 
+def trace_rss(export_dir: str, path: str, chunk_size: int, every: int = 2560) -> int:
+    """bert-ad predict's loop in this process on `path`, its resident memory printed
+    every `every` lines (is it flat once warm?)."""
+    import io
+    from bert_ad.inference.exported_model import ExportedModel
+    from bert_ad.inference.prediction_input import InputSettings, read_instances
+    from bert_ad.inference.predictions import ServeOptions, predictions_for
+    from bert_ad.inference.streamed_predictions import StreamSettings, predict_stream
+    exported = ExportedModel.open(export_dir)
+    predictions = predictions_for(exported, ServeOptions())
+    scorer = exported.open_scorer()
+    scored = [0]
+
+    def score(batch: dict) -> dict:
+        before = scored[0]
+        scored[0] += len(batch["input_ids"])
+        if scored[0] // every > before // every:
+            print(f"{scored[0]:>9,} lines scored: RSS {measuring.current_rss_mb():.1f} MB, "
+                  f"peak {measuring.peak_rss_mb():.1f} MB", flush=True)
+        return scorer.run([batch])[0]
+
+    class Discard(io.TextIOBase):
+        def write(self, text: str) -> int:
+            return len(text)
+
+    with open(path, "rb") as lines:
+        items = read_instances(lines, path, InputSettings(), predictions.text_fields)
+        predict_stream(items, predictions, score, Discard(), "jsonl",
+                       StreamSettings(64, chunk_size, progress_every_s=1e9))
+    print(f"done: RSS {measuring.current_rss_mb():.1f} MB, peak {measuring.peak_rss_mb():.1f} MB")
+    return 0
+
+
 def main() -> int:
     parser = measuring.parser_for(__doc__)
     measuring.add_minilm_flags(parser)
@@ -96,6 +130,9 @@ def main() -> int:
     parser.add_argument("--chunk_size", type=int, default=2048,
                         help="bert-ad predict's --chunk_size (the RSS comparison needs "
                              "--lines / 10 to be several chunks)")
+    parser.add_argument("--trace_rss", action="store_true",
+                        help="the ONNX loop in this process on --lines lines, its resident "
+                             "memory every 2,560 lines")
     parser.add_argument("--onnx_only", action="store_true",
                         help="the two ONNX runs only (the RSS comparison)")
     parser.add_argument("--work_dir", default=os.path.join(measuring.cache_dir(),
@@ -110,6 +147,9 @@ def main() -> int:
     if not os.path.isdir(without_export):
         shutil.copytree(folder, without_export,
                         ignore=shutil.ignore_patterns("export", "cache"))
+    if args.trace_rss:
+        export_dir = os.path.join(folder, "export", os.listdir(os.path.join(folder, "export"))[0])
+        return trace_rss(export_dir, write_lines(args, work, args.lines), args.chunk_size)
     rows = []
 
     def measure(name: str, lines: int, command, log: str) -> dict:
