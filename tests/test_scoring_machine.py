@@ -468,3 +468,220 @@ def test_an_int8_model_answers_a_text_alike_under_16_concurrent_clients(machine)
         assert answer["label"] == reference["label"]
         for label, p in reference["probabilities"].items():
             assert abs(answer["probabilities"][label] - p) <= 1e-3
+
+
+# ---------------------------------------------------------------------------
+# bert-ad predict (issue 52): a file of texts in, one answer a line out, on the same
+# exports, without TensorFlow; checked against the --predict_from_export files above.
+
+
+def predict(machine, *args, stdin: str = None) -> subprocess.CompletedProcess:
+    """`bert-ad predict ARGS` without TensorFlow (standard input from `stdin`)."""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, "predict"] + list(args),
+                          cwd=machine.root, env=env, input=stdin, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+
+
+def write_text(path: str, text) -> str:
+    mode = "wb" if isinstance(text, bytes) else "w"
+    with open(path, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
+        f.write(text)
+    return path
+
+
+def json_lines(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def assert_classifier_answers(machine, key: str, answers: list) -> None:
+    """Label names exact and probabilities to 1e-5 against --predict_from_export's files."""
+    out = machine.outputs[key]
+    labels = lines(os.path.join(machine.exports[key]["export"], "assets", "labels.txt"))
+    assert [a["label"] for a in answers] == [labels[int(i)] for i in
+                                             lines(os.path.join(out, "predict.txt"))]
+    expected = np.array([[float(x) for x in line.split("\t")]
+                         for line in lines(os.path.join(out, "test_results.tsv"))])
+    got = np.array([[a["probabilities"][label] for label in labels] for a in answers])
+    np.testing.assert_allclose(got, expected, atol=ATOL)
+    assert np.ptp(expected[:, 0]) > 1e-3
+
+
+def test_predict_a_file_of_titles_from_the_model_folder(machine):
+    """One title a line in, one JSONL answer a line out, in order, from the fine-tuned
+    folder (its newest export, ONNX); chunks of 5 lines so order is restored across them."""
+    titles = write_text(os.path.join(machine.root, "titles.txt"),
+                        "".join(t + "\n" for t in sentiment_texts()))
+    out = os.path.join(machine.root, "titles.jsonl")
+    done = predict(machine, f"--model_dir={machine.exports['classifier']['folder']}",
+                   f"--input_file={titles}", f"--output_file={out}", "--chunk_size=5",
+                   "--batch_size=3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_classifier_answers(machine, "classifier", json_lines(open(out).read()))
+    assert re.search(r"predict: 16 lines answered \(16 rows\), [0-9.,]+ lines/sec \(done\)",
+                     done.stderr), done.stderr[-2000:]
+    assert not [n for n in os.listdir(machine.root) if n.startswith(".titles.jsonl")]
+
+
+def test_predict_from_standard_input_to_standard_output(machine):
+    """The windows classifier's export: stdin to stdout, the same answers."""
+    done = predict(machine, f"--model_dir={machine.exports['windows']['export']}",
+                   "--input_file=-", "--output_file=-",
+                   stdin="".join(t + "\n" for t in sentiment_texts()))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_classifier_answers(machine, "windows", json_lines(done.stdout))
+
+
+def test_predict_gzip_tsv_columns_and_tsv_output(machine):
+    import gzip
+    path = os.path.join(machine.root, "titles.tsv.gz")
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("id\ttitle\n" + "".join(f"{i}\t{t}\n" for i, t in enumerate(sentiment_texts())))
+    done = predict(machine, f"--model_dir={machine.exports['classifier']['export']}",
+                   f"--input_file={path}", "--text_column=title", "--output_file=-",
+                   "--output_format=tsv")
+    assert done.returncode == 0, done.stderr[-3000:]
+    header, *rows = done.stdout.splitlines()
+    assert header.split("\t") == ["label", "probabilities.0", "probabilities.1"]
+    answers = [{"label": r.split("\t")[0],
+                "probabilities": {"0": float(r.split("\t")[1]), "1": float(r.split("\t")[2])}}
+               for r in rows]
+    assert_classifier_answers(machine, "classifier", answers)
+
+
+def ner_sentences(machine) -> list:
+    sentences, words = [], []
+    for line in lines(os.path.join(machine.exports["ner"]["flags"]["data_dir"], "test.txt")):
+        if line:
+            words.append(line.split("\t")[0])
+        elif words:
+            sentences.append(words)
+            words = []
+    return sentences
+
+
+def test_predict_ner_tokens_and_text_as_predict_from_export(machine):
+    sentences = ner_sentences(machine)
+    expected = [line.split("\t")[1] for line in
+                lines(os.path.join(machine.outputs["ner"], "predict.txt")) if line]
+    entities = [json.loads(line)["entities"] for line in
+                lines(os.path.join(machine.outputs["ner"], "predict_entities.jsonl"))]
+    tokens = write_text(os.path.join(machine.root, "ner.jsonl"),
+                        "".join(json.dumps({"tokens": s}) + "\n" for s in sentences))
+    done = predict(machine, f"--model_dir={machine.exports['ner']['export']}",
+                   f"--input_file={tokens}", "--output_file=-", "--doc_stride=16")
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json_lines(done.stdout)
+    assert [t for a in answers for t in a["tags"]] == expected
+    assert [a["entities"] for a in answers] == entities
+    # Plain text, split into characters as the model was trained: the same tags, and
+    # each entity's character offsets point at its text.
+    texts = write_text(os.path.join(machine.root, "ner.txt"),
+                       "".join(" ".join(s[:10]) + "".join(s[10:]) + "\n" for s in sentences))
+    done = predict(machine, f"--model_dir={machine.exports['ner']['export']}",
+                   f"--input_file={texts}", "--output_file=-", "--doc_stride=16")
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json_lines(done.stdout)
+    assert [t for a in answers for t in a["tags"]] == expected
+    for text, answer in zip(lines(texts), answers):
+        assert all(text[e["start"]:e["end"]] == e["text"] for e in answer["entities"])
+
+
+def test_predict_squad_columns_and_jsonl_as_predict_from_export(machine):
+    with open(SQUAD_FILE, encoding="utf-8") as f:
+        squad = json.load(f)
+    questions = [(q["id"], q["question"], p["context"]) for a in squad["data"]
+                 for p in a["paragraphs"] for q in p["qas"]]
+    expected = json.loads(open(os.path.join(machine.outputs["squad"], "predictions.json"),
+                               encoding="utf-8").read())
+    flags = [f"--model_dir={machine.exports['squad']['export']}", "--output_file=-",
+             "--doc_stride=16", "--max_query_length=16"]
+    jsonl = write_text(os.path.join(machine.root, "squad.jsonl"), "".join(
+        json.dumps({"question": q, "context": c}) + "\n" for _, q, c in questions))
+    csv_file = write_text(os.path.join(machine.root, "squad.csv"), "".join(
+        '"{}","{}"\n'.format(q.replace('"', '""'), c.replace('"', '""'))
+        for _, q, c in questions))
+    for args in ([f"--input_file={jsonl}"],
+                 [f"--input_file={csv_file}", "--text_column=0", "--text_b_column=1"]):
+        done = predict(machine, *(flags + args))
+        assert done.returncode == 0, done.stderr[-3000:]
+        answers = json_lines(done.stdout)
+        assert [a["answer"] for a in answers] == [expected[i] for i, _, _ in questions]
+        for (_, _, context), answer in zip(questions, answers):
+            if answer["answer"]:
+                assert context[answer["start"]:answer["end"]] == answer["answer"]
+
+
+def test_predict_embeddings_as_features(machine):
+    instances = []
+    for line in lines(machine.exports["features"]["flags"]["input_file"]):
+        a, separator, b = line.partition(" ||| ")
+        instances.append({"text_a": a, "text_b": b} if separator else line)
+    path = write_text(os.path.join(machine.root, "features.jsonl"),
+                      "".join(json.dumps(i) + "\n" for i in instances))
+    done = predict(machine, f"--model_dir={machine.exports['features']['export']}",
+                   f"--input_file={path}", "--output_file=-")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = np.array([a["embedding"] for a in json_lines(done.stdout)])
+    np.testing.assert_allclose(got, np.load(machine.outputs["features"] + ".npy"), atol=ATOL)
+
+
+@pytest.mark.parametrize("name, content, flags, expected", [
+    ("bad_utf8.txt", b"a fine title\nanother\n\xff\xfe broken\nlast\n", [],
+     "--input_file={path} line 3 is not UTF-8 text (its byte 1)"),
+    ("bad.jsonl", b'"a title"\n{"text_a": "fine"}\n{"text_a": \n', [],
+     "--input_file={path} line 3 is not JSON"),
+    ("short.tsv", b"1\ta title\n2\n3\tlast\n", ["--text_column=1"],
+     "--input_file={path} line 2 has 1 tab-separated column(s); column 1 (0-based) is "
+     "missing"),
+    ("unknown.jsonl", b'"a title"\n{"title": "x"}\n', [],
+     "--input_file={path} line 2: the instance has an unknown field 'title'"),
+])
+def test_predict_refuses_a_bad_line_by_number_and_writes_nothing(machine, name, content,
+                                                                 flags, expected):
+    path = write_text(os.path.join(machine.root, name), content)
+    out = os.path.join(machine.root, name + ".out.jsonl")
+    done = predict(machine, f"--model_dir={machine.exports['classifier']['export']}",
+                   f"--input_file={path}", f"--output_file={out}", "--chunk_size=1", *flags)
+    assert_one_error_line(done, expected.format(path=path), "--skip_bad_lines",
+                          "nothing was written")
+    assert not os.path.exists(out)
+    assert not [n for n in os.listdir(machine.root) if n.startswith("." + name)]
+    # --skip_bad_lines: the other lines answered, in order, the skipped one counted.
+    done = predict(machine, f"--model_dir={machine.exports['classifier']['export']}",
+                   f"--input_file={path}", f"--output_file={out}", "--skip_bad_lines", *flags)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(lines(out)) == len(content.splitlines()) - 1
+    assert "1 bad line(s) skipped" in done.stderr
+
+
+def test_predict_refuses_a_hand_edited_export_json_in_one_line(machine):
+    export_dir = edited_export(machine, "predict_labels", lambda m, _: m.__setitem__("labels", 7))
+    titles = write_text(os.path.join(machine.root, "one.txt"), "a title\n")
+    out = os.path.join(machine.root, "edited.jsonl")
+    done = predict(machine, f"--model_dir={export_dir}", f"--input_file={titles}",
+                   f"--output_file={out}")
+    assert_one_error_line(done, export_dir, "'labels' is 7, not null or a list of distinct "
+                          "strings")
+    assert not os.path.exists(out)
+
+
+@pytest.mark.skipif(not _have("tensorflow"), reason="scoring a checkpoint needs TensorFlow")
+def test_predict_from_a_folders_checkpoint_on_two_towers(machine):
+    """A fine-tuned folder without an export: its checkpoint scored on 2 towers (with
+    TensorFlow), the same answers as its ONNX export's --predict_from_export."""
+    for key in ("classifier", "windows"):
+        folder = os.path.join(machine.root, f"{key}_without_export")
+        shutil.copytree(machine.exports[key]["folder"], folder,
+                        ignore=shutil.ignore_patterns("export", "cache"))
+        out = os.path.join(machine.root, f"{key}_checkpoint.jsonl")
+        titles = write_text(os.path.join(machine.root, "ckpt_titles.txt"),
+                            "".join(t + "\n" for t in sentiment_texts()))
+        done = subprocess.run(
+            [sys.executable, "-m", "bert_ad", "predict", f"--model_dir={folder}",
+             f"--input_file={titles}", f"--output_file={out}", "--n_gpus=2",
+             "--batch_size=5"], cwd=machine.root, env=dict(os.environ, PYTHONPATH=REPO),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "on 2 tower(s)" in done.stderr
+        assert_classifier_answers(machine, key, json_lines(open(out).read()))

@@ -36,6 +36,7 @@ pytest.importorskip("prometheus_client", reason='bert-ad serve needs the serve e
 from bert_ad.cli import classifier as classifier_cli  # noqa: E402
 from bert_ad.cli import features as features_cli  # noqa: E402
 from bert_ad.cli import ner as ner_cli  # noqa: E402
+from bert_ad.cli import predict as predict_cli  # noqa: E402
 from bert_ad.cli import serve as serve_cli  # noqa: E402
 from bert_ad.cli import squad as squad_cli  # noqa: E402
 from bert_ad.inference.layout import read_metadata  # noqa: E402
@@ -281,6 +282,35 @@ def test_multi_label_and_regression_answer_as_predict_from_export(models, server
                                                      "predict.txt"))]
     np.testing.assert_allclose([v["value"] for v in values], expected, atol=ATOL)
     assert np.ptp(expected) > 0.01
+
+
+def test_bert_ad_predict_answers_tensorflow_exports_as_predict_from_export(models, tmp_path):
+    """`bert-ad predict` on a SavedModel (multi-label, regression) and a frozen graph
+    (windows): one JSONL answer a line, as --predict_from_export's files (both lanes)."""
+    titles = tmp_path / "titles.txt"
+    titles.write_text("".join(t + "\n" for t in models.test_texts), encoding="utf-8")
+    answers = {}
+    for name in ("multi_label", "regression", "windows"):
+        out = tmp_path / f"{name}.jsonl"
+        done = run_cli_in_process(predict_cli.cli, [
+            "bert-ad predict", f"--model_dir={models.exports[name]}",
+            f"--input_file={titles}", f"--output_file={out}", "--chunk_size=7"])
+        assert done.returncode == 0, done.stderr[-3000:]
+        answers[name] = [json.loads(line) for line in lines(str(out))]
+    check = models.checks["multi_label"]
+    np.testing.assert_allclose(
+        [[a["probabilities"][label] for label in models.labels] for a in answers["multi_label"]],
+        probabilities(os.path.join(check, "test_results.tsv")), atol=ATOL)
+    indices = [[int(i) for i in line.split("|") if i]
+               for line in lines(os.path.join(check, "predict.txt"))]
+    assert [a["labels"] for a in answers["multi_label"]] == [
+        [models.labels[i] for i in row] for row in indices]
+    np.testing.assert_allclose([a["value"] for a in answers["regression"]], [
+        float(v) for v in lines(os.path.join(models.checks["regression"], "predict.txt"))],
+        atol=ATOL)
+    assert [a["label"] for a in answers["windows"]] == [
+        models.labels[int(i)] for i in lines(os.path.join(models.checks["windows"],
+                                                          "predict.txt"))]
 
 
 def test_token_classifier_entities_and_tags_as_predict_from_export(models, server):

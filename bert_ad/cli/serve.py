@@ -32,6 +32,7 @@ from typing import Sequence
 
 from absl import flags
 
+from bert_ad.cli import answer_flags
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import configure_logging, parse_flags, tool_cli
 from bert_ad.errors import fail
@@ -91,28 +92,7 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("access_log", False,
                       "Log one line per request (id, status, rows, tokens, ms, version); "
                       "refusals are logged either way.", **d)
-    flags.DEFINE_float("multi_label_threshold", 0.5,
-                       "Multi-label classifiers: a label is answered at this probability "
-                       "or more.", **d)
-    flags.DEFINE_enum("token_split", None, ["words", "characters"],
-                      "Token classification: a text's words are split at whitespace with "
-                      "each punctuation mark and CJK character alone (words), or every "
-                      "character is one (characters: models trained one character a line). "
-                      "Default: as the model was trained (its export.json), else words.",
-                      **d)
-    flags.DEFINE_integer("doc_stride", 0,
-                         "Pieces between windows of a long sentence or context (0: the "
-                         "task's default: half a window for token classification, 128 for "
-                         "squad).", **d)
-    flags.DEFINE_integer("max_query_length", 64, "Squad: question pieces kept.", **d)
-    flags.DEFINE_integer("n_best_size", 20, "Squad: candidates searched.", **d)
-    flags.DEFINE_integer("max_answer_length", 30, "Squad: longest answer, in pieces.", **d)
-    flags.DEFINE_bool("version_2_with_negative", None,
-                      'Squad v2.0: answer "" when the null answer wins. Default: as the '
-                      "model was trained (its export.json), else v1.1.", **d)
-    flags.DEFINE_float("null_score_diff_threshold", None,
-                       "Squad v2.0: answer \"\" when null score - best span's > this "
-                       "(default: export.json's, else 0).", **d)
+    answer_flags.define_flags(fv)
 
 
 def check_flags(f: flags.FlagValues) -> None:
@@ -123,18 +103,16 @@ def check_flags(f: flags.FlagValues) -> None:
     if not 0 <= f.port <= 65535:
         fail(f"--port={f.port} must be between 0 and 65535 (0: any free one)")
     for name in ("max_batch_size", "max_request_bytes", "max_instances", "tokenizer_threads",
-                 "max_batch_tokens", "max_request_rows", "max_query_length", "n_best_size",
-                 "max_answer_length"):
+                 "max_batch_tokens", "max_request_rows"):
         if f[name].value < 1:
             fail(f"--{name}={f[name].value} must be at least 1")
-    for name in ("batch_timeout_ms", "doc_stride"):
+    for name in ("batch_timeout_ms",):
         if f[name].value < 0:
             fail(f"--{name}={f[name].value} must be at least 0")
     for name in ("body_timeout_s", "request_timeout_s", "drain_timeout_s"):
         if not f[name].value > 0:
             fail(f"--{name}={f[name].value} must be more than 0 seconds")
-    if not 0.0 < f.multi_label_threshold < 1.0:
-        fail(f"--multi_label_threshold={f.multi_label_threshold} must be between 0 and 1")
+    answer_flags.check_flags(f)
 
 
 def require_serve_extra() -> None:
@@ -155,16 +133,13 @@ def main(argv: Sequence[str]) -> int:
     # are known good.
     from bert_ad.inference.api_keys import ApiKeys
     from bert_ad.inference.listening import bind, tls_context
-    from bert_ad.inference.predictions import ServeOptions
     from bert_ad.inference.served_models import load_model, parse_model_dirs
     from bert_ad.inference.server import ServerSettings, serve
     specs = parse_model_dirs(f.model_dir, f.model_name or "")
     api_keys = ApiKeys(f.api_key_file) if f.api_key_file else None
     ssl_context = tls_context(f.tls_cert, f.tls_key)
     listening = bind(f.host, f.port)   # a port in use fails before the models load
-    options = ServeOptions(f.multi_label_threshold, f.token_split, f.doc_stride,
-                           f.max_query_length, f.n_best_size, f.max_answer_length,
-                           f.version_2_with_negative, f.null_score_diff_threshold)
+    options = answer_flags.options_from_flags(f)
     models = {}
     try:
         for spec in specs:

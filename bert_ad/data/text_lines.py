@@ -34,15 +34,25 @@ def text_lines(stream: BinaryIO, source: str) -> Iterator[str]:
       UserError: "SOURCE line N is not UTF-8 text (its byte K); ...".
     """
     for number, raw in enumerate(stream, 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            fail(f"{source} line {number} is not UTF-8 text (its byte {e.start + 1}); "
-                 "convert it to UTF-8 (e.g. iconv -f GBK -t UTF-8)")
-        if number == 1 and line.startswith(BYTE_ORDER_MARK):
-            line = line[1:]
-        if line.endswith("\n"):
+        yield decode_line(raw, number, source)
+
+
+def decode_line(raw: bytes, number: int, source: str) -> str:
+    """One line's text (line `number` of `source`), as `text_lines` reads it: UTF-8,
+    a first line's byte order mark and the line end (`\\n`, `\\r\\n`) dropped.
+
+    Raises:
+      UserError: "SOURCE line N is not UTF-8 text (its byte K); ...".
+    """
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        fail(f"{source} line {number} is not UTF-8 text (its byte {e.start + 1}); "
+             "convert it to UTF-8 (e.g. iconv -f GBK -t UTF-8)")
+    if number == 1 and line.startswith(BYTE_ORDER_MARK):
+        line = line[1:]
+    if line.endswith("\n"):
+        line = line[:-1]
+        if line.endswith("\r"):
             line = line[:-1]
-            if line.endswith("\r"):
-                line = line[:-1]
-        yield line
+    return line

@@ -53,7 +53,6 @@ from bert_ad.errors import fail
 from bert_ad.inference.exported_model import ExportedModel
 
 
-
 class BadInstance(ValueError):
     """An instance the task cannot read; the message says what it needs."""
 
@@ -138,9 +137,12 @@ class Predictions(abc.ABC):
     Attributes:
       instance_format: what an instance is, for the metadata endpoint.
       sample: an instance the server scores once at start (warm-up).
+      text_fields: the fields of a first and a second text.
     """
     instance_format: str = ""
     sample: object = "warm up"
+    # An instance's fields for a first and a second text (bert-ad predict's columns).
+    text_fields: Tuple[str, ...] = ("text_a", "text_b")
 
     def __init__(self, model: ExportedModel, options: ServeOptions):
         self.metadata = model.metadata
@@ -250,6 +252,7 @@ class TokenPredictions(Predictions):
     """{"tokens", "tags", "entities": [{"type", "start", "end", "text"}]}: for text,
     start and end are characters of it (end exclusive); for tokens, token indexes."""
     instance_format = 'a string, {"text": ...}, or {"tokens": [...]}'
+    text_fields = ("text",)
 
     def __init__(self, model, options):
         super().__init__(model, options)
@@ -311,6 +314,7 @@ class SquadPredictions(Predictions):
     end are characters of the context (end exclusive; null for the answer "",
     SQuAD v2.0), score the answer's probability among the n best."""
     instance_format = '{"question": ..., "context": ...}'
+    text_fields = ("question", "context")
     sample = {"question": "warm up", "context": "warm up"}
 
     def __init__(self, model, options):

@@ -1,0 +1,200 @@
+"""bert-ad predict: a file of texts in, one answer a line out, streaming (docs/predict.md).
+
+    bert-ad predict --model_dir=OUT --input_file=titles.txt --output_file=answers.jsonl
+    zcat ads.tsv.gz | bert-ad predict --model_dir=OUT/export --input_file=- \\
+      --input_format=tsv --text_column=title --output_file=- --output_format=tsv
+
+--model_dir is an export folder (ONNX: no TensorFlow needed; a SavedModel or
+frozen graph: TensorFlow), a fine-tuned folder's export base (OUT/export:
+its newest version), or a fine-tuned model folder: its newest export when it
+has one, else its newest checkpoint, scored on --n_gpus towers with
+TensorFlow. The model's settings come from the folder: no model flag.
+
+The input is one text a line (--input_format=text, the default), a column of
+a TSV or CSV (--text_column, and --text_b_column for a pair or a squad
+context: a number from 0, or a name in the header line), or JSON lines
+(the instances bert-ad serve takes, or --text_column's fields); `-` is
+standard input, a .gz name is read as gzip. The output is one answer a line
+in input order, the JSON bert-ad serve answers with (label and
+probabilities, entities with character offsets, answer and span, embedding)
+or a TSV of the same (--output_format); `-` is standard output. A file is
+written under a temporary name and renamed when complete: a line that
+cannot be read stops the run with its number and leaves no output, unless
+--skip_bad_lines skips (and counts) it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Sequence
+
+from absl import flags
+
+from bert_ad.cli import answer_flags, flag_groups
+from bert_ad.cli.registry import register_tool
+from bert_ad.cli.runner import configure_logging, parse_flags, require_flags, tool_cli
+from bert_ad.errors import fail
+from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS
+from bert_ad.inference.prediction_output import FORMATS as OUTPUT_FORMATS
+
+log = logging.getLogger("bert_ad")
+
+USAGE = "--model_dir=DIR --input_file=FILE|- --output_file=FILE|- [--input_format=...] ..."
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("model_dir", None,
+                        "An export folder, a fine-tuned folder's OUT/export (its newest "
+                        "version), or a fine-tuned folder (its newest export, else its "
+                        "checkpoint on --n_gpus towers, with TensorFlow).", **d)
+    flags.DEFINE_string("input_file", None,
+                        "The texts, one a line; - for standard input; .gz is read as gzip.",
+                        **d)
+    flags.DEFINE_string("output_file", None,
+                        "The answers, one a line in input order; - for standard output.", **d)
+    flags.DEFINE_enum("input_format", None, list(INPUT_FORMATS),
+                      "text (a line is a text), tsv or csv (--text_column), jsonl (a line is "
+                      "an instance as bert-ad serve takes it, or --text_column's field). "
+                      "Default: the file name's extension (.tsv, .csv, .jsonl), else text.",
+                      **d)
+    flags.DEFINE_string("text_column", None,
+                        "tsv/csv: the text's column, a number from 0 (default 0) or a name "
+                        "in the header line; jsonl: the text's field. Squad: the question.",
+                        **d)
+    flags.DEFINE_string("text_b_column", None,
+                        "The second text's column or field: a classifier's pair, a squad "
+                        "question's context.", **d)
+    flags.DEFINE_enum("output_format", "jsonl", list(OUTPUT_FORMATS),
+                      "jsonl (bert-ad serve's answers) or tsv (a header, then the same "
+                      "answers as columns).", **d)
+    flags.DEFINE_bool("skip_bad_lines", False,
+                      "Skip a line that cannot be read (not UTF-8, a column missing, not "
+                      "JSON) and count it in the log, instead of stopping with nothing "
+                      "written.", **d)
+    flags.DEFINE_integer("batch_size", 32, "Rows (texts, windows) scored in one call.", **d)
+    flags.DEFINE_integer("chunk_size", 2048,
+                         "Lines read, tokenised and answered together (memory grows with "
+                         "it, not with the file).", **d)
+    flags.DEFINE_integer("threads", 0,
+                         "ONNX Runtime's threads (0: the cores this process may use).", **d)
+    flags.DEFINE_float("progress_every_s", 10.0, "Seconds between progress lines.", **d)
+    flag_groups.define(fv, ("n_gpus",),
+                       notes={"n_gpus": "a fine-tuned folder scored from its checkpoint"})
+    answer_flags.define_flags(fv)
+
+
+def check_flags(f: flags.FlagValues) -> None:
+    """Every flag checked before a model is read (one line naming the flag)."""
+    require_flags(f, "model_dir", "input_file", "output_file")
+    for name in ("batch_size", "chunk_size", "n_gpus"):
+        if f[name].value < 1:
+            fail(f"--{name}={f[name].value} must be at least 1")
+    if f.threads < 0:
+        fail(f"--threads={f.threads} must be at least 0 (0: every core)")
+    if not f.progress_every_s > 0:
+        fail(f"--progress_every_s={f.progress_every_s} must be more than 0 seconds")
+    answer_flags.check_flags(f)
+    if f.input_file != "-" and not os.path.isfile(f.input_file):
+        fail(f"--input_file={f.input_file} is not a file; give a file of one text a line, "
+             "or - for standard input")
+    if f.output_file != "-":
+        if os.path.abspath(f.output_file) == os.path.abspath(f.input_file):
+            fail(f"--output_file={f.output_file} is --input_file: give another file")
+        folder = os.path.dirname(os.path.abspath(f.output_file))
+        if not os.path.isdir(folder):
+            fail(f"--output_file={f.output_file}: its folder {folder} does not exist; "
+                 "create it first")
+
+
+def check_columns(input_format: str, f: flags.FlagValues, text_fields: Sequence[str],
+                  task: str) -> None:
+    """The columns the task needs for this input format (one line otherwise)."""
+    if input_format == "text" and (f.text_column or f.text_b_column):
+        fail("--text_column and --text_b_column name columns of --input_format=tsv, csv or "
+             "jsonl; a text file's line is the text")
+    if f.text_b_column and len(text_fields) < 2:
+        fail(f"--text_b_column: a {task} model reads one text a line")
+    if f.text_b_column and not f.text_column and input_format == "jsonl":
+        fail("--text_b_column needs --text_column (the first text's field)")
+    if text_fields[0] == "question" and input_format != "jsonl" and not f.text_b_column:
+        fail("a squad model answers a question about a context: give --input_format=tsv "
+             "or csv with --text_column (the question) and --text_b_column (the context), "
+             "or jsonl lines of {\"question\": ..., \"context\": ...}")
+
+
+def _has_export(folder: str) -> bool:
+    """Whether a fine-tuned folder holds an export (OUT/export/STEP) to score from."""
+    from bert_ad.inference import layout
+    exports = os.path.join(folder, "export")
+    return os.path.isdir(exports) and any(
+        name.isdigit() and os.path.isfile(layout.metadata_path(os.path.join(exports, name)))
+        for name in os.listdir(exports))
+
+
+def open_model(f: flags.FlagValues, options):
+    """(the task's Predictions, score(batch) -> outputs, close()) of --model_dir."""
+    from bert_ad.inference.predictions import predictions_for
+    from bert_ad.model_folder import is_model_folder
+    if is_model_folder(f.model_dir) and not _has_export(f.model_dir):
+        from bert_ad.cli.predict_checkpoint import open_checkpoint_model  # TensorFlow
+        model, scorer_for = open_checkpoint_model(f.model_dir, f.n_gpus)
+        predictions = predictions_for(model, options)
+        scorer = scorer_for(predictions)
+        return predictions, scorer, scorer.close
+    from bert_ad.inference.exported_model import ExportedModel
+    from bert_ad.inference.served_models import resolve_version
+    export_dir, _ = resolve_version(f.model_dir)
+    exported = ExportedModel.open(export_dir, "--model_dir")
+    predictions = predictions_for(exported, options)
+    metadata = exported.metadata
+    log.info("predict: %s (%s %s %s, step %d, max_seq_length %d)", export_dir,
+             metadata.task, metadata.format, metadata.precision, metadata.global_step,
+             metadata.max_seq_length)
+    scorer = exported.open_scorer(threads=f.threads or None)
+    return predictions, lambda batch: scorer.run([batch])[0], scorer.close
+
+
+def main(argv: Sequence[str]) -> int:
+    f = parse_flags(define_flags, argv, USAGE, __doc__)
+    check_flags(f)
+    configure_logging()
+    from bert_ad.files import atomic_open
+    from bert_ad.inference import prediction_input as inputs
+    from bert_ad.inference.streamed_predictions import StreamSettings, predict_stream
+    input_format = inputs.format_of(f.input_file, f.input_format)
+    options = answer_flags.options_from_flags(f)
+    predictions, score, close = open_model(f, options)
+    try:
+        check_columns(input_format, f, predictions.text_fields, predictions.metadata.task)
+        source = inputs.source_name(f.input_file)
+        settings = StreamSettings(f.batch_size, f.chunk_size, f.skip_bad_lines,
+                                  f.progress_every_s, source)
+        read = inputs.InputSettings(input_format, f.text_column or "", f.text_b_column or "")
+        stream = inputs.open_input(f.input_file)
+        items = inputs.read_instances(stream, source, read, predictions.text_fields)
+        total = inputs.count_lines(f.input_file)
+        if f.output_file == "-":
+            counts = predict_stream(items, predictions, score, sys.stdout, f.output_format,
+                                    settings, total)
+            sys.stdout.flush()
+        else:
+            with atomic_open(f.output_file, "w", encoding="utf-8") as output:
+                counts = predict_stream(items, predictions, score, output, f.output_format,
+                                        settings, total)
+    finally:
+        close()
+    log.info("predict: %d answer(s) written to %s%s", counts.answered,
+             "standard output" if f.output_file == "-" else f.output_file,
+             f"; {counts.skipped} bad line(s) skipped" if counts.skipped else "")
+    return 0
+
+
+cli = tool_cli(main)
+
+
+register_tool("predict", "a file of texts in, one answer a line out (JSONL/TSV), "
+              "streaming; ONNX exports without TensorFlow", cli=cli,
+              console_script="bert-ad-predict")

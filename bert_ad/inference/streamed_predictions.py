@@ -1,0 +1,225 @@
+"""`bert-ad predict`'s loop: instances in, answers out, in chunks, with a flat memory.
+
+    reader thread:  lines -> instances -> parse -> featurize (a chunk at a time)
+    this thread:    a chunk's rows sorted by length -> padded batches -> scorer
+                    -> the rows' outputs in the chunk's order -> answers -> lines
+
+A chunk is `chunk_size` instances; the reader makes the next chunk's rows
+while this thread scores the current one (tokenising overlapped with
+scoring), and at most `QUEUED_CHUNKS` wait between them, so memory depends on
+the chunk size, never on the number of lines. Inside a chunk, rows are scored
+sorted by length (little padding, bert_ad/inference/batching.py's `pack` pads
+as --do_predict does) and put back in input order before the task's
+`predict` makes the answers: the same code bert-ad serve answers with
+(bert_ad/inference/predictions.py).
+
+A bad line (bert_ad/inference/prediction_input.py's BadLine, or an instance
+the task's `parse` refuses) stops the run with its message, or, with
+`skip_bad_lines`, is skipped and counted. A progress line (rows, rows/sec,
+ETA when the line count is known) is logged every `progress_every_s`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, TextIO, Union
+
+import numpy as np
+
+from bert_ad.errors import fail
+from bert_ad.inference.batching import pack
+from bert_ad.inference.prediction_input import BadLine, Item
+from bert_ad.inference.prediction_output import AnswerLines
+from bert_ad.data.scored_rows import stack_rows
+from bert_ad.inference.predictions import BadInstance, Featurized, Predictions
+
+log = logging.getLogger("bert_ad")
+
+QUEUED_CHUNKS = 2   # featurized chunks waiting for the scorer
+_DONE = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamSettings:
+    """How the stream is cut (bert-ad predict's flags).
+
+    Attributes:
+      batch_size: rows (texts, windows) scored in one call.
+      chunk_size: instances read, featurized and answered together.
+      skip_bad_lines: skip (and count) a line that cannot be read instead of
+        stopping at it.
+      progress_every_s: seconds between progress lines.
+      source: how messages name the input ("--input_file=a.txt").
+    """
+    batch_size: int = 32
+    chunk_size: int = 2048
+    skip_bad_lines: bool = False
+    progress_every_s: float = 10.0
+    source: str = "the input"
+
+
+@dataclasses.dataclass
+class _Chunk:
+    parsed: list
+    featurized: Featurized
+    rows: List[Dict[str, np.ndarray]]
+
+
+@dataclasses.dataclass
+class Counts:
+    """What a run did: instances answered, feature rows scored, lines skipped."""
+    answered: int = 0
+    rows: int = 0
+    skipped: int = 0
+
+
+class Progress:
+    """The progress line: instances answered, their rate, the ETA when the total is known."""
+
+    def __init__(self, total: Optional[int], every_s: float):
+        self.total, self.every_s = total, every_s
+        self.started = self.last = time.monotonic()
+
+    def update(self, counts: Counts, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self.last < self.every_s:
+            return
+        self.last = now
+        rate = counts.answered / max(now - self.started, 1e-9)
+        line = f"predict: {counts.answered:,} lines answered ({counts.rows:,} rows), " \
+               f"{rate:,.1f} lines/sec"
+        if self.total and not final and rate > 0:
+            left = max(self.total - counts.answered - counts.skipped, 0)
+            line += f", {100.0 * counts.answered / self.total:.1f}% of {self.total:,}, " \
+                    f"ETA {_duration(left / rate)}"
+        if counts.skipped:
+            line += f", {counts.skipped:,} bad line(s) skipped"
+        log.info("%s%s", line, " (done)" if final else "")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
+            settings: StreamSettings, counts: Counts) -> Iterator[_Chunk]:
+    """The featurized chunks of the items (bad lines stopped at or skipped)."""
+    parsed = []
+    for item in items:
+        if not isinstance(item, BadLine):
+            number, instance = item
+            try:
+                parsed.append(predictions.parse(instance))
+            except BadInstance as e:
+                item = BadLine(number, f"{settings.source} line {number}: the instance {e} "
+                               f"(the task takes {predictions.instance_format})")
+        if isinstance(item, BadLine):
+            if not settings.skip_bad_lines:
+                fail(f"{item.message}; nothing was written (fix the line, or pass "
+                     "--skip_bad_lines to skip such lines)")
+            counts.skipped += 1
+            continue
+        if len(parsed) == settings.chunk_size:
+            yield _featurized(parsed, predictions)
+            parsed = []
+    if parsed:
+        yield _featurized(parsed, predictions)
+
+
+def _featurized(parsed: list, predictions: Predictions) -> _Chunk:
+    featurized = predictions.featurize(parsed)
+    return _Chunk(parsed, featurized, featurized.rows())
+
+
+class _Reader(threading.Thread):
+    """Makes the chunks on its own thread, a bounded queue ahead of the scorer;
+    an error (a bad line) is handed over in its place."""
+
+    def __init__(self, chunks: Iterator[_Chunk]):
+        super().__init__(name="bert_ad-predict-reader", daemon=True)
+        self.chunks = chunks
+        self.queue: queue.Queue = queue.Queue(QUEUED_CHUNKS)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for chunk in self.chunks:
+                if not self._put(chunk):
+                    return
+        except BaseException as e:  # noqa: BLE001 (re-raised on the scoring thread)
+            self._put(e)
+            return
+        self._put(_DONE)
+
+    def _put(self, item) -> bool:
+        while not self.stopping.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[_Chunk]:
+        while True:
+            item = self.queue.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+def score_chunk(chunk: _Chunk, predictions: Predictions,
+                score: Callable[[dict], Dict[str, np.ndarray]], batch_size: int) -> dict:
+    """The chunk's per-row outputs, stacked in its rows' order: rows scored in
+    batches of similar length."""
+    order = sorted(range(len(chunk.rows)), key=lambda i: len(chunk.rows[i]["input_ids"]))
+    per_row: List[Optional[dict]] = [None] * len(chunk.rows)
+    for start in range(0, len(order), batch_size):
+        indices = order[start:start + batch_size]
+        batch = pack([chunk.rows[i] for i in indices])
+        predictions.complete_batch(batch)
+        outputs = score(batch)
+        for position, index in enumerate(indices):
+            per_row[index] = {name: value[position] for name, value in outputs.items()}
+    return stack_rows(enumerate(per_row))
+
+
+def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
+                   score: Callable[[dict], Dict[str, np.ndarray]], output: TextIO,
+                   output_format: str, settings: StreamSettings,
+                   total_lines: Optional[int] = None) -> Counts:
+    """Answer every item and write one line per answer to `output`, in input order.
+
+    Args:
+      items: (line number, instance) or BadLine, as read_instances gives them.
+      score: a padded batch -> {output name: [rows, ...] array}.
+      output_format: "jsonl" or "tsv".
+      total_lines: the input's line count, when known (the ETA).
+    """
+    counts = Counts()
+    progress = Progress(total_lines, settings.progress_every_s)
+    lines = AnswerLines(output_format)
+    reader = _Reader(_chunks(items, predictions, settings, counts))
+    reader.start()
+    try:
+        for chunk in reader:
+            outputs = score_chunk(chunk, predictions, score, settings.batch_size)
+            answers = predictions.predict(chunk.parsed, chunk.featurized, outputs)
+            output.writelines(lines.lines(answers))
+            counts.answered += len(answers)
+            counts.rows += len(chunk.rows)
+            progress.update(counts)
+    finally:
+        reader.stop()
+    progress.update(counts, final=True)
+    return counts

@@ -1,0 +1,119 @@
+"""bert-ad predict's input lines and flags, without a model (both lanes, no TensorFlow).
+
+The lines -> instances of bert_ad/inference/prediction_input.py against
+instances written out by hand, and the flags refused before a model is read
+(bert_ad/cli/predict.py), each in one `error:` line. The scoring itself is
+tested on real exports in tests/test_scoring_machine.py and tests/test_serve.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+
+import pytest
+
+from bert_ad.cli import predict as predict_cli
+from bert_ad.inference.prediction_input import (BadLine, InputSettings, count_lines,
+                                                format_of, open_input, read_instances)
+from bert_ad.inference.prediction_output import AnswerLines
+
+from helpers import assert_one_error_line, run_cli_in_process
+
+PAIR = ("text_a", "text_b")
+SQUAD = ("question", "context")
+
+
+def read(data: bytes, fields=PAIR, **settings) -> list:
+    return list(read_instances(io.BytesIO(data), "--input_file=x", InputSettings(**settings),
+                               fields))
+
+
+def test_text_lines_are_the_texts_in_order_crlf_and_bom_dropped():
+    assert read(b"\xef\xbb\xbfone\r\ntwo\n\nthree") == [(1, "one"), (2, "two"), (3, ""),
+                                                      (4, "three")]
+
+
+def test_tsv_and_csv_columns_by_number_and_by_header_name():
+    tsv = b"id\ttitle\tbody\n1\tA title\tits body\n2\tB\tb\n"
+    assert read(tsv, input_format="tsv", text_column="title") == [(2, "A title"), (3, "B")]
+    assert read(tsv, input_format="tsv", text_column="1", text_b_column="2") == [
+        (1, {"text_a": "title", "text_b": "body"}), (2, {"text_a": "A title",
+                                                         "text_b": "its body"}),
+        (3, {"text_a": "B", "text_b": "b"})]
+    csv = b'question,context\n"Who, then?","He said ""no"", then left."\n'
+    assert read(csv, SQUAD, input_format="csv", text_column="question",
+                text_b_column="context") == [
+        (2, {"question": "Who, then?", "context": 'He said "no", then left.'})]
+
+
+def test_jsonl_instances_as_serve_takes_them_or_named_fields():
+    data = b'"plain"\n{"text_a": "a", "text_b": "b"}\n{"tokens": ["x", "y"]}\n'
+    assert read(data, input_format="jsonl") == [
+        (1, "plain"), (2, {"text_a": "a", "text_b": "b"}), (3, {"tokens": ["x", "y"]})]
+    data = b'{"id": 7, "q": "why?", "doc": "because."}\n'
+    assert read(data, SQUAD, input_format="jsonl", text_column="q", text_b_column="doc") == [
+        (1, {"question": "why?", "context": "because."})]
+
+
+def test_bad_lines_are_named_by_number():
+    found = read(b"ok\n\xff\n", input_format="text")
+    assert found[0] == (1, "ok")
+    assert found[1] == BadLine(2, "--input_file=x line 2 is not UTF-8 text (its byte 1); "
+                                  "convert it to UTF-8 (e.g. iconv -f GBK -t UTF-8)")
+    assert read(b"1\ta\n2\n", input_format="tsv", text_column="1")[1] == BadLine(
+        2, "--input_file=x line 2 has 1 tab-separated column(s); column 1 (0-based) is missing")
+    assert read(b"{\n", input_format="jsonl")[0].message.startswith(
+        "--input_file=x line 1 is not JSON (")
+    assert read(b'{"q": 1}\n', input_format="jsonl", text_column="q")[0] == BadLine(
+        1, "--input_file=x line 1 has no string field 'q' (--text_column)")
+
+
+def test_format_from_the_name_gzip_and_the_line_count(tmp_path):
+    assert [format_of(n, None) for n in ("a.tsv", "a.csv.gz", "a.JSONL", "a.txt", "-")] == [
+        "tsv", "csv", "jsonl", "text", "text"]
+    assert format_of("a.tsv", "text") == "text"
+    path = str(tmp_path / "a.txt.gz")
+    with gzip.open(path, "wb") as f:
+        f.write(b"x\ny\n")
+    with open_input(path) as stream:
+        assert read(stream.read()) == [(1, "x"), (2, "y")]
+    plain = tmp_path / "b.txt"
+    plain.write_bytes(b"1\n2\n3")
+    assert (count_lines(str(plain)), count_lines(path), count_lines("-")) == (3, None, None)
+
+
+def test_tsv_output_flattens_answers_under_one_header():
+    lines = AnswerLines("tsv").lines([
+        {"label": "pos", "probabilities": {"neg": 0.25, "pos": 0.75}},
+        {"label": "neg\tx", "probabilities": {"neg": 0.5, "pos": 0.5}}])
+    assert lines == ["label\tprobabilities.neg\tprobabilities.pos\n", "pos\t0.25\t0.75\n",
+                     "neg x\t0.5\t0.5\n"]
+    assert AnswerLines("tsv").lines([{"tokens": ["a", "b"], "tags": ["O", "B-X"],
+                                      "entities": [{"type": "X", "start": 1}]}]) == [
+        "tokens\ttags\tentities\n", 'a b\tO B-X\t[{"type": "X", "start": 1}]\n']
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([], "--model_dir is required"),
+    (["--model_dir=m", "--input_file={missing}", "--output_file=o"],
+     "--input_file={missing} is not a file"),
+    (["--model_dir=m", "--input_file={titles}", "--output_file=o", "--batch_size=0"],
+     "--batch_size=0 must be at least 1"),
+    (["--model_dir=m", "--input_file={titles}", "--output_file={titles}"],
+     "is --input_file: give another file"),
+    (["--model_dir=m", "--input_file={titles}", "--output_file={tmp}/no/such/o.jsonl"],
+     "does not exist; create it first"),
+    (["--model_dir={tmp}", "--input_file={titles}", "--output_file=-"],
+     "is not an export of bert_ad"),
+])
+def test_bad_flags_are_one_line_before_a_model_is_read(tmp_path, args, expected):
+    titles = tmp_path / "titles.txt"
+    titles.write_text("a title\n", encoding="utf-8")
+    values = {"missing": str(tmp_path / "missing.txt"), "titles": str(titles),
+              "tmp": str(tmp_path)}
+    done = run_cli_in_process(predict_cli.cli, ["bert-ad predict"] + [
+        a.format(**values) for a in args])
+    assert_one_error_line(done, expected.format(**values))
+    assert sorted(os.listdir(tmp_path)) == ["titles.txt"]
