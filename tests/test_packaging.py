@@ -51,7 +51,7 @@ EXTRA_COMMANDS = {
 TASK_SCRIPTS = tuple(d.console_script for d in registry.declarations(plugins=False)
                      if d.kind == "task" and d.console_script)
 HELP_WITHOUT_TENSORFLOW = ("bert-ad-create-pretraining-data", "bert-ad",
-                           "bert-ad-serve") + TASK_SCRIPTS
+                           "bert-ad-serve", "bert-ad-predict") + TASK_SCRIPTS
 TIMEOUT = 900
 IS_TF1_LANE = sys.version_info < (3, 8)
 
