@@ -431,7 +431,9 @@ def test_the_signature_pools_each_documents_windows_of_a_request(setup, exported
                             "--window_stride=10; set --window_stride=15"),
     ({"window_pooling": "mean"}, "was exported with --window_pooling=attention but this run "
                                  "has --window_pooling=mean; set --window_pooling=attention"),
-    ({"long_text": None, "window_stride": None, "max_windows": None, "window_pooling": None},
+    # (flags left out take the export's own: given otherwise, they are refused)
+    ({"long_text": "truncate", "window_stride": None, "max_windows": None,
+      "window_pooling": None},
      "was exported with --long_text=windows but this run has --long_text=truncate; set "
      "--long_text=windows"),
 ])

@@ -121,7 +121,8 @@ def check_export_flags(f: flags.FlagValues) -> None:
                   if name in f and f[name].value]
         if others:
             fail(f"--predict_from_export scores the --do_predict file with an export; "
-                 f"{' and '.join(others)} work on checkpoints: run them without it")
+                 f"{' and '.join(others)} {'work' if len(others) > 1 else 'works'} on "
+                 "checkpoints: run them without it")
 
 
 def _check_evaluation_flags(f: flags.FlagValues) -> None:
