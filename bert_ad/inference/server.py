@@ -172,7 +172,6 @@ class Server:
         try:
             self._check_key(request)
             response = await handler(request)
-            model = request.get("model_name", model)
         except RequestError as e:
             response = _json_response({"error": str(e)}, e.status)
             reason, message = e.reason, str(e)
@@ -193,6 +192,7 @@ class Server:
             response = _json_response({"error": f"internal error: {type(e).__name__}: {e}"},
                                       500)
             reason, message = "internal", f"{type(e).__name__}: {e}"
+        model = request.get("model_name", model)   # /v1/embeddings names it in the body
         response.headers["X-Request-Id"] = request_id
         if response.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
