@@ -29,6 +29,10 @@ installed in a venv of its own (never a dependency of ours):
     python -m benchmarks.serve_load --export_dir EXPORT --data_dir MR_DIR \
         --infinity /tmp/venv-infinity/bin/infinity_emb
 
+--hf_dir must hold model.onnx (`optimum-cli export onnx --model DIR --task
+feature-extraction OUT`, then copy OUT/model.onnx into DIR); the venv's optimum
+and transformers as docs/serving.md lists them.
+
 Both are driven by the same client with the same texts, one a request, as
 OpenAI's embeddings request ({"input": [text], "model": "bench"}: our
 /v1/embeddings, infinity's /embeddings), level by level, the two servers in
@@ -279,11 +283,16 @@ def start_infinity(args, log_path: str) -> tuple:
     with socket.socket() as probe:   # a free port (infinity takes no port 0)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [args.infinity, "v2", "--model-id", args.hf_dir, "--engine", "optimum",
-               "--device", "cpu", "--served-model-name", "bench", "--host", "127.0.0.1",
-               "--port", str(port), "--batch-size", str(args.max_batch_size)]
+    # Run in the model's folder as "." : infinity 0.0.78 hands optimum 2.x the ONNX
+    # file's path, which optimum wants relative to the folder. Mean pooling as the
+    # model's sentence-transformers config says (infinity's "auto" took [CLS] here).
+    command = [args.infinity, "v2", "--model-id", ".", "--engine", "optimum",
+               "--device", "cpu", "--pooling-method", "mean", "--served-model-name", "bench",
+               "--host", "127.0.0.1", "--port", str(port),
+               "--batch-size", str(args.max_batch_size)]
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   cwd=args.hf_dir)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + STARTUP_SECONDS
     import urllib.request
