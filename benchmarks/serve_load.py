@@ -277,6 +277,20 @@ def measure(args, texts: list, levels: list, scratch: str) -> dict:
 
 # --- beside a peer: infinity-emb ----------------------------------------------------------
 
+def scoring_figures(url: str) -> tuple:
+    """(batches, rows, seconds spent scoring them) from the server's /metrics."""
+    import urllib.request
+    with urllib.request.urlopen(url + "/metrics") as response:
+        text = response.read().decode("utf-8")
+
+    def figure(name: str) -> float:
+        found = re.search(name + r"\{[^}]*\} ([0-9.e+]+)", text)
+        return float(found.group(1)) if found else 0.0
+
+    return (figure("bert_ad_serve_batch_rows_count"), figure("bert_ad_serve_batch_rows_sum"),
+            figure("bert_ad_serve_batch_seconds_sum"))
+
+
 def start_infinity(args, log_path: str) -> tuple:
     """(process, base URL) of infinity-emb serving --hf_dir on its CPU ONNX backend."""
     import socket
@@ -324,9 +338,15 @@ def measure_beside_infinity(args, texts: list, levels: list, scratch: str) -> di
                 for side in sides:
                     process, url = routes[side]
                     cpu = bench.process_cpu_seconds(process.pid)
+                    before = scoring_figures(ours_url) if side == "ours" else None
                     result = asyncio.run(load(url, texts, clients, args.seconds,
                                               embeddings_body))
                     result["cpu_seconds"] = bench.process_cpu_seconds(process.pid) - cpu
+                    if before is not None:   # where our time goes: the model's share
+                        after = scoring_figures(ours_url)
+                        result["rows_a_batch"] = (after[1] - before[1]) / max(
+                            1.0, after[0] - before[0])
+                        result["scoring_share"] = (after[2] - before[2]) / args.seconds
                     result["loadavg"] = os.getloadavg()[0]
                     runs[side][clients].append(result)
                     print(f"  {side:8s} {clients:3d} clients: {result['rows_per_sec']:7.1f} "
@@ -359,12 +379,15 @@ def report_beside_infinity(args, texts: list, levels: list, measured: dict) -> N
         rows.append([str(clients)] + [bench.fmt(bench.median([r[k] for r in side]))
                                       for side in (ours, peer)
                                       for k in ("rows_per_sec", "p50_ms", "p99_ms")]
-                    + [f"{ratio:.2f}", f"{versus_one:.2f}", str(failures),
+                    + [f"{ratio:.2f}", f"{versus_one:.2f}",
+                       bench.fmt(bench.median([r["rows_a_batch"] for r in ours])),
+                       "{:.0%}".format(bench.median([r["scoring_share"] for r in ours])),
+                       str(failures),
                        f"{bench.median([r['loadavg'] for r in ours + peer]):.1f}"])
     print(bench.markdown_table(
         ["clients", "bert-ad serve rows/sec", "p50 ms", "p99 ms", "infinity-emb rows/sec",
-         "p50 ms", "p99 ms", "x infinity", "x 1 client (ours)", "failed", "load avg"],
-        rows, "rrrrrrrrrrr"))
+         "p50 ms", "p99 ms", "x infinity", "x 1 client (ours)", "rows a batch (ours)",
+         "model busy (ours)", "failed", "load avg"], rows, "rrrrrrrrrrrrr"))
     print(f"\nPeak RSS: bert-ad serve {rss['ours']:.0f} MB, infinity-emb {rss['infinity']:.0f} "
           "MB.")
 
