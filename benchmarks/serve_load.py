@@ -193,7 +193,8 @@ async def load(url: str, texts: list, clients: int, seconds: float,
         return 1000 * latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))]
 
     return {"clients": clients, "requests": len(latencies), "failures": failures,
-            "rows_per_sec": len(latencies) / elapsed, "p50_ms": percentile(50),
+            "rows_per_sec": len(latencies) / elapsed, "seconds": elapsed,
+            "p50_ms": percentile(50),
             "p95_ms": percentile(95), "p99_ms": percentile(99)}
 
 
@@ -346,7 +347,7 @@ def measure_beside_infinity(args, texts: list, levels: list, scratch: str) -> di
                         after = scoring_figures(ours_url)
                         result["rows_a_batch"] = (after[1] - before[1]) / max(
                             1.0, after[0] - before[0])
-                        result["scoring_share"] = (after[2] - before[2]) / args.seconds
+                        result["scoring_share"] = (after[2] - before[2]) / result["seconds"]
                     result["loadavg"] = os.getloadavg()[0]
                     runs[side][clients].append(result)
                     print(f"  {side:8s} {clients:3d} clients: {result['rows_per_sec']:7.1f} "
