@@ -18,6 +18,27 @@ processes hold the model, each idle while the other works:
               requests/sec, latency percentiles (p50, p95, p99), the server's
               rows a batch (its /metrics) and peak RSS (VmHWM)
 
+Beside a peer (`--infinity=PATH/infinity_emb`, issue 54): EXPORT is a features
+export (`bert-ad features --do_export --export_format=onnx`) of the Hugging Face
+model in --hf_dir (default: the minilm asset, all-MiniLM-L6-v2), and
+infinity-emb serves --hf_dir with its CPU ONNX backend (`--engine optimum`),
+installed in a venv of its own (never a dependency of ours):
+
+    python3.11 -m venv /tmp/venv-infinity
+    /tmp/venv-infinity/bin/pip install "infinity-emb[optimum,server]==0.0.78"
+    python -m benchmarks.serve_load --export_dir EXPORT --data_dir MR_DIR \
+        --infinity /tmp/venv-infinity/bin/infinity_emb
+
+--hf_dir must hold model.onnx (`optimum-cli export onnx --model DIR --task
+feature-extraction OUT`, then copy OUT/model.onnx into DIR); the venv's optimum
+and transformers as docs/serving.md lists them.
+
+Both are driven by the same client with the same texts, one a request, as
+OpenAI's embeddings request ({"input": [text], "model": "bench"}: our
+/v1/embeddings, infinity's /embeddings), level by level, the two servers in
+turn (the first alternating), each idle while the other is measured; rows/sec,
+p50/p99 and peak RSS side by side.
+
 A shared virtual machine's speed drifts by 2x between minutes, so every serve
 level is measured between two ceiling passes (and the one-client level between
 two forward-pass measurements) and compared with their mean: the ratios pair
@@ -129,7 +150,17 @@ class Ceiling:
 
 # --- the server under load ---------------------------------------------------------------
 
-async def load(url: str, texts: list, clients: int, seconds: float) -> dict:
+def predict_body(text: str) -> str:
+    return json.dumps({"instances": [text]})
+
+
+def embeddings_body(text: str) -> str:
+    """OpenAI's embeddings request, the same to both servers."""
+    return json.dumps({"input": [text], "model": "bench"})
+
+
+async def load(url: str, texts: list, clients: int, seconds: float,
+               body_of=predict_body) -> dict:
     """`clients` connections, each sending one text a request for `seconds`."""
     import aiohttp
 
@@ -142,7 +173,7 @@ async def load(url: str, texts: list, clients: int, seconds: float) -> dict:
             nonlocal failures
             k = index
             while time.perf_counter() < end:
-                body = json.dumps({"instances": [texts[k % len(texts)]]})
+                body = body_of(texts[k % len(texts)])
                 k += clients
                 started = time.perf_counter()
                 async with session.post(url, data=body,
@@ -162,7 +193,8 @@ async def load(url: str, texts: list, clients: int, seconds: float) -> dict:
         return 1000 * latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))]
 
     return {"clients": clients, "requests": len(latencies), "failures": failures,
-            "rows_per_sec": len(latencies) / elapsed, "p50_ms": percentile(50),
+            "rows_per_sec": len(latencies) / elapsed, "seconds": elapsed,
+            "p50_ms": percentile(50),
             "p95_ms": percentile(95), "p99_ms": percentile(99)}
 
 
@@ -244,6 +276,123 @@ def measure(args, texts: list, levels: list, scratch: str) -> dict:
     return {"info": ceiling.info, "runs": runs, "peak_rss_mb": rss}
 
 
+# --- beside a peer: infinity-emb ----------------------------------------------------------
+
+def scoring_figures(url: str) -> tuple:
+    """(batches, rows, seconds spent scoring them) from the server's /metrics."""
+    import urllib.request
+    with urllib.request.urlopen(url + "/metrics") as response:
+        text = response.read().decode("utf-8")
+
+    def figure(name: str) -> float:
+        found = re.search(name + r"\{[^}]*\} ([0-9.e+]+)", text)
+        return float(found.group(1)) if found else 0.0
+
+    return (figure("bert_ad_serve_batch_rows_count"), figure("bert_ad_serve_batch_rows_sum"),
+            figure("bert_ad_serve_batch_seconds_sum"))
+
+
+def start_infinity(args, log_path: str) -> tuple:
+    """(process, base URL) of infinity-emb serving --hf_dir on its CPU ONNX backend."""
+    import socket
+    with socket.socket() as probe:   # a free port (infinity takes no port 0)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Run in the model's folder as "." : infinity 0.0.78 hands optimum 2.x the ONNX
+    # file's path, which optimum wants relative to the folder. Mean pooling as the
+    # model's sentence-transformers config says (infinity's "auto" took [CLS] here).
+    command = [args.infinity, "v2", "--model-id", ".", "--engine", "optimum",
+               "--device", "cpu", "--pooling-method", "mean", "--served-model-name", "bench",
+               "--host", "127.0.0.1", "--port", str(port),
+               "--batch-size", str(args.max_batch_size)]
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   cwd=args.hf_dir)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + STARTUP_SECONDS
+    import urllib.request
+    while time.time() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5):
+                return process, url
+        except OSError:
+            time.sleep(0.5)
+    process.terminate()
+    raise RuntimeError(f"infinity-emb did not start; see {log_path}")
+
+
+def measure_beside_infinity(args, texts: list, levels: list, scratch: str) -> dict:
+    """Every round, every level: bert-ad serve and infinity-emb in turn."""
+    ours, ours_url = start_server(args, os.path.join(scratch, "serve.log"))
+    peer, peer_url = start_infinity(args, os.path.join(scratch, "infinity.log"))
+    routes = {"ours": (ours, ours_url + "/v1/embeddings"),
+              "infinity": (peer, peer_url + "/embeddings")}
+    runs = {side: {clients: [] for clients in levels} for side in routes}
+    try:
+        for _, url in routes.values():   # warm-up
+            asyncio.run(load(url, texts, 4, 3.0, embeddings_body))
+        turn = 0
+        for round_index in range(args.rounds):
+            for clients in levels if round_index % 2 == 0 else levels[::-1]:
+                sides = list(routes) if turn % 2 == 0 else list(routes)[::-1]
+                turn += 1
+                for side in sides:
+                    process, url = routes[side]
+                    cpu = bench.process_cpu_seconds(process.pid)
+                    before = scoring_figures(ours_url) if side == "ours" else None
+                    result = asyncio.run(load(url, texts, clients, args.seconds,
+                                              embeddings_body))
+                    result["cpu_seconds"] = bench.process_cpu_seconds(process.pid) - cpu
+                    if before is not None:   # where our time goes: the model's share
+                        after = scoring_figures(ours_url)
+                        result["rows_a_batch"] = (after[1] - before[1]) / max(
+                            1.0, after[0] - before[0])
+                        result["scoring_share"] = (after[2] - before[2]) / result["seconds"]
+                    result["loadavg"] = os.getloadavg()[0]
+                    runs[side][clients].append(result)
+                    print(f"  {side:8s} {clients:3d} clients: {result['rows_per_sec']:7.1f} "
+                          f"rows/sec, p50 {result['p50_ms']:.1f} ms, p99 "
+                          f"{result['p99_ms']:.1f} ms, {result['failures']} failed (load "
+                          f"{result['loadavg']:.1f})", file=sys.stderr, flush=True)
+        rss = {side: bench.process_peak_rss_mb(process.pid)
+               for side, (process, _) in routes.items()}
+    finally:
+        for process, _ in routes.values():
+            process.terminate()
+            process.wait(120)
+    return {"runs": runs, "peak_rss_mb": rss}
+
+
+def report_beside_infinity(args, texts: list, levels: list, measured: dict) -> None:
+    runs, rss = measured["runs"], measured["peak_rss_mb"]
+    print("\n" + bench.cpu_line())
+    print(f"\n### {len(texts)} texts of {args.data_dir}/test.tsv, one a request "
+          f"(/v1/embeddings, OpenAI's shape); --max_batch_size={args.max_batch_size}; "
+          f"medians of {args.rounds} rounds of {args.seconds:g} s a level\n")
+    rows = []
+    ones = runs["ours"].get(1, [])
+    for clients in levels:
+        ours, peer = runs["ours"][clients], runs["infinity"][clients]
+        ratio = bench.median([a["rows_per_sec"] / b["rows_per_sec"] for a, b in zip(ours, peer)])
+        versus_one = bench.median([r["rows_per_sec"] / one["rows_per_sec"]
+                                   for r, one in zip(ours, ones)]) if ones else float("nan")
+        failures = sum(r["failures"] for r in ours + peer)
+        rows.append([str(clients)] + [bench.fmt(bench.median([r[k] for r in side]))
+                                      for side in (ours, peer)
+                                      for k in ("rows_per_sec", "p50_ms", "p99_ms")]
+                    + [f"{ratio:.2f}", f"{versus_one:.2f}",
+                       bench.fmt(bench.median([r["rows_a_batch"] for r in ours])),
+                       "{:.0%}".format(bench.median([r["scoring_share"] for r in ours])),
+                       str(failures),
+                       f"{bench.median([r['loadavg'] for r in ours + peer]):.1f}"])
+    print(bench.markdown_table(
+        ["clients", "bert-ad serve rows/sec", "p50 ms", "p99 ms", "infinity-emb rows/sec",
+         "p50 ms", "p99 ms", "x infinity", "x 1 client (ours)", "rows a batch (ours)",
+         "model busy (ours)", "failed", "load avg"], rows, "rrrrrrrrrrrrr"))
+    print(f"\nPeak RSS: bert-ad serve {rss['ours']:.0f} MB, infinity-emb {rss['infinity']:.0f} "
+          "MB.")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--export_dir", required=True, help="a classifier export")
@@ -256,6 +405,12 @@ def main(argv=None) -> int:
     parser.add_argument("--max_batch_size", type=int, default=32)
     parser.add_argument("--batch_timeout_ms", type=float, default=5.0)
     parser.add_argument("--json", default=None, help="write every result here")
+    parser.add_argument("--infinity", default=None,
+                        help="infinity-emb's executable: measure beside it (EXPORT: a "
+                             "features export of --hf_dir)")
+    parser.add_argument("--hf_dir", default=None,
+                        help="the Hugging Face model infinity serves (default: the minilm "
+                             "asset)")
     bench.add_worker_flag(parser, ["ceiling"])
     args = parser.parse_args(argv)
     if args.worker:
@@ -264,6 +419,18 @@ def main(argv=None) -> int:
     levels = [int(n) for n in args.clients.split(",")]
     texts = texts_of(args.data_dir, args.rows)
     info = bench.machine_description()
+    if args.infinity:
+        args.hf_dir = args.hf_dir or bench.default_hf_dir()
+        with tempfile.TemporaryDirectory(prefix="serve_load_") as scratch:
+            measured = measure_beside_infinity(args, texts, levels, scratch)
+        info.update(loadavg_after=" ".join(f"{x:.2f}" for x in os.getloadavg()))
+        print("### Machine\n")
+        print(bench.markdown_table(["", ""], [[k, v] for k, v in info.items()], "ll"))
+        report_beside_infinity(args, texts, levels, measured)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"machine": info, "measured": measured}, f)
+        return 0
     with tempfile.TemporaryDirectory(prefix="serve_load_") as scratch:
         measured = measure(args, texts, levels, scratch)
     runs, worker = measured["runs"], measured["info"]

@@ -361,6 +361,34 @@ def machine_settings(machine, key: str) -> dict:
         return json.load(f)["settings"]
 
 
+def post_json(url: str, body) -> tuple:
+    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return response.status, json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode("utf-8"))
+
+
+def test_openai_embeddings_as_features(machine, server):
+    """POST /v1/embeddings (OpenAI's shape) answers `bert-ad features`' vectors."""
+    texts = lines(machine.exports["features"]["flags"]["input_file"])
+    singles = [i for i, line in enumerate(texts) if " ||| " not in line]
+    expected = np.load(machine.outputs["features"] + ".npy")[singles]
+    status, answer = post_json(server.url + "/v1/embeddings",
+                               {"input": [texts[i] for i in singles], "model": "features"})
+    assert status == 200, answer
+    assert [d["index"] for d in answer["data"]] == list(range(len(singles)))
+    np.testing.assert_allclose([d["embedding"] for d in answer["data"]], expected, atol=ATOL)
+    assert answer["usage"]["prompt_tokens"] > len(singles)
+    status, answer = post_json(server.url + "/v1/embeddings",
+                               {"input": "a text", "model": "classifier"})
+    assert status == 400 and "'classifier' is not an embedding model" in answer["error"]
+    assert post_json(server.url + "/v1/embeddings",
+                     {"input": "a text", "model": "nothing"})[0] == 404
+
+
 def edited_export(machine, name: str, change) -> str:
     """A copy of the classifier's export with export.json changed by `change`."""
     target = os.path.join(machine.root, "edited", name)

@@ -10,7 +10,8 @@ TensorFlow Serving's REST API with text in each instance:
     {"predictions": [{"label": "1", "probabilities": {"0": 0.06, "1": 0.94}}]}
 
 --model_dir is an export (written by --do_export) or a model base path such
-as OUTPUT_DIR/export, whose newest numbered version is served; several
+as OUTPUT_DIR/export, whose newest numbered version is served (a newer one
+is loaded and switched to within --poll_s of being published); several
 models as NAME=DIR,NAME=DIR (a single one is named --model_name, else after
 its folder). Classifier (single-label, multi-label, regression, long-text
 windows), token classification, squad and features exports are served, as
@@ -27,6 +28,7 @@ Needs the `serve` extra: pip install "bert_ad[serve]" (aiohttp, prometheus_clien
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Sequence
 
@@ -89,6 +91,10 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("tls_cert", None, "HTTPS: the certificate (PEM, chain after it); "
                         "with --tls_key.", **d)
     flags.DEFINE_string("tls_key", None, "HTTPS: the certificate's private key (PEM).", **d)
+    flags.DEFINE_float("poll_s", 1.0,
+                       "Seconds between looks for a new version in a model base path "
+                       "(OUTPUT_DIR/export): a newer one is loaded, warmed and switched to, "
+                       "the old one unloaded once drained (0: never).", **d)
     flags.DEFINE_bool("access_log", False,
                       "Log one line per request (id, status, rows, tokens, ms, version); "
                       "refusals are logged either way.", **d)
@@ -106,7 +112,7 @@ def check_flags(f: flags.FlagValues) -> None:
                  "max_batch_tokens", "max_request_rows"):
         if f[name].value < 1:
             fail(f"--{name}={f[name].value} must be at least 1")
-    for name in ("batch_timeout_ms",):
+    for name in ("batch_timeout_ms", "poll_s"):
         if f[name].value < 0:
             fail(f"--{name}={f[name].value} must be at least 0")
     for name in ("body_timeout_s", "request_timeout_s", "drain_timeout_s"):
@@ -133,7 +139,9 @@ def main(argv: Sequence[str]) -> int:
     # are known good.
     from bert_ad.inference.api_keys import ApiKeys
     from bert_ad.inference.listening import bind, tls_context
-    from bert_ad.inference.served_models import load_model, parse_model_dirs
+    from bert_ad.inference.model_versions import ModelVersions
+    from bert_ad.inference.served_models import load_export, load_model, parse_model_dirs, \
+        versions_folder
     from bert_ad.inference.server import ServerSettings, serve
     specs = parse_model_dirs(f.model_dir, f.model_name or "")
     api_keys = ApiKeys(f.api_key_file) if f.api_key_file else None
@@ -143,14 +151,16 @@ def main(argv: Sequence[str]) -> int:
     models = {}
     try:
         for spec in specs:
-            models[spec.name] = load_model(spec, options)
+            models[spec.name] = ModelVersions(
+                spec.name, load_model(spec, options), versions_folder(spec.directory),
+                functools.partial(load_export, spec.name, options=options))
         settings = ServerSettings(
             host=f.host, port=f.port, max_batch_size=f.max_batch_size,
             batch_timeout_ms=f.batch_timeout_ms, max_request_bytes=f.max_request_bytes,
             max_instances=f.max_instances, tokenizer_threads=f.tokenizer_threads,
             max_batch_tokens=f.max_batch_tokens, max_request_rows=f.max_request_rows,
             body_timeout_s=f.body_timeout_s, request_timeout_s=f.request_timeout_s,
-            drain_timeout_s=f.drain_timeout_s, access_log=f.access_log)
+            drain_timeout_s=f.drain_timeout_s, access_log=f.access_log, poll_s=f.poll_s)
         return serve(models, settings, listening, api_keys, ssl_context)
     finally:
         listening.close()

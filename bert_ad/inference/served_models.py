@@ -3,7 +3,8 @@
 `--model_dir` names one folder, or several as `NAME=DIR,NAME=DIR`. A folder
 is an export (written by --do_export: it holds assets.extra/export.json) or a
 TensorFlow Serving *model base path* such as OUTPUT_DIR/export, whose
-numbered subfolders are versions of one model: the newest is served.
+numbered subfolders are versions of one model: the newest is served (and
+with --poll_s, newer ones as they are published: model_versions.py).
 
 An export is opened by bert_ad/inference/exported_model.py (metadata checked,
 its tokenizer, its scorer: ONNX Runtime, or TensorFlow imported only for a
@@ -218,28 +219,50 @@ class ServedModel:
         predictions.predict(parsed, featurized, stack_rows(enumerate(per_row)))
 
     def close(self) -> None:
+        """Stop its batcher and free its scorer (once: a second call does nothing)."""
+        if self.scorer is None:
+            return
         if self.batcher is not None:
             self.batcher.close()
-        self.scorer.close()
+        scorer, self.scorer = self.scorer, None
+        scorer.close()
 
 
 def load_model(spec: ModelSpec, options: ServeOptions) -> ServedModel:
     """Read, check and load one model (UserError, one line, when it is not a servable
     export)."""
     export_dir, version = resolve_version(spec.directory)
+    return load_export(spec.name, export_dir, version, options)
+
+
+def load_export(name: str, export_dir: str, version: int,
+                options: ServeOptions) -> ServedModel:
+    """One export read, checked, loaded and warmed (the version --poll_s finds
+    too); UserError (one line) when it is not a servable export."""
     exported = ExportedModel.open(export_dir, FLAG)
     metadata = exported.metadata
     if version < 0:
         version = metadata.global_step
     predictions = predictions_for(exported, options)
-    log.info("serve: loading %s version %d from %s (%s %s %s, max_seq_length %d)", spec.name,
+    log.info("serve: loading %s version %d from %s (%s %s %s, max_seq_length %d)", name,
              version, export_dir, metadata.task, metadata.format, metadata.precision,
              metadata.max_seq_length)
     scorer = exported.open_scorer()
-    model = ServedModel(spec.name, version, export_dir, metadata, predictions, scorer)
+    model = ServedModel(name, version, export_dir, metadata, predictions, scorer)
     try:
         model.warm_up()
     except BaseException:
         scorer.close()
         raise
     return model
+
+
+def versions_folder(directory: str) -> Optional[str]:
+    """The folder whose numbered versions --poll_s watches: a model base path
+    itself, a fine-tuned folder's export/; None for an export folder (one
+    version, never replaced)."""
+    if os.path.isfile(layout.metadata_path(directory)):
+        return None
+    if is_model_folder(directory):
+        return os.path.join(directory, "export")
+    return directory

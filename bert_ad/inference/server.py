@@ -3,6 +3,7 @@
   POST /v1/models/NAME[/versions/V]:predict   {"instances": [...]} -> {"predictions": [...]}
   GET  /v1/models/NAME[/versions/V]           TensorFlow Serving's model status
   GET  /v1/models/NAME[/versions/V]/metadata  task, labels, max_seq_length, precision, ...
+  POST /v1/embeddings                         OpenAI's embeddings (openai_embeddings.py)
   GET  /healthz                               alive: 200 while the process runs
   GET  /readyz                                ready: 200 once warmed, 503 while draining
   GET  /metrics                               Prometheus' text format (server_metrics.py)
@@ -15,9 +16,12 @@ tokenised on a small thread pool, scored by the model's batcher together
 with other requests' rows (batching.py: fair between requests, bounded by
 rows and tokens) and answered from the pool again (ServedModel.answer) before
 --request_timeout_s (else 504, its rows dropped); the loop never waits on a
-model. Every request has an id (X-Request-Id, taken from the client when it
-sends a usable one) in its answer's headers and its log line: every refusal
-is one line, every answer too with --access_log. With --api_key_file every
+model. With --poll_s a model base path's new versions are loaded beside the
+served one and switched to, the old one unloaded once its requests are
+answered (version_watcher.py); each answer names the version that made it.
+Every request has an id (X-Request-Id, taken from the client when it sends a
+usable one) in its answer's headers and its log line: every refusal is one
+line, every answer too with --access_log. With --api_key_file every
 path but the probes and /metrics needs `Authorization: Bearer KEY`
 (api_keys.py).
 
@@ -50,7 +54,10 @@ from bert_ad.inference import layout
 from bert_ad.inference.api_keys import ApiKeys
 from bert_ad.inference.batching import TooManyRows
 from bert_ad.inference.listening import is_loopback
-from bert_ad.inference.predictions import BadInstance
+from bert_ad.inference.model_versions import ModelVersions
+from bert_ad.inference.version_watcher import VersionWatcher
+from bert_ad.inference import openai_embeddings
+from bert_ad.inference.predictions import BadInstance, FeaturePredictions
 from bert_ad.inference.request_body import ClientGone, RequestError, read_json
 from bert_ad.inference.served_models import ServedModel, Usage
 from bert_ad.inference.server_metrics import Metrics
@@ -87,6 +94,7 @@ class ServerSettings:
     request_timeout_s: float = 30.0
     drain_timeout_s: float = 25.0
     access_log: bool = False
+    poll_s: float = 1.0
 
 
 def _json_response(value, status: int = 200) -> web.Response:
@@ -115,7 +123,7 @@ def _runner(app: web.Application, grace_s: float) -> tuple:
 class Server:
     """The models behind one HTTP server (see the module docstring)."""
 
-    def __init__(self, models: Dict[str, ServedModel], settings: ServerSettings,
+    def __init__(self, models: Dict[str, ModelVersions], settings: ServerSettings,
                  api_keys: Optional[ApiKeys] = None):
         self.models = models
         self.settings = settings
@@ -127,10 +135,15 @@ class Server:
         self.answered = 0
         self._idle: Optional[asyncio.Event] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        for name, model in models.items():
-            model.start_batching(settings.max_batch_size, settings.batch_timeout_ms,
-                                 self.metrics.on_batch(name), settings.max_batch_tokens,
-                                 settings.max_request_rows)
+        self.versions = VersionWatcher(models, settings.poll_s, self._start_batching)
+        for versions in models.values():
+            self._start_batching(versions.current.model)
+
+    def _start_batching(self, model: ServedModel) -> None:
+        s = self.settings
+        model.start_batching(s.max_batch_size, s.batch_timeout_ms,
+                             self.metrics.on_batch(model.name), s.max_batch_tokens,
+                             s.max_request_rows)
 
     # --- the application ------------------------------------------------------------------
 
@@ -141,6 +154,7 @@ class Server:
             app.router.add_post(prefix + ":predict", self.predict)
             app.router.add_get(prefix, self.status)
             app.router.add_get(prefix + "/metadata", self.model_metadata)
+        app.router.add_post("/v1/embeddings", self.embeddings)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.prometheus)
@@ -178,6 +192,7 @@ class Server:
             response = _json_response({"error": f"internal error: {type(e).__name__}: {e}"},
                                       500)
             reason, message = "internal", f"{type(e).__name__}: {e}"
+        model = request.get("model_name", model)   # /v1/embeddings names it in the body
         response.headers["X-Request-Id"] = request_id
         if response.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
@@ -211,31 +226,55 @@ class Server:
                 "shorter instances a request")
 
 
-    def _model(self, request: web.Request) -> ServedModel:
-        name = request.match_info["name"]
-        model = self.models.get(name)
-        if model is None:
+    def _versions(self, name: str) -> ModelVersions:
+        versions = self.models.get(name)
+        if versions is None:
             raise RequestError(404, f"no model named {name!r} here; this server serves "
                                     f"{', '.join(sorted(self.models))}", "not_found")
+        return versions
+
+    def _model(self, request: web.Request, hold: bool = False) -> ServedModel:
+        """The model version a request names (the newest when it names none);
+        `hold`: held until _release (it is not unloaded while it answers)."""
+        name = request.match_info["name"]
+        versions = self._versions(name)
         version = request.match_info.get("version")
-        if version is not None and int(version) != model.version:
-            raise RequestError(404, f"model {name!r} has no version {version} here; it "
-                                    f"serves version {model.version}", "not_found")
-        return model
+        try:
+            return (versions.acquire if hold else versions.model)(
+                None if version is None else int(version))
+        except LookupError:
+            raise RequestError(404, f"model {name!r} has no version {version} loaded; it "
+                                    f"serves version {versions.current.number}",
+                               "not_found") from None
 
     # --- predict ------------------------------------------------------------------------
 
     async def predict(self, request: web.Request) -> web.Response:
-        model = self._model(request)
+        self._model(request)   # 404 before the body is read
         self._refuse_if_draining()
         body = await read_json(request, self.settings.max_request_bytes,
                                self.settings.body_timeout_s, self._too_large)
         # A body completed after the stop signal was not received before it.
         self._refuse_if_draining()
+        # The version is taken once the body is read: one switched to meanwhile answers.
+        model = self._model(request, hold=True)
+        try:
+            answers = await self._predict(request, model, self._instances(body))
+        finally:
+            self.versions.release(model)
+        # Which version answered, in the body (beside TF Serving's "predictions") and
+        # in a header: while versions switch a client can tell.
+        response = _json_response({"predictions": answers,
+                                   "model_version": str(model.version)})
+        response.headers["X-Model-Version"] = str(model.version)
+        return response
+
+    async def _predict(self, request: web.Request, model: ServedModel,
+                       instances: list) -> list:
+        """The answers to a request's instances (counted in flight meanwhile)."""
         started = time.perf_counter()
         self._enter()
         try:
-            instances = self._instances(body)
             parsed = []
             for index, instance in enumerate(instances):
                 try:
@@ -246,13 +285,34 @@ class Server:
             answers = await self._answers(model, parsed, request["usage"])
             self.metrics.instances.labels(model.name).inc(len(instances))
             self.metrics.latency.labels(model.name).observe(time.perf_counter() - started)
-            response = _json_response({"predictions": answers})
-            # Which version answered: with several loaded (issue 54, item 4) a
-            # client can tell.
-            response.headers["X-Model-Version"] = str(model.version)
-            return response
+            return answers
         finally:
             self._leave()
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        """OpenAI's POST /v1/embeddings for a features export (openai_embeddings.py)."""
+        self._refuse_if_draining()
+        body = await read_json(request, self.settings.max_request_bytes,
+                               self.settings.body_timeout_s, self._too_large)
+        self._refuse_if_draining()
+        asked = openai_embeddings.parse_request(body, self.settings.max_instances)
+        versions = self._versions(asked.model)
+        request["model_name"] = asked.model
+        model = versions.acquire()
+        try:
+            if not isinstance(model.predictions, FeaturePredictions):
+                raise RequestError(400, f"model {asked.model!r} is not an embedding model (it "
+                                        f"is a {model.metadata.task} export); /v1/embeddings "
+                                        "serves exports of bert-ad features", "bad_request")
+            answers = await self._predict(request, model, asked.texts)
+        finally:
+            self.versions.release(model)
+        vectors = [answer["embedding"] for answer in answers]
+        openai_embeddings.check_dimensions(body, len(vectors[0]))
+        response = _json_response(openai_embeddings.response(asked, vectors,
+                                                              request["usage"].tokens))
+        response.headers["X-Model-Version"] = str(model.version)
+        return response
 
     async def _answers(self, model: ServedModel, parsed: list, usage: Usage) -> list:
         """The answers, within --request_timeout_s of the body being read (504
@@ -320,11 +380,19 @@ class Server:
     # --- status, metadata, health, metrics ---------------------------------------------
 
     async def status(self, request: web.Request) -> web.Response:
-        model = self._model(request)
-        state = "UNLOADING" if self.draining else "AVAILABLE"
-        return _json_response({"model_version_status": [
-            {"version": str(model.version), "state": state,
-             "status": {"error_code": "OK", "error_message": ""}}]})
+        """TF Serving's model status: every version known (the served one, one
+        loading, one draining, those unloaded or failed: END), newest first."""
+        name, version = request.match_info["name"], request.match_info.get("version")
+        listed = self._versions(name).status()
+        if version is not None:
+            listed = [entry for entry in listed if entry["version"] == str(int(version))]
+            if not listed:
+                raise RequestError(404, f"model {name!r} has no version {version}",
+                                   "not_found")
+        if self.draining:
+            for entry in listed:
+                entry["state"] = "UNLOADING" if entry["state"] == "AVAILABLE" else entry["state"]
+        return _json_response({"model_version_status": listed})
 
     async def model_metadata(self, request: web.Request) -> web.Response:
         model = self._model(request)
@@ -384,6 +452,7 @@ class Server:
             loop.add_signal_handler(signum, on_signal, signum)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.settings.tokenizer_threads, thread_name_prefix="bert_ad-tokenize")
+        watcher = self.versions.start()
         runner, site_options = _runner(self.application(), HANDLER_GRACE_S)
         await runner.setup()
         try:
@@ -396,6 +465,8 @@ class Server:
                                            for name in sorted(self.models)))
             await stop.wait()
             self.ready, self.draining = False, True
+            if watcher is not None:
+                watcher.cancel()
             drain = self.settings.drain_timeout_s
             log.info("serve: stopping on %s: %d request(s) in flight will be answered "
                      "(within --drain_timeout_s=%g), new ones get 503",
@@ -410,14 +481,13 @@ class Server:
             await runner.cleanup()
             for signum in stop_signals:
                 loop.remove_signal_handler(signum)
-            for model in self.models.values():
-                model.close()
+            self.versions.close()   # every version loaded, or being loaded
             self._pool.shutdown(wait=True)
         log.info("serve: stopped after answering %d predict request(s)", self.answered)
         return 0
 
 
-def serve(models: Dict[str, ServedModel], settings: ServerSettings,
+def serve(models: Dict[str, ModelVersions], settings: ServerSettings,
           listening: socket.socket, api_keys: Optional[ApiKeys] = None,
           ssl_context: Optional[ssl.SSLContext] = None) -> int:
     """Run the server until a stop signal; 0 once every received request is

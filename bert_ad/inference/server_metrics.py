@@ -49,9 +49,11 @@ class Metrics:
                             ["model"], **r)
         self.in_flight = Gauge("bert_ad_serve_in_flight_requests", "predict requests whose "
                                "body is read and which are not answered yet", **r)
-        for name, model in models.items():
-            self.queued.labels(name).set_function(
-                lambda m=model: m.batcher.queued_rows if m.batcher else 0)
+        self.version = Gauge("bert_ad_serve_model_version", "the version that answers "
+                             "requests (--poll_s switches to newer ones)", ["model"], **r)
+        for name, versions in models.items():   # read through: a new version is counted too
+            self.queued.labels(name).set_function(lambda v=versions: _queued_rows(v))
+            self.version.labels(name).set_function(lambda v=versions: v.current.number)
 
     def on_batch(self, model: str):
         def record(rows: int, tokens: int, seconds: float) -> None:
@@ -66,3 +68,8 @@ class Metrics:
             self.errors.labels(model, str(status)).inc()
         if reason:
             self.refusals.labels(model, reason).inc()
+
+
+def _queued_rows(versions) -> int:
+    """Rows waiting in every loaded version's queue (an old one drains its own)."""
+    return sum(m.batcher.queued_rows for m in versions.loaded_models() if m.batcher)
