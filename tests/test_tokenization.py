@@ -674,3 +674,37 @@ def test_tokenize_head_matches_hf_on_whole_reviews(minilm_vocab, minilm_tokenize
         ours = minilm_tokenizer.convert_tokens_to_ids(minilm_tokenizer.tokenize_head(text, 126))
         assert ours == hf.encode(text, add_special_tokens=False, truncation=True,
                                  max_length=126), text[:80]
+
+
+# --------------------------------------------------------------------------
+# ASCII text takes a fast path through the basic tokenizer: the same words
+# --------------------------------------------------------------------------
+
+def _general_basic_tokenize(text: str, do_lower_case: bool) -> list:
+    """The character-at-a-time steps, whatever the text (the path non-ASCII text takes)."""
+    from bert_ad.data import basic_tokenization as basic
+    text = basic._space_out_chinese_chars(basic._clean_text(text))
+    words = []
+    for word in text.split():
+        if do_lower_case:
+            word = basic.strip_accents(word.lower())
+        words.extend(basic._split_on_punctuation(word))
+    return [w for w in words if w]
+
+
+def test_ascii_fast_path_equals_the_general_one(movie_sentences):
+    import random
+
+    from bert_ad.data.basic_tokenization import _ascii_basic_tokenize
+    rng = random.Random(53)
+    every_ascii = "".join(chr(c) for c in range(128))
+    texts = [t for t in EDGE_TEXTS + [t for t, _ in _read_reference()] + movie_sentences
+             if t.isascii()]
+    texts += [every_ascii, every_ascii[::-1]] + [
+        "".join(rng.choice(every_ascii + "ab  ") for _ in range(rng.randint(0, 80)))
+        for _ in range(3000)]
+    assert len(texts) > 3000
+    for text in texts:
+        for lower in (True, False):
+            assert _ascii_basic_tokenize(text, lower) == _general_basic_tokenize(text, lower), \
+                repr(text)
