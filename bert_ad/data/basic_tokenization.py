@@ -9,6 +9,7 @@ are Google's own, which differ from Unicode's in places (see each one).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import List, Union
 
@@ -16,7 +17,10 @@ from typing import List, Union
 def basic_tokenize(text: Union[str, bytes], do_lower_case: bool) -> List[str]:
     """Words and punctuation marks of `text` (str, or UTF-8 bytes), as Google's
     BasicTokenizer cuts them."""
-    text = _clean_text(to_text(text))
+    text = to_text(text)
+    if text.isascii():
+        return _ascii_basic_tokenize(text, do_lower_case)
+    text = _clean_text(text)
     text = _space_out_chinese_chars(text)
     words = []
     for word in text.split():
@@ -25,6 +29,22 @@ def basic_tokenize(text: Union[str, bytes], do_lower_case: bool) -> List[str]:
         words.extend(_split_on_punctuation(word))
     # Stripping accents can leave a word empty (a lone combining mark).
     return [w for w in words if w]
+
+
+# ASCII text, the steps in C (str.translate, a regex) rather than a character at a
+# time: its control characters (0-31 and 127, Cc) are dropped, except tab, newline
+# and CR, which become spaces; it has no CJK ideograph and no accent; and every
+# printable character but the space is a letter or digit or one of Google's
+# punctuation marks (33-47, 58-64, 91-96, 123-126). The same words as the general
+# path (tests/test_tokenization.py compares the two).
+_ASCII_CLEAN = {code: None for code in list(range(32)) + [127]}
+_ASCII_CLEAN.update({9: " ", 10: " ", 13: " "})
+_ASCII_WORDS = re.compile(r"[0-9A-Za-z]+|[^0-9A-Za-z ]")
+
+
+def _ascii_basic_tokenize(text: str, do_lower_case: bool) -> List[str]:
+    text = text.translate(_ASCII_CLEAN)
+    return _ASCII_WORDS.findall(text.lower() if do_lower_case else text)
 
 
 # ----------------------------------------------------------------------------

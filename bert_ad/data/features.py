@@ -135,6 +135,10 @@ def window_starts(num_pieces: int, window: int, stride: int, max_windows: int = 
 
 def encode_example(example: InputExample, tokenizer, settings: FeatureSettings):
     """(input_ids, segment_ids) of one example, truncated to max_seq_length."""
+    if not example.text_b and settings.truncation == "head":
+        # A long text is tokenized only as far as it is kept.
+        tokens_a = tokenizer.tokenize_head(example.text_a, settings.max_seq_length - 2)
+        return row_ids(tokenizer, tokens_a)
     tokens_a = tokenizer.tokenize(example.text_a)
     if example.text_b:
         tokens_b = tokenizer.tokenize(example.text_b)

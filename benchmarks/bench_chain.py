@@ -1,0 +1,586 @@
+"""The chain a user deploys for short texts, against Hugging Face and optimum (issue 53).
+
+    python -m benchmarks.bench_chain --setup --optimum_python /tmp/optvenv/bin/python
+    python -m benchmarks.bench_chain --optimum_python /tmp/optvenv/bin/python --json J
+    python -m benchmarks.bench_chain --tables_from J        # the table of an earlier run
+    python -m benchmarks.bench_chain --levers               # tokenizers, ORT options, sorting
+
+Set up once in --work_dir (untimed, kept; each step skipped when done):
+MiniLM-L6 (scripts/fetch_minilm.sh) fine-tuned as the teacher on the movie-review
+sentences (`bert-ad data prepare movie_reviews`: 3,200 train, 2 epochs, 1 tower x 16,
+5e-5, max_seq_length 64); `bert-ad distill` makes a 2-layer student of it (layers
+0 and 5; the same sentences, plus sentences of the long reviews' training split as
+unlabelled transfer text); both exported with `--do_export --export_format=onnx
+--export_precision=int8 --max_seq_length=128` (whatever recipe main's
+bert_ad/serving/quantization.py has; export.json names it); the teacher converted
+for Hugging Face (bert_ad.convert google2hf, its classifier head added), and with
+--optimum_python (a venv with `optimum[onnxruntime]`) exported by optimum and
+quantized with the config optimum documents for AVX-512 VNNI,
+AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=False).
+
+Rows: "short", --short_rows (10,000) movie-review sentences (test split first,
+then dev and train, cycled: 4,000 distinct, 24 pieces on average, 5 over 62) and
+"long", --long_rows (750) of the whole reviews (`movie_reviews_full`, test split
+first), all but one longer than 126 pieces, so each fills a 128-token window.
+Accuracy is over the test split's rows (the first 400 short, the first 150 long)
+of the same run's answers.
+
+Each system is a fresh process on one core with one thread, texts in and labels
+out, tokenization counted:
+
+* ours_student, ours_teacher: one whole `bert-ad classifier --do_predict
+  --predict_from_export=EXPORT` process (batches of 32, rows grouped by length
+  and padded per batch, as --do_predict does), its rate over the process's whole
+  life (start, imports, export load, tokenizer, scoring, result files) and over
+  the scorer's time alone; then, in the same process, one text alone at a time
+  through what bert-ad serve runs (parse, featurize, pack, score, answer).
+* hf: BertForSequenceClassification fp32 (transformers, PyTorch, eval,
+  inference_mode), BertTokenizerFast (Rust), batches of 32 in input order padded
+  to the batch's longest, truncation at 128; steady state: after one untimed
+  batch, tokenization included; then one text alone at a time.
+* optimum: ORTModelForSequenceClassification on optimum's int8 model, the same
+  tokenizer and batches; rate over its whole process and steady state.
+
+Each round runs two pairs side by side on the two cores (measuring.run_workers_
+side_by_side): (ours_student, hf) and (ours_teacher, optimum), the cores swapped
+every round, so a ratio within a pair compares the same minutes. Single-row
+latency: 100 test texts scored one at a time after the throughput pass,
+p50 / p99 of the wall time of each (tokenization included).
+
+Where the time goes: docs/benchmarks.md "The deployed chain" (cProfile of the
+--do_predict process) and --levers (benchmarks/chain_levers.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from benchmarks import measuring as bench
+from benchmarks.measuring import checkout_env, peak_rss_mb
+
+WORKER_MODULE = "benchmarks.bench_chain"
+BATCH = 32
+SEQ = 128
+ROWS = {"short": 10_000, "long": 750}
+LATENCY_ROWS = 100
+SYSTEMS = ("ours_student", "ours_teacher", "optimum", "hf")
+PAIRS = (("ours_student", "hf"), ("ours_teacher", "optimum"))
+STUDENT_LAYERS = 2
+TRANSFER_SENTENCES = 4000
+# Environment of the PyTorch / optimum workers: no TensorFlow import by transformers.
+NO_TF = {"USE_TF": "0", "USE_TORCH": "1", "TRANSFORMERS_NO_TF": "1",
+         "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+
+
+# --- where things are ----------------------------------------------------------------------
+
+def paths(work: str) -> dict:
+    return {"mr": os.path.join(work, "mr"), "mrfull": os.path.join(work, "mrfull"),
+            "teacher": os.path.join(work, "teacher"), "student": os.path.join(work, "student"),
+            "transfer": os.path.join(work, "transfer.txt"),
+            "hf": os.path.join(work, "teacher_hf"),
+            "optimum_fp32": os.path.join(work, "optimum_fp32"),
+            "optimum_int8": os.path.join(work, "optimum_int8"),
+            "rows": {kind: os.path.join(work, f"rows_{kind}") for kind in ("short", "long")}}
+
+
+def export_dir(folder: str) -> str:
+    """Where a fine-tuned folder's int8 export at SEQ tokens is (beside the folder)."""
+    return os.path.join(f"{folder}_{SEQ}", "onnx_int8")
+
+
+def read_tsv(path: str) -> list:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t", 1) for line in f if line.strip()]
+
+
+# --- set-up (untimed) ----------------------------------------------------------------------
+
+def run(command: list, log: str) -> None:
+    print(f"  {' '.join(command[:4])} ... (log {log})", file=sys.stderr, flush=True)
+    with open(log, "w", encoding="utf-8") as out:
+        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, **checkout_env())).returncode
+    if code:
+        raise SystemExit(f"error: {command[:4]} exited {code}; see {log}")
+
+
+def setup(args) -> None:
+    p, model = paths(args.work_dir), args.model_dir
+    os.makedirs(args.work_dir, exist_ok=True)
+    launcher = [sys.executable, "-m", "bert_ad"]
+    for name, folder in (("movie_reviews", p["mr"]), ("movie_reviews_full", p["mrfull"])):
+        if not os.path.exists(os.path.join(folder, "test.tsv")):
+            run(launcher + ["data", "prepare", name, f"--output_dir={folder}"],
+                folder + ".log")
+    model_flags = [f"--vocab_file={model}/vocab.txt", "--do_lower_case=true",
+                   f"--bert_config_file={model}/bert_config.json"]
+    common = ["--task_name=sentiment", f"--data_dir={p['mr']}", "--max_seq_length=64",
+              "--train_batch_size=16", "--do_train", "--do_eval"]
+    if not os.path.exists(os.path.join(p["teacher"], "eval_results.txt")):
+        run(launcher + ["classifier"] + common + model_flags + [
+            f"--init_checkpoint={model}/bert_model.ckpt", "--learning_rate=5e-5",
+            "--num_train_epochs=2", f"--output_dir={p['teacher']}"], p["teacher"] + ".log")
+    if not os.path.exists(p["transfer"]):
+        write_transfer(p)
+    if not os.path.exists(os.path.join(p["student"], "eval_results.txt")):
+        run(launcher + ["distill"] + common + model_flags + [
+            f"--teacher_dir={p['teacher']}", f"--student_layers={STUDENT_LAYERS}",
+            f"--transfer_file={p['transfer']}", "--learning_rate=1e-4",
+            "--num_train_epochs=2", f"--output_dir={p['student']}"], p["student"] + ".log")
+    for folder in (p["teacher"], p["student"]):
+        if not os.path.exists(os.path.join(export_dir(folder), "model.onnx")):
+            export(folder, p, model_flags)
+    if not os.path.exists(os.path.join(p["hf"], "tokenizer_config.json")):
+        hf_copy(p, model)
+    if args.optimum_python and not os.path.exists(p["optimum_int8"]):
+        subprocess.run([args.optimum_python, "-m", WORKER_MODULE, "--worker", "optimum_setup",
+                        "--work_dir", args.work_dir], check=True,
+                       env=dict(os.environ, **checkout_env(**NO_TF)))
+    write_rows(p, {"short": args.short_rows, "long": args.long_rows})
+
+
+def export(folder: str, p: dict, model_flags: list) -> None:
+    """The folder's newest checkpoint as an ONNX int8 export at SEQ tokens.
+
+    Trained at 64 (every sentence fits), scored at 128: a model folder keeps the
+    max_seq_length it was trained with (model_settings.json), so the checkpoint
+    is exported from a copy of its files alone (FOLDER_ckpt), into FOLDER_128.
+    """
+    from bert_ad.parallel.checkpoint_files import step_checkpoints
+    checkpoint = step_checkpoints(folder)[-1]
+    copy = folder + "_ckpt"
+    os.makedirs(copy, exist_ok=True)
+    for name in os.listdir(folder):
+        if name.startswith(os.path.basename(checkpoint) + ".") or name == "bert_config.json":
+            shutil.copy(os.path.join(folder, name), copy)
+    target = export_dir(folder)
+    run([sys.executable, "-m", "bert_ad", "classifier", "--task_name=sentiment",
+         f"--data_dir={p['mr']}", f"--max_seq_length={SEQ}",
+         f"--output_dir={os.path.dirname(target)}",
+         f"--init_checkpoint={os.path.join(copy, os.path.basename(checkpoint))}",
+         "--labels=0,1"] + model_flags[:2] + [
+        f"--bert_config_file={folder}/bert_config.json", "--do_export",
+        "--export_format=onnx", "--export_precision=int8", f"--export_dir={target}"],
+        os.path.dirname(target) + ".log")
+
+
+def write_transfer(p: dict) -> None:
+    """Unlabelled sentences for the student: the long reviews' training split cut
+    at its sentence ends (" . "), those of 5 to 40 words, the first
+    TRANSFER_SENTENCES."""
+    sentences = []
+    for _, text in read_tsv(os.path.join(p["mrfull"], "train.tsv")):
+        for sentence in text.split(" . "):
+            if 5 <= len(sentence.split()) <= 40:
+                sentences.append(sentence.strip() + " .")
+    with open(p["transfer"], "w", encoding="utf-8") as f:
+        f.writelines(s + "\n" for s in sentences[:TRANSFER_SENTENCES])
+
+
+def hf_copy(p: dict, model: str) -> None:
+    """The teacher for transformers: google2hf's encoder, the fine-tuned head
+    (output_weights / output_bias -> classifier.*) and the tokenizer files."""
+    from bert_ad.parallel.checkpoint_files import step_checkpoints
+    checkpoint = step_checkpoints(p["teacher"])[-1]
+    staging = p["hf"] + ".staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "bert_ad.convert", "google2hf", "--checkpoint",
+                    checkpoint, "--output_dir", staging], check=True,
+                   env=dict(os.environ, **checkout_env()))
+    subprocess.run([sys.executable, "-m", WORKER_MODULE, "--worker", "hf_head",
+                    "--work_dir", os.path.dirname(p["hf"]), "--checkpoint", checkpoint,
+                    "--output_dir", staging], check=True, env=dict(os.environ, **checkout_env()))
+    shutil.copy(os.path.join(model, "vocab.txt"), staging)
+    with open(os.path.join(staging, "tokenizer_config.json"), "w") as f:
+        json.dump({"do_lower_case": True, "model_max_length": 512,
+                   "tokenizer_class": "BertTokenizer"}, f)
+    with open(os.path.join(staging, "config.json")) as f:
+        config = json.load(f)
+    labels = [line.strip() for line in open(os.path.join(p["teacher"], "labels.txt"))]
+    config.update(architectures=["BertForSequenceClassification"],
+                  id2label={str(i): label for i, label in enumerate(labels)},
+                  label2id={label: i for i, label in enumerate(labels)})
+    with open(os.path.join(staging, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    os.rename(staging, p["hf"])
+
+
+def worker_hf_head(args) -> dict:
+    """(set-up) The classifier head of the checkpoint into the HF folder's weights."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from bert_ad.compat import tf
+    reader = tf.train.load_checkpoint(args.checkpoint)
+    weights = os.path.join(args.output_dir, "model.safetensors")
+    # BertForSequenceClassification's names: the encoder under "bert." (transformers 4
+    # refuses a file that mixes prefixed and bare names), the head as "classifier.".
+    tensors = {("" if k.startswith("bert.") else "bert.") + k: v
+               for k, v in load_file(weights).items()}
+    tensors["classifier.weight"] = np.ascontiguousarray(reader.get_tensor("output_weights"))
+    tensors["classifier.bias"] = np.ascontiguousarray(reader.get_tensor("output_bias"))
+    save_file(tensors, weights, metadata={"format": "pt"})
+    return {"head": list(tensors["classifier.weight"].shape)}
+
+
+def worker_optimum_setup(args) -> dict:
+    """(set-up, in the optimum venv) optimum's ONNX export of the HF teacher and its
+    int8 quantization with the documented AVX-512 VNNI dynamic config."""
+    from optimum.onnxruntime import ORTModelForSequenceClassification, ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+    from transformers import AutoTokenizer
+    p = paths(args.work_dir)
+    model = ORTModelForSequenceClassification.from_pretrained(p["hf"], export=True)
+    model.save_pretrained(p["optimum_fp32"])
+    AutoTokenizer.from_pretrained(p["hf"]).save_pretrained(p["optimum_fp32"])
+    config = AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=False)
+    quantizer = ORTQuantizer.from_pretrained(p["optimum_fp32"])
+    quantizer.quantize(save_dir=p["optimum_int8"], quantization_config=config)
+    AutoTokenizer.from_pretrained(p["hf"]).save_pretrained(p["optimum_int8"])
+    return {"config": str(config)}
+
+
+def write_rows(p: dict, counts: dict) -> None:
+    """rows_short/test.tsv (counts["short"] sentences, cycled past the 4,000) and
+    rows_long/test.tsv (counts["long"] reviews), each test split first; meta.json
+    says how many rows are the test split's."""
+    for kind, source in (("short", p["mr"]), ("long", p["mrfull"])):
+        folder = p["rows"][kind]
+        meta = os.path.join(folder, "meta.json")
+        if os.path.exists(meta) and json.load(open(meta))["rows"] == counts[kind]:
+            continue
+        splits = [read_tsv(os.path.join(source, f"{s}.tsv")) for s in ("test", "dev", "train")]
+        rows = [row for split in splits for row in split]
+        rows = [rows[i % len(rows)] for i in range(counts[kind])]
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "test.tsv"), "w", encoding="utf-8") as f:
+            f.writelines(f"{label}\t{text}\n" for label, text in rows)
+        with open(os.path.join(folder, "meta.json"), "w") as f:
+            json.dump({"rows": len(rows), "test_rows": len(splits[0]),
+                       "distinct": len({text for _, text in rows})}, f)
+
+
+# --- timed workers -------------------------------------------------------------------------
+
+def process_seconds() -> float:
+    from benchmarks.bench_onnx import process_seconds as seconds
+    return seconds()
+
+
+def rows_of(args) -> tuple:
+    folder = paths(args.work_dir)["rows"][args.rows]
+    with open(os.path.join(folder, "meta.json")) as f:
+        meta = json.load(f)
+    return folder, read_tsv(os.path.join(folder, "test.tsv")), meta
+
+
+def percentiles(seconds: list) -> dict:
+    import numpy as np
+    ms = np.array(seconds) * 1000
+    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+def accuracy(predicted: list, rows: list, test_rows: int) -> float:
+    return sum(str(a) == b[0] for a, b in zip(predicted[:test_rows], rows)) / test_rows
+
+
+def worker_ours(args) -> dict:
+    """One whole --do_predict --predict_from_export process (this one), then single
+    texts through bert-ad serve's path."""
+    from bert_ad.cli import classifier
+    from bert_ad.inference import onnx_scorer
+
+    inside = [0.0]
+    run_batches = onnx_scorer.OnnxScorer.run
+
+    def timed(self, batches):
+        started = time.perf_counter()
+        try:
+            return run_batches(self, batches)
+        finally:
+            inside[0] += time.perf_counter() - started
+
+    onnx_scorer.OnnxScorer.run = timed
+    folder, rows, meta = rows_of(args)
+    p = paths(args.work_dir)
+    export = export_dir(p["student" if args.worker == "ours_student" else "teacher"])
+    output = os.path.join(args.output_dir, args.worker + "_" + args.rows)
+    shutil.rmtree(output, ignore_errors=True)
+    argv = ["bench", "--task_name=sentiment", f"--data_dir={folder}", "--do_predict",
+            f"--predict_batch_size={BATCH}", f"--output_dir={output}",
+            f"--predict_from_export={export}"]
+    try:
+        classifier.cli(argv)
+    except SystemExit as e:
+        if e.code:
+            raise RuntimeError(f"the launcher exited {e.code}") from None
+    wall = process_seconds()
+    if any(name.split(".")[0] == "tensorflow" for name in sys.modules):
+        raise RuntimeError("TensorFlow was imported by the ONNX path")
+    onnx_scorer.OnnxScorer.run = run_batches
+    from bert_ad.inference.layout import read_metadata
+    metadata = read_metadata(export)
+    with open(os.path.join(output, "predict.txt"), encoding="utf-8") as f:
+        predicted = [metadata.labels[int(line.split()[0])] for line in f]
+    result = {"system": args.worker, "rows": len(predicted), "process_sec": wall,
+              "rows_per_sec": len(predicted) / wall,
+              "steady_rows_per_sec": len(predicted) / inside[0],
+              "accuracy": accuracy(predicted, rows, meta["test_rows"]),
+              "peak_rss_mb": peak_rss_mb(), "threads": onnx_scorer.cpu_cores(),
+              "recipe": recipe(export), "loadavg": bench.loadavg()}
+    result.update(ours_latency(export, [text for _, text in rows[:LATENCY_ROWS]]))
+    return result
+
+
+def recipe(export: str) -> dict:
+    """export.json's account of the int8 quantization (what main's quantizer did)."""
+    with open(os.path.join(export, "assets.extra", "export.json"), encoding="utf-8") as f:
+        return json.load(f).get("onnx", {}).get("int8", {})
+
+
+def ours_latency(export: str, texts: list) -> dict:
+    """One text at a time through bert-ad serve's path (no HTTP): parse, featurize,
+    pack, score, answer."""
+    from bert_ad.inference.batching import pack
+    from bert_ad.inference.exported_model import ExportedModel
+    from bert_ad.inference.predictions import ServeOptions, predictions_for
+    model = ExportedModel.open(export)
+    answers = predictions_for(model, ServeOptions())
+    seconds = []
+    with model.open_scorer() as scorer:
+        for i, text in enumerate([texts[0]] * 3 + texts):
+            started = time.perf_counter()
+            parsed = [answers.parse(text)]
+            featurized = answers.featurize(parsed)
+            batch = pack(featurized.rows())
+            answers.complete_batch(batch)
+            answers.predict(parsed, featurized, scorer.run([batch])[0])
+            if i >= 3:
+                seconds.append(time.perf_counter() - started)
+    return percentiles(seconds)
+
+
+def worker_reference(args) -> dict:
+    """hf (PyTorch fp32) or optimum (ONNX Runtime int8): HF's tokenizer, batches of 32."""
+    for key, value in NO_TF.items():
+        os.environ.setdefault(key, value)
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(1)
+    p = paths(args.work_dir)
+    _, rows, meta = rows_of(args)
+    if args.worker == "hf":
+        from transformers import BertForSequenceClassification
+        model = BertForSequenceClassification.from_pretrained(p["hf"]).eval()
+        tokenizer = AutoTokenizer.from_pretrained(p["hf"])
+        versions = {"torch": torch.__version__,
+                    "attn_implementation": getattr(model.config, "_attn_implementation", "?")}
+    else:
+        import onnxruntime
+        from optimum.onnxruntime import ORTModelForSequenceClassification
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        model = ORTModelForSequenceClassification.from_pretrained(
+            p["optimum_int8"], file_name="model_quantized.onnx", session_options=options,
+            provider="CPUExecutionProvider")
+        tokenizer = AutoTokenizer.from_pretrained(p["optimum_int8"])
+        import optimum.version
+        versions = {"onnxruntime": onnxruntime.__version__,
+                    "optimum": optimum.version.__version__}
+    texts = [text for _, text in rows]
+    order = list(range(len(texts)))
+    if args.sorted:
+        order.sort(key=lambda i: len(texts[i]))
+
+    def score(batch_texts):
+        encoded = tokenizer(batch_texts, padding=True, truncation=True, max_length=SEQ,
+                            return_tensors="pt")
+        return model(**encoded).logits.detach().numpy().argmax(-1)
+
+    predicted = [None] * len(texts)
+    with torch.inference_mode():
+        score(texts[:BATCH])  # untimed
+        started = time.perf_counter()
+        for start in range(0, len(order), BATCH):
+            part = order[start:start + BATCH]
+            for i, label in zip(part, score([texts[i] for i in part])):
+                predicted[i] = label
+        steady = time.perf_counter() - started
+        wall = process_seconds()
+        seconds = []
+        for i, text in enumerate([texts[0]] * 3 + texts[:LATENCY_ROWS]):
+            one = time.perf_counter()
+            score([text])
+            if i >= 3:
+                seconds.append(time.perf_counter() - one)
+    labels = model.config.id2label
+    named = [labels[int(i)] for i in predicted]
+    if "tensorflow" in sys.modules:
+        raise RuntimeError("TensorFlow was imported into the reference worker")
+    result = {"system": args.worker + ("_sorted" if args.sorted else ""), "rows": len(texts),
+              "process_sec": wall, "rows_per_sec": len(texts) / wall,
+              "steady_rows_per_sec": len(texts) / steady,
+              "accuracy": accuracy(named, rows, meta["test_rows"]),
+              "peak_rss_mb": peak_rss_mb(), "threads": torch.get_num_threads(),
+              "transformers": transformers.__version__, "loadavg": bench.loadavg(),
+              **versions}
+    result.update(percentiles(seconds))
+    return result
+
+
+# --- the driver ----------------------------------------------------------------------------
+
+def command(system: str, args, rows: str, round_dir: str) -> list:
+    python = args.optimum_python if system == "optimum" else sys.executable
+    cmd = bench.worker_command(WORKER_MODULE, system, work_dir=args.work_dir, rows=rows,
+                               output_dir=round_dir)
+    cmd[0] = python
+    return cmd
+
+
+def run_rounds(args) -> list:
+    write_rows(paths(args.work_dir), {"short": args.short_rows, "long": args.long_rows})
+    rounds = []
+    for index in range(args.repeats):
+        for rows in args.rows_kinds.split(","):
+            for pair in PAIRS:
+                cores = (0, 1) if index % 2 == 0 else (1, 0)
+                round_dir = os.path.join(args.work_dir, "rounds")
+                load = os.getloadavg()[0]
+                results = bench.run_workers_side_by_side(
+                    [command(s, args, rows, round_dir) for s in pair], cores,
+                    env=checkout_env(**NO_TF))
+                rounds.append({"round": index, "rows": rows, "pair": list(pair),
+                               "cores": list(cores), "load_before": load,
+                               "load_after": os.getloadavg()[0], "results": results})
+                print(f"  round {index} {rows} {pair}: " + ", ".join(
+                    f"{r.get('rows_per_sec', r.get('error'))}" for r in results),
+                    file=sys.stderr, flush=True)
+                if args.json:
+                    bench.write_json(args.json, {"machine": bench.machine_description(),
+                                                 "command": " ".join(sys.argv),
+                                                 "rounds": rounds})
+    return rounds
+
+
+def table(rounds: list) -> str:
+    """Per rows kind, per system: medians over rounds, and the ratios."""
+    import statistics
+    by = {}
+    for one in rounds:
+        for result in one["results"]:
+            if "error" in result:
+                continue
+            by.setdefault((one["rows"], result["system"]), []).append(result)
+    lines = [bench.cpu_line() + "; ONNX Runtime and PyTorch on 1 thread each, one core "
+             "each (oneDNN: no TensorFlow in any timed process)", ""]
+    for rows in ("short", "long"):
+        got = {s: by.get((rows, s), []) for s in SYSTEMS}
+        if not any(got.values()):
+            continue
+
+        def med(system, field, got=got):
+            values = [r[field] for r in got[system] if r.get(field) is not None]
+            return statistics.median(values) if values else float("nan")
+        table_rows = []
+        for system in SYSTEMS:
+            if not got[system]:
+                continue
+            table_rows.append([
+                system, len(got[system]), bench.fmt(med(system, "rows_per_sec"), 1),
+                bench.fmt(med(system, "steady_rows_per_sec"), 1),
+                bench.fmt(med(system, "p50_ms"), 1), bench.fmt(med(system, "p99_ms"), 1),
+                bench.fmt(100 * med(system, "accuracy"), 2),
+                bench.fmt(med(system, "rows_per_sec") / med("hf", "steady_rows_per_sec"), 2),
+                bench.fmt(med(system, "peak_rss_mb"), 0),
+                " ".join(sorted({r["loadavg"] for r in got[system]}))])
+        count = f"{got['hf'][0]['rows']:,}" if got["hf"] else "?"
+        what = (f"{count} movie-review sentences (24 pieces on average)" if rows == "short"
+                else f"{count} whole reviews cut at 128 pieces (829 on average)")
+        lines += [f"**{what}**", "", bench.markdown_table(
+            ["system", "rounds", "rows/s (whole process)", "rows/s (steady)",
+             "1 row p50 ms", "1 row p99 ms", "test accuracy %",
+             "process / HF fp32 steady", "peak RSS MB", "load avg"], table_rows), ""]
+        for name, a, b in (("int8 student / HF fp32 (process / steady)", "ours_student", "hf"),
+                           ("int8 teacher / HF fp32 (process / steady)", "ours_teacher", "hf"),
+                           ("int8 teacher / optimum int8 (process / process)", "ours_teacher",
+                            "optimum")):
+            field_b = "steady_rows_per_sec" if b == "hf" else "rows_per_sec"
+            process = med(a, "rows_per_sec") / med(b, field_b)
+            steady = med(a, "steady_rows_per_sec") / med(b, "steady_rows_per_sec")
+            lines.append(f"* {name}: **{bench.fmt(process, 2)}x** "
+                         f"(steady / steady: {bench.fmt(steady, 2)}x)")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _lever(name: str):
+    def worker(args):
+        from benchmarks import chain_levers
+        return getattr(chain_levers, name)(args)
+    return worker
+
+
+WORKERS = {"ours_student": worker_ours, "ours_teacher": worker_ours, "hf": worker_reference,
+           "optimum": worker_reference, "hf_head": worker_hf_head,
+           "optimum_setup": worker_optimum_setup, "tokenizers": _lever("worker_tokenizers"),
+           "scorer": _lever("worker_scorer")}
+
+
+def main(argv=None) -> int:
+    parser = bench.parser_for(__doc__)
+    cache = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad")
+    parser.add_argument("--work_dir", default=os.path.join(cache, "bench_chain"))
+    parser.add_argument("--model_dir", default=os.path.join(cache, "minilm_google"),
+                        help="MiniLM as a Google checkpoint (scripts/fetch_minilm.sh)")
+    parser.add_argument("--optimum_python", default="",
+                        help="a Python with optimum[onnxruntime] (a venv of its own)")
+    parser.add_argument("--setup", action="store_true", help="build what is missing, untimed")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds, cores swapped")
+    parser.add_argument("--rows_kinds", default="short,long")
+    parser.add_argument("--short_rows", type=int, default=ROWS["short"],
+                        help="sentences each system scores (the first 400: the test split)")
+    parser.add_argument("--long_rows", type=int, default=ROWS["long"],
+                        help="reviews each system scores (the first 150: the test split)")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--tables_from", default=None)
+    parser.add_argument("--levers", action="store_true", help="the levers' measurements")
+    parser.add_argument("--lever_parts", default="tokenizers,scorer,sorting")
+    parser.add_argument("--scorer_variants", default="",
+                        help="pairs of chain_levers' scorer variants (default: all)")
+    bench.add_worker_flag(parser, WORKERS)
+    parser.add_argument("--rows", default="short", help=argparse.SUPPRESS)
+    parser.add_argument("--output_dir", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--checkpoint", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--sorted", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return bench.serve_worker(args, WORKERS)
+    if args.tables_from:
+        with open(args.tables_from, encoding="utf-8") as f:
+            print(table(json.load(f)["rounds"]))
+        return 0
+    if args.setup:
+        setup(args)
+        return 0
+    if args.levers:
+        from benchmarks import chain_levers
+        return chain_levers.main(args)
+    print(table(run_rounds(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
