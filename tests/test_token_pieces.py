@@ -196,7 +196,7 @@ def test_the_cache_key_changes_with_the_segmentation(tmp_path, tokenizer, pieces
         encoding="utf-8")
     encoder = TextEncoder(None, tokenizer, pieces_file, False, 16,
                           cache_dir=str(tmp_path / "cache"))
-    task = TokenClassificationTask(encoder, ConllFormat(str(data)))
+    task = TokenClassificationTask(encoder, ConllFormat(str(data)), doc_stride=64)
     train = task.read("train")
     task.labels = task.resolve_labels(train, None)
     features = task.features(train)
