@@ -18,7 +18,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-GPUS="$("$PYTHON" -c 'from bert_ad.compat import list_gpu_count; print(list_gpu_count())' | tail -n 1)"
+GPUS="$("$PYTHON" -c 'from bert_ad.compat.installed import list_gpu_count; print(list_gpu_count())' | tail -n 1)"
 if [ "$GPUS" -eq 0 ]; then
   echo "gpu_smoke: TensorFlow sees no GPU here (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}): the logical-device path, towers on logical CPU devices; no GPU is measured"
   "$PYTHON" -m benchmarks.step_split --model tiny --seq 32 --batch 4 --cards 1,2 \

@@ -396,15 +396,17 @@ def _bad_cases(s: Setup, trained_dir: str) -> dict:
                          initializer_range=WIDE_INIT, hidden_size=64, intermediate_size=128)
     output_dir = trained_copy("other_model_shape")
     add("other_model_shape", output_dir,
-        [output_dir, "(the newest checkpoint in --output_dir) does not fit --bert_config_file",
-         "hidden_size=64"], do_train=True, bert_config_file=wider)
+        # (the folder's record says what it holds before a checkpoint is read)
+        [output_dir, "is another model than the model folder --output_dir", "hidden_size=64"],
+        do_train=True, bert_config_file=wider)
     config = os.path.join(root, "no_such_config.json")
     add("missing_bert_config", trained_copy("missing_bert_config"),
         ["bert_config_file", config], do_predict=True, bert_config_file=config)
     small = write_config(os.path.join(root, "small_vocab_config.json"), 50,
                          initializer_range=WIDE_INIT)
     add("vocab_too_large", trained_copy("vocab_too_large"),
-        ["--vocab_file", "vocab_size=50"], do_predict=True, bert_config_file=small)
+        ["--bert_config_file", "is another model than the model folder", "vocab_size=50"],
+        do_predict=True, bert_config_file=small)
     add("nothing_to_do", trained_copy("nothing_to_do"),
         ["--do_train", "--do_eval", "--do_predict"])
     predict_file = os.path.join(root, "no_such_predict.tsv")

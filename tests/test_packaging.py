@@ -190,9 +190,15 @@ def test_wheel_declares_tensorflow_only_as_extras(wheel):
     assert requires["tf1-gpu"] == {"tensorflow-gpu==1.15.5", "protobuf<3.21"}
     assert requires["test"] == {"pytest", "pytest-xdist"}
     assert 'seqeval==1.2.2; python_version >= "3.8"' in requires["reference"]
-    assert requires["onnx"] == {'onnx>=1.15; python_version >= "3.8"',
-                                'onnxruntime>=1.32; python_version >= "3.8"',
-                                'tf2onnx>=1.17; python_version >= "3.8"'}
+    # A scoring machine: the server, its metrics and ONNX Runtime; no TensorFlow.
+    serve = {"aiohttp>=3.8", "prometheus-client>=0.17",
+             'onnxruntime>=1.32; python_version >= "3.8"'}
+    assert requires["serve"] == serve
+    # An exporting machine: serve's, the converter and what int8's shape inference needs.
+    assert requires["onnx"] == serve | {'onnx>=1.15; python_version >= "3.8"',
+                                        'tf2onnx>=1.17; python_version >= "3.8"',
+                                        'sympy; python_version >= "3.8"',
+                                        'ml-dtypes; python_version >= "3.8"'}
     assert set(re.findall(r"^Provides-Extra: (.+)$", metadata, re.M)) == {
         "tf", "tf1", "tf1-gpu", "test", "reference", "plot", "serve", "onnx"}
 

@@ -112,7 +112,9 @@ def check_export_flags(f: flags.FlagValues) -> None:
             if f[name].present:
                 fail(f"--{name} is for --do_export: set --do_export too")
     else:
-        # A missing converter found now, not after hours of training.
+        # The format and precision checked first (one line naming both), then a missing
+        # converter found now, not after hours of training.
+        layout.ExportSettings(format=f.export_format, precision=f.export_precision)
         layout.require_export_modules(f.export_format, f.export_precision)
     if "do_predict" in f and f.predict_from_export and not f.do_predict:
         fail("--predict_from_export scores the --do_predict file: set --do_predict too")
