@@ -293,26 +293,11 @@ def sentiment_texts() -> list:
 
 @pytest.mark.parametrize("key", ["classifier", "windows"])
 def test_served_classifiers_answer_as_predict_from_export(machine, server, key):
-    out = machine.outputs[key]
-    labels = lines(os.path.join(machine.exports[key]["export"], "assets", "labels.txt"))
-    answers = server.predict(key, sentiment_texts())
-    assert [a["label"] for a in answers] == [labels[int(i)] for i in
-                                             lines(os.path.join(out, "predict.txt"))]
-    expected = np.array([[float(x) for x in line.split("\t")]
-                         for line in lines(os.path.join(out, "test_results.tsv"))])
-    served = np.array([[a["probabilities"][label] for label in labels] for a in answers])
-    np.testing.assert_allclose(served, expected, atol=ATOL)
-    assert np.ptp(expected[:, 0]) > 1e-3   # rows differ: the comparison means something
+    assert_classifier_answers(machine, key, server.predict(key, sentiment_texts()))
 
 
 def test_served_ner_tags_as_predict_from_export(machine, server):
-    sentences, words = [], []
-    for line in lines(os.path.join(machine.exports["ner"]["flags"]["data_dir"], "test.txt")):
-        if line:
-            words.append(line.split("\t")[0])
-        elif words:
-            sentences.append(words)
-            words = []
+    sentences = ner_sentences(machine)
     expected = [line.split("\t")[1] for line in
                 lines(os.path.join(machine.outputs["ner"], "predict.txt")) if line]
     entities = [json.loads(line)["entities"] for line in
