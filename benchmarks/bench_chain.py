@@ -140,9 +140,10 @@ def setup(args) -> None:
     if not os.path.exists(os.path.join(p["hf"], "tokenizer_config.json")):
         hf_copy(p, model)
     if args.optimum_python and not os.path.exists(p["optimum_int8"]):
-        subprocess.run([args.optimum_python, "-m", WORKER_MODULE, "--worker", "optimum_setup",
-                        "--work_dir", args.work_dir], check=True,
-                       env=dict(os.environ, **checkout_env(**NO_TF)))
+        subprocess.run(bench.worker_command(WORKER_MODULE, "optimum_setup",
+                                            interpreter=args.optimum_python,
+                                            work_dir=args.work_dir),
+                       check=True, env=dict(os.environ, **checkout_env(**NO_TF)))
     write_rows(p, {"short": args.short_rows, "long": args.long_rows})
 
 
@@ -194,9 +195,9 @@ def hf_copy(p: dict, model: str) -> None:
     subprocess.run([sys.executable, "-m", "bert_ad.convert", "google2hf", "--checkpoint",
                     checkpoint, "--output_dir", staging], check=True,
                    env=dict(os.environ, **checkout_env()))
-    subprocess.run([sys.executable, "-m", WORKER_MODULE, "--worker", "hf_head",
-                    "--work_dir", os.path.dirname(p["hf"]), "--checkpoint", checkpoint,
-                    "--output_dir", staging], check=True, env=dict(os.environ, **checkout_env()))
+    subprocess.run(bench.worker_command(WORKER_MODULE, "hf_head", work_dir=os.path.dirname(p["hf"]),
+                                        checkpoint=checkpoint, output_dir=staging),
+                   check=True, env=dict(os.environ, **checkout_env()))
     shutil.copy(os.path.join(model, "vocab.txt"), staging)
     with open(os.path.join(staging, "tokenizer_config.json"), "w") as f:
         json.dump({"do_lower_case": True, "model_max_length": 512,
@@ -442,11 +443,9 @@ def worker_reference(args) -> dict:
 # --- the driver ----------------------------------------------------------------------------
 
 def command(system: str, args, rows: str, round_dir: str) -> list:
-    python = args.optimum_python if system == "optimum" else sys.executable
-    cmd = bench.worker_command(WORKER_MODULE, system, work_dir=args.work_dir, rows=rows,
-                               output_dir=round_dir)
-    cmd[0] = python
-    return cmd
+    return bench.worker_command(WORKER_MODULE, system,
+                                interpreter=args.optimum_python if system == "optimum" else None,
+                                work_dir=args.work_dir, rows=rows, output_dir=round_dir)
 
 
 def run_rounds(args) -> list:

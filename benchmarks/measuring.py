@@ -227,13 +227,14 @@ def paired_ratio(runs_a: list, runs_b: list, field: str = "examples_per_sec") ->
 RESULT_PREFIX = "BENCH_RESULT "
 
 
-def worker_command(module: str, worker: str, **flags) -> list:
+def worker_command(module: str, worker: str, *, interpreter: Optional[str] = None,
+                   **flags) -> list:
     """`python -m MODULE --worker WORKER --flag value ...`: one measurement's process.
 
-    A flag whose value is None or False is left out, True gives it bare;
-    other values are str()-ed.
+    `interpreter` is another venv's python (default: this one's). A flag whose
+    value is None or False is left out, True gives it bare; other values are str()-ed.
     """
-    command = [sys.executable, "-m", module, "--worker", worker]
+    command = [interpreter or sys.executable, "-m", module, "--worker", worker]
     for name, value in flags.items():
         if value is None or value is False:
             continue

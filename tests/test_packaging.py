@@ -157,7 +157,12 @@ def requirements_by_extra(metadata: str) -> dict:
         extra = re.search(r'extra == "([^"]+)"', marker)
         rest = re.sub(r'\s*(and\s+)?extra == "[^"]+"', "", marker).strip()
         rest = re.sub(r"^\((.*)\)$", r"\1", rest)
-        text = re.sub(r"\s+", "", requirement) + (f"; {rest}" if rest else "")
+        requirement = re.sub(r"\s+", "", requirement)
+        # Setuptools versions also differ in the name's spelling (prometheus_client
+        # or prometheus-client): compare PEP 503's normalized names.
+        name = re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
+        requirement = re.sub(r"[-_.]+", "-", name).lower() + requirement[len(name):]
+        text = requirement + (f"; {rest}" if rest else "")
         found.setdefault(extra.group(1) if extra else "", set()).add(text)
     return found
 
