@@ -1,7 +1,8 @@
 """--variable_update=replicated against the default layout (bert_ad/parallel/replicated.py).
 
-* Equivalence: N towers x B equal 1 tower x N*B after an applied step, in
-  both layouts (dropout off, same saved start, relative difference <= 1e-5),
+* Equivalence: N replicated towers x B equal 1 tower x N*B after an applied
+  step (the default layout's case is test_training's; dropout off, same saved
+  start, relative difference <= 1e-5),
   with accumulation, a bias-corrected optimizer and an anchored head
   learning-rate multiplier too; every tower's copy equals tower 0's, exactly.
 * Checkpoints: the replicated graph saves and restores Google's layout (the
