@@ -472,10 +472,11 @@ def test_only_the_chief_writes_and_both_log_the_cluster_loss(equivalence_runs):
 def test_a_killed_worker_stops_the_other_and_a_relaunch_resumes(setup):
     root = os.path.join(setup.root, "fault")
     chief_dir, other_dir = os.path.join(root, "chief"), os.path.join(root, "other")
-    # 12 epochs of 40 rows, global batch 8: 60 steps, a checkpoint every 5.
-    flags = dict(setup.flags, n_gpus=1, num_train_epochs=12, save_checkpoints_steps=5,
+    # 8 epochs of 40 rows, global batch 8: 40 steps, a checkpoint every 5 (the other
+    # worker is killed once the first is written, 35 steps before the run could end).
+    flags = dict(setup.flags, n_gpus=1, num_train_epochs=8, save_checkpoints_steps=5,
                  log_every_n_steps=5, collective_timeout_s=STEP_TIMEOUT)
-    total = 60
+    total = 40
     ports = free_ports(2)
 
     def start(processes, index, tag):
@@ -617,10 +618,19 @@ def test_bad_cluster_input_is_one_error_line(setup):
                                 {"collective_fp16": True},
                                 ["--collective_fp16 is not available here: TensorFlow "
                                  "1.15's CPU ring all-reduce has no float16"])
+    # Refused from the flags and TF_CONFIG before this worker's server starts: in this
+    # process (the launchers' entry point, the same exit code and error line; TF_CONFIG
+    # empty is unset, as launcher_env leaves it). A worker of a cluster that starts its
+    # server, waits for another or meets one stays a process of its own.
+    in_process = {"malformed", "index_out_of_range", "flag_out_of_range", "port_in_use",
+                  "fp16_on_tf1"}
+    runs = {}
     try:
         with Processes() as processes:
             started = {}
             for name, (env, changes, _) in cases.items():
+                if name in in_process:
+                    continue
                 flags = dict(base, output_dir=os.path.join(root, name), **changes)
                 started[name] = processes.start([sys.executable, CLASSIFIER] +
                                                 flag_args(flags),
@@ -630,12 +640,19 @@ def test_bad_cluster_input_is_one_error_line(setup):
                                         f"--output_dir={root}/launcher"],
                                        os.path.join(root, "launcher.log"),
                                        PYTHON=sys.executable)
+            # Meanwhile, the in-process cases.
+            for name, (env, changes, _) in cases.items():
+                if name in in_process:
+                    flags = dict(base, output_dir=os.path.join(root, name), **changes)
+                    runs[name] = run_launcher_in_process([CLASSIFIER] + flag_args(flags),
+                                                         **dict({"TF_CONFIG": ""}, **env))
             with ThreadPoolExecutor(len(started) + 1) as pool:
                 list(pool.map(wait, list(started.values()) + [launcher]))
     finally:
         busy.close()
+    runs.update({name: logged_run(process) for name, process in started.items()})
     for name, (_, _, expected) in cases.items():
-        assert_one_error_line(logged_run(started[name]), *expected)
+        assert_one_error_line(runs[name], *expected)
     log = read_text(launcher.log_path)
     assert launcher.returncode == 2, log
     assert log.count("error: --task_name is required") == 2, log

@@ -146,12 +146,22 @@ def test_train_then_eval_on_held_out_data(workspace, tmp_path):
     assert "bert/encoder/layer_0/output/dense/kernel/adam_m" in saved
 
 
-def test_continued_pretraining_from_a_checkpoint_without_heads(workspace, tmp_path):
-    released = save_initial_checkpoint(str(tmp_path / "released" / "bert_model.ckpt"),
+@pytest.fixture(scope="module")
+def continued_run(workspace, tmp_path_factory) -> tuple:
+    """One short run from a released checkpoint without heads, with --lr_scaling=sqrt on
+    2 towers: (its Run, its output folder). Two facts of one run, two tests below."""
+    root = tmp_path_factory.mktemp("continued")
+    released = save_initial_checkpoint(str(root / "released" / "bert_model.ckpt"),
                                        BertConfig(**CONFIG))
-    result = run(common(workspace, str(tmp_path / "out")) + [
-        f"--input_file={workspace / 'train' / 'shard-0.tfrecord'}",
-        f"--init_checkpoint={released}", "--do_train", "--num_train_steps=2"])
+    output = str(root / "out")
+    result = run(common(workspace, output) + [
+        f"--input_file={workspace / 'train'}", f"--init_checkpoint={released}",
+        "--do_train", "--num_train_steps=2", "--lr_scaling=sqrt"])
+    return result, output
+
+
+def test_continued_pretraining_from_a_checkpoint_without_heads(continued_run):
+    result, _ = continued_run
     assert result.returncode == 0, result.stderr[-3000:]
     assert "freshly initialised (7): cls/predictions/transform/dense/kernel" in result.stderr
     assert "cls/seq_relationship/output_weights" in result.stderr
@@ -161,8 +171,9 @@ def test_mlm_only_data_turns_the_next_sentence_head_off(workspace, tmp_path):
     path = str(tmp_path / "mlm.tfrecord")
     write_records(path, 16, seed=5, nsp=False)
     output = str(tmp_path / "out")
-    result = run(common(workspace, output) + [
-        f"--input_file={path}", "--do_train", "--num_train_steps=2"])
+    # One tower: the objective does not depend on the tower count.
+    args = [a for a in common(workspace, output) if a != "--n_gpus=2"] + ["--n_gpus=1"]
+    result = run(args + [f"--input_file={path}", "--do_train", "--num_train_steps=2"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "objective: masked LM only" in result.stderr
     saved = dict(tf.train.list_variables(os.path.join(output, "model.ckpt-2")))
@@ -194,11 +205,8 @@ def test_bad_input_is_one_clear_line(workspace, tmp_path, extra, message):
     assert (output / "keep.txt").read_text() == "user data"
 
 
-def test_lr_scaling_applies_to_pretraining_and_is_reported(workspace, tmp_path):
-    output = str(tmp_path / "out")
-    result = run(common(workspace, output) + [
-        f"--input_file={workspace / 'train'}", "--do_train", "--num_train_steps=2",
-        "--lr_scaling=sqrt"])
+def test_lr_scaling_applies_to_pretraining_and_is_reported(continued_run):
+    result, output = continued_run
     assert result.returncode == 0, result.stderr[-3000:]
     trained = read_key_values(os.path.join(output, "train_results.txt"))
     # 2 towers x 4 = global batch 8, twice one tower's 4: the rate times sqrt(2).

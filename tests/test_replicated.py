@@ -1,7 +1,8 @@
 """--variable_update=replicated against the default layout (bert_ad/parallel/replicated.py).
 
-* Equivalence: N towers x B equal 1 tower x N*B after an applied step, in
-  both layouts (dropout off, same saved start, relative difference <= 1e-5),
+* Equivalence: N replicated towers x B equal 1 tower x N*B after an applied
+  step (the default layout's case is test_training's; dropout off, same saved
+  start, relative difference <= 1e-5),
   with accumulation, a bias-corrected optimizer and an anchored head
   learning-rate multiplier too; every tower's copy equals tower 0's, exactly.
 * Checkpoints: the replicated graph saves and restores Google's layout (the
@@ -31,8 +32,8 @@ from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.tasks.base import Encoder
 from helpers import (StepGraphs, assert_one_error_line, assert_same_weights,
-                     assert_weights_moved, classifier_rows, run_launcher, slice_rows,
-                     train_one_step, variable_values)
+                     assert_weights_moved, classifier_rows, run_launcher_in_process,
+                     slice_rows, train_one_step, variable_values)
 from toy_task import ToyRegressionTask, toy_rows
 
 # One encoder layer: every kind of variable the equivalence covers, and each graph
@@ -102,7 +103,10 @@ def replica_differences(session) -> dict:
             for name, (a, b) in values.items()}
 
 
-@pytest.mark.parametrize("mode", ["parameter_server", "replicated"])
+# The default layout (parameter_server) of this equivalence is test_training's
+# test_towers_equal_one_tower_with_the_whole_batch: the same config, data, graphs and
+# asserts; here, the layout this file adds.
+@pytest.mark.parametrize("mode", ["replicated"])
 @pytest.mark.parametrize("n_towers", [2, 3])
 def test_towers_equal_one_tower_with_the_whole_batch(graphs, initial_checkpoint, mode,
                                                      n_towers):
@@ -304,8 +308,10 @@ def test_a_replicated_run_resumes_in_the_default_layout(tmp_path):
         "global_step"]) == 12
 
 
+# Refused at the flags, before training: in this process (the same entry point, exit code
+# and error line as a fresh interpreter, see helpers.run_launcher_in_process).
 def test_replicated_is_refused_with_sparse_embedding_updates(tmp_path):
-    run = run_launcher(["run_classifier_mgpu.py", "--task_name=sentiment",
+    run = run_launcher_in_process(["run_classifier_mgpu.py", "--task_name=sentiment",
                         f"--output_dir={tmp_path / 'out'}", "--bert_config_file=x.json",
                         "--do_train", "--sparse_embedding_updates",
                         "--variable_update=replicated"])
@@ -314,7 +320,7 @@ def test_replicated_is_refused_with_sparse_embedding_updates(tmp_path):
 
 
 def test_replicated_is_refused_in_a_cluster(tmp_path):
-    run = run_launcher(["run_classifier_mgpu.py", "--task_name=sentiment",
+    run = run_launcher_in_process(["run_classifier_mgpu.py", "--task_name=sentiment",
                         f"--output_dir={tmp_path / 'out'}", "--bert_config_file=x.json",
                         "--do_train", "--variable_update=replicated",
                         "--worker_hosts=localhost:1,localhost:2", "--task_index=0"])

@@ -136,22 +136,36 @@ def test_non_finite_gradient_skips_the_update(graphs, initial_checkpoint):
         np.testing.assert_array_equal(a, b)
 
 
-def build_fp16():
+def build_in_precision(precision: str):
+    """The 1-tower classifier graph computing in `precision` (fp32 master weights)."""
+    from bert_ad.model.precision import compute_dtype
     config = BertConfig(**CONFIG)
     plan = plan_devices(1, cuda_visible_devices="")
-    settings = TrainSettings(learning_rate=1e-3, num_train_steps=1000, precision="fp16")
+    settings = TrainSettings(learning_rate=1e-3, num_train_steps=1000, precision=precision)
     graph = build_train_graph(
         plan, FEATURE_SPEC,
-        lambda f, i: classifier(Encoder(config, tf.float16).model(f, True), f, NUM_LABELS,
-                                True).loss, settings)
-    assert graph.loss_scale is not None
+        lambda f, i: classifier(Encoder(config, compute_dtype(precision)).model(f, True), f,
+                                NUM_LABELS, True).loss, settings)
+    if precision == "fp16":
+        assert graph.loss_scale is not None
     return plan, graph
 
 
-def test_fp16_trains_fp32_master_weights_and_skips_overflowing_steps(initial_checkpoint):
+@pytest.fixture(scope="module")
+def precision_graphs():
+    """precision_graphs(precision): the 1-tower graph in that precision, built once for
+    the fp16 training test and the losses below."""
+    graphs = StepGraphs(build_in_precision)
+    yield graphs
+    graphs.close()
+
+
+def test_fp16_trains_fp32_master_weights_and_skips_overflowing_steps(initial_checkpoint,
+                                                                     precision_graphs):
     data = make_data(4)
-    with tf.Graph().as_default():
-        _, graph = build_fp16()
+    fp16 = precision_graphs("fp16")
+    graph, session = fp16.train, fp16.session
+    with fp16.graph.as_default():
         # Everything saved stays float32: master weights, slots, loss scale.
         for variable in tf.global_variables():
             if variable.name.startswith(("bert/", "output_")):
@@ -161,23 +175,22 @@ def test_fp16_trains_fp32_master_weights_and_skips_overflowing_steps(initial_che
                    if op.type == "MatMul" and "/encoder/" in op.name
                    and "gradients" not in op.name]
         assert matmuls and all(op.outputs[0].dtype == tf.float16 for op in matmuls)
-        with tf.Session() as session:
-            session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-            tf.train.Saver(var_list=graph.variables).restore(session, initial_checkpoint)
-            feed = {graph.placeholders[0][k]: data[k] for k in graph.placeholders[0]}
-            applied, step = session.run([graph.train_step, graph.step_after], feed)
-            assert applied and step == 1
-            assert session.run(graph.loss_scale.scale) == 2.0 ** 15
-            # A scale that overflows float16 (65504) in the backward pass: the
-            # update is skipped, the step and schedule stay, the scale halves.
-            session.run(graph.loss_scale.scale.assign(2.0 ** 40))
-            before = session.run(graph.variables)
-            applied, step, loss = session.run(
-                [graph.train_step, graph.step_after, graph.loss], feed)
-            assert not applied and step == 1 and np.isfinite(loss)
-            assert session.run(graph.loss_scale.scale) == 2.0 ** 39
-            for a, b in zip(session.run(graph.variables), before):
-                np.testing.assert_array_equal(a, b)
+        session.run(fp16.initialize)
+        fp16.restore.restore(session, initial_checkpoint)
+        feed = {graph.placeholders[0][k]: data[k] for k in graph.placeholders[0]}
+        applied, step = session.run([graph.train_step, graph.step_after], feed)
+        assert applied and step == 1
+        assert session.run(graph.loss_scale.scale) == 2.0 ** 15
+        # A scale that overflows float16 (65504) in the backward pass: the
+        # update is skipped, the step and schedule stay, the scale halves.
+        session.run(graph.loss_scale.scale.assign(2.0 ** 40))
+        before = session.run(graph.variables)
+        applied, step, loss = session.run(
+            [graph.train_step, graph.step_after, graph.loss], feed)
+        assert not applied and step == 1 and np.isfinite(loss)
+        assert session.run(graph.loss_scale.scale) == 2.0 ** 39
+        for a, b in zip(session.run(graph.variables), before):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_precision_flag_values():
@@ -237,39 +250,39 @@ def test_pretraining_towers_equal_one_tower_with_the_whole_batch(tmp_path):
     assert_same_weights(weights_3, weights_1)
 
 
-def loss_of(initial_checkpoint: str, precision: str, use_xla: bool) -> float:
-    """The loss of make_data(8, seed=11) at the initial weights, in `precision`."""
-    from bert_ad.model.precision import compute_dtype
+def loss_of(graph, initial_checkpoint: str, use_xla: bool = False) -> float:
+    """The loss of make_data(8, seed=11) at the initial weights, in `graph` (a StepGraph:
+    the 1-tower classifier in some precision), run in its session or, with `use_xla`, in
+    a session of its own with XLA on (the same graph: what --use_xla changes is the
+    session's config)."""
     data = make_data(8, seed=11)
-    config = BertConfig(**CONFIG)
-    with tf.Graph().as_default():
-        plan = plan_devices(1, cuda_visible_devices="")
-        graph = build_train_graph(
-            plan, FEATURE_SPEC,
-            lambda f, i: classifier(Encoder(config, compute_dtype(precision)).model(f, True),
-                                    f, NUM_LABELS, True).loss,
-            TrainSettings(num_train_steps=10, precision=precision))
-        with tf.Session(config=session_config(1, use_xla=use_xla)) as session:
-            session.run([tf.global_variables_initializer(),
-                         tf.local_variables_initializer()])
-            tf.train.Saver(var_list=graph.variables).restore(session, initial_checkpoint)
-            feed = {graph.placeholders[0][k]: data[k] for k in graph.placeholders[0]}
-            return session.run(graph.loss, feed)
+    session = (tf.Session(graph=graph.graph, config=session_config(1, use_xla=True))
+               if use_xla else graph.session)
+    try:
+        session.run(graph.initialize)
+        graph.restore.restore(session, initial_checkpoint)
+        return session.run(graph.train.loss, graph.feed([data]))
+    finally:
+        if use_xla:
+            session.close()
 
 
 @pytest.fixture(scope="module")
-def fp32_loss(initial_checkpoint) -> float:
-    return loss_of(initial_checkpoint, "fp32", False)
+def fp32_loss(graphs, initial_checkpoint) -> float:
+    # The module's 1-tower fp32 graph: the loss at the initial weights depends on
+    # none of its optimizer settings.
+    return loss_of(graphs(1, 1, "adamw"), initial_checkpoint)
 
 
 @pytest.mark.parametrize("precision, use_xla", [("fp16", False), ("bf16", False),
                                                 ("fp32", True)])
-def test_half_precision_and_xla_losses_match_fp32(initial_checkpoint, fp32_loss, precision,
-                                                  use_xla):
+def test_half_precision_and_xla_losses_match_fp32(graphs, precision_graphs, initial_checkpoint,
+                                                  fp32_loss, precision, use_xla):
     """The issue's bar: losses within 1e-2 relative of fp32 on the same batch."""
     from bert_ad.compat import IS_TF1
     if precision == "bf16" and IS_TF1:
         pytest.skip("bf16 needs TensorFlow 2.x (refused on TF 1.15, tested above)")
     reference = fp32_loss
-    other = loss_of(initial_checkpoint, precision, use_xla)
+    graph = graphs(1, 1, "adamw") if precision == "fp32" else precision_graphs(precision)
+    other = loss_of(graph, initial_checkpoint, use_xla)
     assert abs(other - reference) <= 1e-2 * abs(reference), (other, reference)
