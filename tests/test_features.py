@@ -33,7 +33,8 @@ from bert_ad.metrics.regression import spearman
 from bert_ad.inference.layout import metadata_path
 from bert_ad.tasks.features import split_line
 from helpers import (REPO, Run, assert_one_error_line, basic_words, flag_args,
-                     run_launcher, run_main, save_initial_checkpoint, tiny_model, tree_digest)
+                     run_launcher, run_launcher_in_process, run_main, save_initial_checkpoint,
+                     tiny_model, tree_digest)
 
 LAUNCHER = os.path.join(REPO, "extract_features.py")
 SAMPLE_CORPUS = os.path.join(REPO, "data", "sample_corpus")
@@ -123,7 +124,9 @@ def test_the_launcher_writes_googles_json_lines(model, tmp_path):
     input_file = tmp_path / "input.txt"
     input_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "out" / "features.jsonl"
-    run = run_launcher([LAUNCHER] + flag_args(model_flags(
+    # The root launcher's entry point in this process (the line format is the subject;
+    # test_cli_help.py starts the launcher as a user types it).
+    run = run_launcher_in_process([LAUNCHER] + flag_args(model_flags(
         model, input_file=input_file, output_file=output, n_gpus=2, batch_size=2))).check()
     assert "were truncated" in run.stderr  # the long news lines, counted
     written = output.read_text(encoding="utf-8").splitlines()
