@@ -679,13 +679,15 @@ def test_hf2google_bad_input_through_the_command_line(tmp_path, kind, message):
     assert os.listdir(str(out)) == ["notes.txt"]
 
 
-def test_google2hf_missing_checkpoint_is_one_line(tmp_path):
-    result = run_module("bert_ad.convert", [
+def test_google2hf_missing_checkpoint_is_one_line(tmp_path, capsys):
+    # In-process: the real entry point, and TensorFlow's start-up lines before ours, are
+    # the command-line tests' above (vocab_lines is refused after TensorFlow is up).
+    code, _, stderr = _cli_in_process([
         "google2hf", "--checkpoint", str(tmp_path / "nothing" / "model.ckpt-5"),
-        "--output_dir", str(tmp_path / "out")])
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    lines = _our_stderr(result.stderr)
-    assert len(lines) == 1, result.stderr
+        "--output_dir", str(tmp_path / "out")], capsys)
+    assert code == 2 and "Traceback" not in stderr
+    lines = _our_stderr(stderr)
+    assert len(lines) == 1, stderr
     assert re.match(r"error: --checkpoint=.*model\.ckpt-5 is not a checkpoint", lines[0])
     assert not os.path.exists(str(tmp_path / "out"))
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ import bert_ad
 from bert_ad.cli import registry
 from bert_ad.data.tokenization import FullTokenizer
 from bert_ad.resources import samples
+from helpers import run_cli_in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads to build the wheel.
@@ -288,9 +290,12 @@ def test_every_command_says_how_to_install_tensorflow(venv_without_tensorflow, w
     # The root launchers of the checkout, run by the venv's Python.
     for launcher in ROOT_LAUNCHERS:
         versions.append(["python", os.path.join(REPO, launcher), "--version"])
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(venv.run, commands))
-        versioned = list(pool.map(venv.run, versions))
+    helps = [[os.path.join(venv.bin, script), "--help"] for script in HELP_WITHOUT_TENSORFLOW]
+    with ThreadPoolExecutor(4) as pool:   # one pool for all three lists: no waits between
+        results = pool.map(venv.run, commands)
+        versioned = pool.map(venv.run, versions)
+        helped_runs = pool.map(venv.run, helps)
+        results, versioned, helped_runs = list(results), list(versioned), list(helped_runs)
     for result in results:
         assert_missing_tensorflow_line(result, "no TensorFlow is installed: ")
     # --version says what this install is: a scoring machine (issue 50).
@@ -301,8 +306,8 @@ def test_every_command_says_how_to_install_tensorflow(venv_without_tensorflow, w
         assert _check(result).stdout == version
     assert not (tmp_path / "out.tfrecord").exists()
 
-    for script in HELP_WITHOUT_TENSORFLOW:
-        helped = _check(venv.run([os.path.join(venv.bin, script), "--help"]))
+    for script, helped in zip(HELP_WITHOUT_TENSORFLOW, helped_runs):
+        helped = _check(helped)
         assert helped.stdout.startswith(f"usage: {script} ")
 
 
@@ -403,14 +408,17 @@ def test_version_names_package_and_lane_tensorflow():
     build = r"CPU build" if version.startswith("1.") else r"CUDA [\d.]+ / cuDNN \d+ build"
     expected = re.compile(rf"bert_ad {re.escape(bert_ad.__version__)}, TensorFlow "
                           rf"{re.escape(version)} \({re.escape(name)}, {build}\)\n")
-    env = dict(os.environ, PYTHONPATH=REPO)
-    # A python -m command, and a root launcher with --version among other flags.
-    commands = [[sys.executable, "-m", "bert_ad.vocab", "--version"],
-                [sys.executable, "rewrite_finetune.py", "--output_dir=x", "--version"]]
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda c: _run(c, REPO, env, 300), commands))
-    for result in results:
-        _check(result)
+    # A python -m command, and a root launcher with --version among other flags: each
+    # run as __main__ in this process (runpy; the lane's TensorFlow is already imported,
+    # which --version reports the same), output captured as a process's would be.
+    commands = [(["python -m bert_ad.vocab", "--version"],
+                 lambda: runpy.run_module("bert_ad.vocab", run_name="__main__")),
+                (["rewrite_finetune.py", "--output_dir=x", "--version"],
+                 lambda: runpy.run_path(os.path.join(REPO, "rewrite_finetune.py"),
+                                        run_name="__main__"))]
+    for argv, main in commands:
+        result = run_cli_in_process(main, argv)
+        assert result.returncode == 0, result.stderr
         assert expected.fullmatch(result.stdout), result.stdout
         assert "Traceback" not in result.stderr
 

