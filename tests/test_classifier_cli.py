@@ -5,10 +5,11 @@ of data/sample_sentiment (helpers.tiny_model), on 1 or 3 logical CPU towers, so 
 file needs no downloads and no GPU. One training run (module fixture) is
 shared: its checkpoints are scored again with other tower counts and input
 orders, copied into output dirs for the bad-input cases, and cut back to an
-intermediate checkpoint for the resume test. The training run is a subprocess,
-as a user types it; the runs after it (scoring again, resuming, bad input but one)
-run the same entry point in this process (helpers.run_launcher_in_process),
-without a TensorFlow import each.
+intermediate checkpoint for the resume test. Every run (training, scoring again,
+resuming, bad input but one) runs the launcher's entry point in this process
+(helpers.run_launcher_in_process), without a TensorFlow import each; one bad-input
+case also runs as a user types it (a fresh interpreter through the root launcher)
+and must end the same way.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from helpers import (
-    REPO, SAMPLE_SENTIMENT as SAMPLE, Run, flag_args, run_bad_inputs_in_process, run_launcher,
+    REPO, SAMPLE_SENTIMENT as SAMPLE, Run, flag_args, run_bad_inputs_in_process,
     run_launcher_in_process, run_many, tiny_model, write_config)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
@@ -35,11 +36,6 @@ EXAMPLES_SEEN = STEPS * TOWERS * BATCH
 
 # ---------------------------------------------------------------------------
 # Running the CLI.
-
-
-def run_cli(args: list) -> Run:
-    """The launcher in a fresh interpreter, as a user types it (the training run)."""
-    return run_launcher([LAUNCHER] + list(args))
 
 
 def run_cli_in_process(args: list) -> Run:
@@ -155,7 +151,7 @@ def trained(setup):
     output_dir = os.path.join(setup.root, "trained")
     flags = dict(training_flags(setup, output_dir), do_predict=True, do_eval=True,
                  predict_file=setup.dev_file)
-    run = run_cli(flag_args(flags)).check()
+    run = run_cli_in_process(flag_args(flags)).check()
     return output_dir, run
 
 

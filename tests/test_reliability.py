@@ -1,10 +1,14 @@
 """Nothing lost, nothing silently wrong: the run-level promises of docs/reliability.md.
 
-Real runs of run_classifier_mgpu.py on a tiny model (subprocesses, as users
-run it): a locked output_dir, a fixed label list, a cut-short newest
-checkpoint, SIGTERM and Ctrl-C, a full disk during a checkpoint save,
-predict files with blank lines, a finished run rerun, and a frozen worker
-under scripts/launch_local_workers.sh.
+Runs of run_classifier_mgpu.py on a tiny model: a locked output_dir, a fixed label
+list, a cut-short newest checkpoint, SIGTERM and Ctrl-C, a full disk during a
+checkpoint save, predict files with blank lines, a finished run rerun, and a frozen
+worker under scripts/launch_local_workers.sh. Where the process is the subject (a
+signal, a lock another process holds, what a real process prints to the terminal,
+a file-size limit) the run is a subprocess, as users run it; the rest run the same
+entry point in this process (helpers.run_launcher_in_process), without a TensorFlow
+import each. One 10-step training run (the `trained` fixture) is copied by the tests
+that go on from a trained output_dir.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import pytest
 
 from helpers import (REPO, SAMPLE_SENTIMENT, Processes, Run, assert_one_error_line,
                      default_signals, flag_args, launcher_env, logged_run, read_text,
-                     run_command, run_launcher, save_initial_checkpoint, tiny_model,
-                     tree_digest, wait, write_config)
+                     run_command, run_launcher, run_launcher_in_process,
+                     save_initial_checkpoint, tiny_model, tree_digest, wait, write_config)
 
 LAUNCHER = os.path.join(REPO, "run_classifier_mgpu.py")
 
@@ -50,6 +54,26 @@ def flags(w, output_dir: str, **changes) -> list:
     return [LAUNCHER] + flag_args(values)
 
 
+# The `trained` fixture's run: 40 rows / 4 = 10 steps, a checkpoint at 5 and at 10.
+TRAINED = {"save_checkpoints_steps": 5}
+
+
+@pytest.fixture(scope="module")
+def trained(ws, tmp_path_factory) -> str:
+    """An output_dir after 10 training steps (model.ckpt-5, model.ckpt-10, labels.txt,
+    train_results.txt): tests that go on from a trained output_dir get a copy
+    (`trained_copy`)."""
+    output_dir = str(tmp_path_factory.mktemp("trained") / "out")
+    run_launcher_in_process(flags(ws, output_dir, **TRAINED)).check()
+    return output_dir
+
+
+def trained_copy(trained: str, tmp_path) -> str:
+    output_dir = str(tmp_path / "out")
+    shutil.copytree(trained, output_dir)
+    return output_dir
+
+
 def wait_for(predicate, seconds: float = 120.0) -> None:
     deadline = time.time() + seconds
     while not predicate():
@@ -69,7 +93,8 @@ def test_a_second_run_into_a_busy_output_dir_is_refused(ws, tmp_path):
         owner = json.load(open(lock))
         assert owner["pid"] == first.pid
         before = sorted(os.listdir(output_dir))
-        second = run_launcher(flags(ws, output_dir, num_train_epochs=1))
+        # The lock is held by another process (`first`); the refused run can be this one.
+        second = run_launcher_in_process(flags(ws, output_dir, num_train_epochs=1))
         assert_one_error_line(second, "is in use by another run", f"pid {first.pid}")
         assert json.load(open(lock))["pid"] == first.pid     # still the first run's
         assert sorted(os.listdir(output_dir)) == before
@@ -77,41 +102,40 @@ def test_a_second_run_into_a_busy_output_dir_is_refused(ws, tmp_path):
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
     assert os.path.exists(lock)
-    third = run_launcher(flags(ws, output_dir, num_train_epochs=1)).check()
+    third = run_launcher_in_process(flags(ws, output_dir, num_train_epochs=1)).check()
     assert "is no longer running: taking the lock over" in third.stderr
     assert not os.path.exists(lock)  # released at the end
 
 
-def test_relabelled_data_is_refused_before_anything_is_written(ws, tmp_path):
-    output_dir = str(tmp_path / "out")
-    run_launcher(flags(ws, output_dir)).check()
+def test_relabelled_data_is_refused_before_anything_is_written(ws, trained, tmp_path):
+    output_dir = trained_copy(trained, tmp_path)
     assert open(os.path.join(output_dir, "labels.txt")).read() == "0\n1\n"
     before = tree_digest(output_dir)
-    swapped = run_launcher(flags(ws, output_dir, labels="1,0", num_train_epochs=2))
+    swapped = run_launcher_in_process(flags(ws, output_dir, labels="1,0", num_train_epochs=2))
     assert_one_error_line(swapped, "labels.txt lists the labels 0, 1", "are 1, 0")
     data = tmp_path / "three"
     shutil.copytree(SAMPLE_SENTIMENT, data)
     with open(data / "train.tsv", "a", encoding="utf-8") as f:
         f.write("2\ta third kind of review\n")
-    three = run_launcher(flags(ws, output_dir, data_dir=str(data), num_train_epochs=2))
+    three = run_launcher_in_process(flags(ws, output_dir, data_dir=str(data),
+                                          num_train_epochs=2))
     assert_one_error_line(three, "labels.txt lists the labels 0, 1", "are 0, 1, 2")
     assert tree_digest(output_dir) == before
 
 
 def test_an_output_dir_trained_with_another_config_is_refused_before_anything_is_written(
-        ws, tmp_path):
+        ws, trained, tmp_path):
     """Resuming, predicting or exporting with a --bert_config_file of another shape
     than the one output_dir's checkpoints were trained with: one line naming a
     variable, both shapes and the config fields, before anything is written."""
-    output_dir = str(tmp_path / "out")
-    run_launcher(flags(ws, output_dir)).check()
+    output_dir = trained_copy(trained, tmp_path)
     before = tree_digest(output_dir)
     wider = write_config(str(tmp_path / "wider.json"), ws.model.vocab_size, hidden_size=64,
                          intermediate_size=128)
     for changes in ({"num_train_epochs": 2}, {"do_train": None, "do_predict": True},
                     {"do_train": None, "do_export": True}):
-        run = run_launcher(flags(ws, output_dir, bert_config_file=wider, init_checkpoint=None,
-                                 **changes))
+        run = run_launcher_in_process(flags(ws, output_dir, bert_config_file=wider,
+                                            init_checkpoint=None, **changes))
         # The folder's own record (model_settings.json) tells, before a checkpoint is read.
         assert_one_error_line(
             run, f"--bert_config_file={wider} is another model than the model folder "
@@ -121,15 +145,14 @@ def test_an_output_dir_trained_with_another_config_is_refused_before_anything_is
         assert tree_digest(output_dir) == before
 
 
-def test_resume_skips_a_cut_short_checkpoint(ws, tmp_path):
-    output_dir = str(tmp_path / "out")
-    # 40 rows / 4 = 10 steps an epoch.
-    run_launcher(flags(ws, output_dir, save_checkpoints_steps=5)).check()
+def test_resume_skips_a_cut_short_checkpoint(ws, trained, tmp_path):
+    # 40 rows / 4 = 10 steps an epoch, a checkpoint every 5 (TRAINED).
+    output_dir = trained_copy(trained, tmp_path)
     data = os.path.join(output_dir, "model.ckpt-10.data-00000-of-00001")
     raw = open(data, "rb").read()
     open(data, "wb").write(raw[:len(raw) // 3])
-    resumed = run_launcher(flags(ws, output_dir, save_checkpoints_steps=5,
-                                 num_train_epochs=2)).check()
+    resumed = run_launcher_in_process(flags(ws, output_dir, save_checkpoints_steps=5,
+                                            num_train_epochs=2)).check()
     assert "model.ckpt-10 cannot be read" in resumed.stderr
     assert re.search(r"resuming from .*model\.ckpt-5\n", resumed.stderr)
     names = os.listdir(output_dir)
@@ -168,14 +191,6 @@ def test_sigterm_saves_and_the_same_command_resumes(ws, tmp_path, first, second)
         assert f"resuming from {match.group(2)}" in text
         assert re.search(r"error: stopped by Ctrl-C \(SIGINT\) at step (\d+): saved ", text)
         assert "Traceback" not in text
-
-
-@pytest.fixture(scope="module")
-def trained(ws, tmp_path_factory) -> str:
-    """An output_dir after 10 training steps (model.ckpt-10, labels.txt)."""
-    output_dir = str(tmp_path_factory.mktemp("trained") / "out")
-    run_launcher(flags(ws, output_dir)).check()
-    return output_dir
 
 
 def signalled_at(command: list, marker: str, signum: int) -> Run:
@@ -238,7 +253,7 @@ def test_sigterm_outside_the_training_loop_is_one_line_and_leaves_nothing(
         # What a kill -9 leaves (no handler runs) is removed by the next run.
         stale = os.path.join(output_dir, "export", ".10.0123abcd.staging")
         os.makedirs(os.path.join(stale, "variables"))
-        again = run_launcher(command[1:]).check()
+        again = run_launcher_in_process(command[1:]).check()
         assert f"cleaned up {stale}, left by an earlier run" in again.stderr
         assert not leftovers(output_dir)
         assert os.path.exists(os.path.join(output_dir, "export", "10", "saved_model.pb"))
@@ -294,29 +309,27 @@ def test_disk_full_during_a_checkpoint_save_is_one_line(ws, tmp_path):
     assert not [n for n in left if n.startswith("model.ckpt-10")], left
 
 
-def test_blank_lines_of_a_predict_file_keep_predict_txt_aligned(ws, tmp_path):
-    output_dir = str(tmp_path / "out")
-    run_launcher(flags(ws, output_dir)).check()
+def test_blank_lines_of_a_predict_file_keep_predict_txt_aligned(ws, trained, tmp_path):
+    output_dir = trained_copy(trained, tmp_path)
     rows = open(os.path.join(SAMPLE_SENTIMENT, "test.tsv"), encoding="utf-8").read()
     lines = rows.splitlines()[:9]
     lines[3:3] = [""]          # a blank line in the middle
     lines += ["\t", ""]        # a line of empty columns, a blank line at the end
     predict_file = tmp_path / "predict.tsv"
     predict_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run_launcher(flags(ws, output_dir, do_train=None, do_predict=True,
-                       predict_file=str(predict_file))).check()
+    run_launcher_in_process(flags(ws, output_dir, do_train=None, do_predict=True,
+                                  predict_file=str(predict_file))).check()
     predicted = open(os.path.join(output_dir, "predict.txt")).read().splitlines()
     probabilities = open(os.path.join(output_dir, "test_results.tsv")).read().splitlines()
     assert len(predicted) == len(probabilities) == len(lines) == 12
 
 
-def test_a_rerun_with_nothing_to_train_keeps_train_results(ws, tmp_path):
-    output_dir = str(tmp_path / "out")
-    run_launcher(flags(ws, output_dir)).check()
+def test_a_rerun_with_nothing_to_train_keeps_train_results(ws, trained, tmp_path):
+    output_dir = trained_copy(trained, tmp_path)
     path = os.path.join(output_dir, "train_results.txt")
     finished = open(path).read()
     assert "steps_run = 10" in finished
-    rerun = run_launcher(flags(ws, output_dir)).check()
+    rerun = run_launcher_in_process(flags(ws, output_dir, **TRAINED)).check()
     assert "kept the finished run's train_results.txt" in rerun.stderr
     assert open(path).read() == finished
     assert not os.path.exists(path + ".~1~")
