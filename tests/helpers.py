@@ -663,3 +663,25 @@ def assert_head_learns_at_multiplied_rate(task, feature_spec: dict, batch: List[
     skipped = set(head) | set(unchecked)
     assert_same_weights({k: v for k, v in faster.weights.items() if k not in skipped},
                         {k: v for k, v in plain.weights.items() if k not in skipped})
+
+
+def assert_head_steps_at_multiplied_rate(plain: "StepGraph", faster: "StepGraph",
+                                         batch: List[List[dict]], head: Sequence[str],
+                                         factor: float, checkpoint_path: str,
+                                         unchecked: Sequence[str] = ()) -> None:
+    """assert_head_learns_at_multiplied_rate on graphs a module already built (StepGraphs):
+    `plain` without learning-rate multipliers, `faster` with the task's
+    learning_rate_multipliers(), both of the same model and TrainSettings otherwise. The
+    initial weights are `plain`'s, saved to `checkpoint_path`; each step starts from them."""
+    checkpoint = plain.save_initial_weights(checkpoint_path)
+    plain_step = plain.step(checkpoint, batch)
+    faster_step = faster.step(checkpoint, batch)
+    for name in head:
+        start = tf.train.load_variable(checkpoint, name[:-2])
+        step_plain = plain_step.weights[name] - start
+        step_faster = faster_step.weights[name] - start
+        assert np.abs(step_plain).min() > 1e-4, name
+        np.testing.assert_allclose(step_faster, factor * step_plain, rtol=1e-4, err_msg=name)
+    skipped = set(head) | set(unchecked)
+    assert_same_weights({k: v for k, v in faster_step.weights.items() if k not in skipped},
+                        {k: v for k, v in plain_step.weights.items() if k not in skipped})

@@ -45,10 +45,10 @@ from bert_ad.tasks.classification import ClassificationTask
 from bert_ad.tasks.distillation import (DistillationLosses, DistillationTask, StudentStart,
                                         teacher_task, without_labels)
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
-from helpers import (SAMPLE_SENTIMENT, assert_same_weights, assert_weights_moved,
+from helpers import (SAMPLE_SENTIMENT, StepGraphs, assert_same_weights, assert_weights_moved,
                      flag_args, head_graph, run_bad_inputs_in_process,
                      run_launcher_in_process, sample_sentiment_texts, save_initial_checkpoint,
-                     save_initial_weights, tiny_model, train_one_step, write_config)
+                     tiny_model, train_one_step, write_config)
 
 TEACHER_LAYERS = 3
 SEQ = 24
@@ -237,24 +237,39 @@ LOSSES = DistillationLosses(temperature=2.0, soft_weight=1.0, hard_weight=0.5,
                             hidden_weight=0.3)
 
 
+def _build(task, n_towers: int) -> tuple:
+    plan = plan_devices(n_towers, cuda_visible_devices="")
+    return plan, build_train_graph(
+        plan, task.feature_spec, lambda f, i: task.build_model(f, True)["loss"],
+        TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1))
+
+
+@pytest.fixture(scope="module")
+def distill_graphs(setup):
+    """(the tasks of LOSSES and a 2-layer student {kind: (task, examples)}, their
+    training graphs by (kind, towers)): each graph built once for the tests that use it
+    (StepGraphs: a step starts afresh from its checkpoint, as a new graph would)."""
+    tasks = {kind: distill_task(setup, kind, LOSSES, layers=2) for kind in ("classifier", "ner")}
+    graphs = StepGraphs(lambda kind, n_towers: _build(tasks[kind][0], n_towers))
+    yield tasks, graphs
+    graphs.close()
+
+
 @pytest.mark.parametrize("kind", ["classifier", "ner"])
-def test_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, kind):
-    task, examples = distill_task(setup, kind, LOSSES, layers=2)
+def test_towers_equal_one_tower_with_the_whole_batch(distill_graphs, tmp_path, kind):
+    tasks, graphs = distill_graphs
+    task, examples = tasks[kind]
     gold_rows = len(examples) // 2
     # Each tower holds gold rows and transfer rows (no gold label), unevenly.
     halves = [np.array([0, 1, 2, gold_rows + 3]), np.array([4, gold_rows, gold_rows + 1,
                                                              gold_rows + 2])]
 
-    def build(n_towers):
-        plan = plan_devices(n_towers, cuda_visible_devices="")
-        return plan, build_train_graph(
-            plan, task.feature_spec, lambda f, i: task.build_model(f, True)["loss"],
-            TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1))
-
-    checkpoint = save_initial_weights(lambda: build(1), str(tmp_path / "init.ckpt"))
-    one = train_one_step(lambda: build(1), checkpoint,
+    # The 1-tower graph built once for the initial weights and its step.
+    one_tower = graphs(kind, 1)
+    checkpoint = one_tower.save_initial_weights(str(tmp_path / "init.ckpt"))
+    one = one_tower.step(checkpoint,
                          [[make_batch(examples, np.concatenate(halves), "dynamic")]])
-    two = train_one_step(lambda: build(2), checkpoint,
+    two = train_one_step(lambda: _build(task, 2), checkpoint,
                          [[make_batch(examples, h, "dynamic") for h in halves]])
     assert one.loss > 0.01
     assert abs(two.loss - one.loss) <= 1e-5 * one.loss
@@ -264,37 +279,52 @@ def test_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, kind):
     assert not [name for name in one.weights if "teacher" in name]
 
 
-def _initial_state(task, batches: dict, fetch_names) -> dict:
-    """The loss of each of `batches` ({name: batch}) and the values of some variables,
-    as training starts."""
-    with tf.Graph().as_default():
-        plan = plan_devices(1, cuda_visible_devices="")
-        graph = build_train_graph(plan, task.feature_spec,
-                                  lambda f, i: task.build_model(f, True)["loss"],
-                                  TrainSettings(learning_rate=1e-3, num_train_steps=10))
+def _state(graph, train, batches: dict, fetch_names, session, initialize) -> dict:
+    """The loss of each of `batches` ({name: batch}) and the values of some variables
+    of `graph` (its TrainGraph `train`), as training starts: `initialize` (every
+    variable's initializer) run in `session` first."""
+    with graph.as_default():
         every = {v.op.name: v for v in tf.global_variables() + tf.local_variables()}
         state = {"global": [v.op.name for v in tf.global_variables()],
                  "trainable": [v.op.name for v in tf.trainable_variables()],
                  "local": [v.op.name for v in tf.local_variables()]}
-        with tf.Session() as session:
-            session.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-            for name, batch in batches.items():
-                feed = {graph.placeholders[0][k]: batch[k] for k in graph.placeholders[0]}
-                state[name] = float(session.run(graph.loss, feed))
-            state.update(session.run({name: every[name] for name in fetch_names}))
+    session.run(initialize)
+    for name, batch in batches.items():
+        feed = {train.placeholders[0][k]: batch[k] for k in train.placeholders[0]}
+        state[name] = float(session.run(train.loss, feed))
+    state.update(session.run({name: every[name] for name in fetch_names}))
     return state
 
 
-def test_the_teacher_is_frozen_and_loaded_and_the_student_starts_from_its_layers(setup):
+def _initial_state(task, batches: dict, fetch_names) -> dict:
+    """The loss of each of `batches` ({name: batch}) and the values of some variables,
+    as training starts."""
+    with tf.Graph().as_default() as graph:
+        plan = plan_devices(1, cuda_visible_devices="")
+        train = build_train_graph(plan, task.feature_spec,
+                                  lambda f, i: task.build_model(f, True)["loss"],
+                                  TrainSettings(learning_rate=1e-3, num_train_steps=10))
+        initialize = [tf.global_variables_initializer(), tf.local_variables_initializer()]
+        with tf.Session() as session:
+            return _state(graph, train, batches, fetch_names, session, initialize)
+
+
+def test_the_teacher_is_frozen_and_loaded_and_the_student_starts_from_its_layers(
+        setup, distill_graphs):
     every_term = DistillationLosses(soft_weight=1.0, hard_weight=1.0, hidden_weight=1.0)
     checkpoint = _teacher_checkpoint(setup.classifier_teacher)
     kernel = "bert/encoder/layer_{}/output/dense/kernel"
-    task, examples = distill_task(setup, "classifier", every_term, layers=2)
+    # The 2-layer student of the towers test (LOSSES: every term on too), its graph
+    # built once for both tests.
+    tasks, graphs = distill_graphs
+    _, examples = tasks["classifier"]
     gold_rows = len(examples) // 2
     gold = make_batch(examples, np.arange(8), "dynamic")
     transfer = make_batch(examples, gold_rows + np.arange(8), "dynamic")  # the same texts
-    state = _initial_state(task, {"gold": gold}, [
-        "teacher/output_weights", kernel.format(1), "teacher/" + kernel.format(2)])
+    one_tower = graphs("classifier", 1)
+    state = _state(one_tower.graph, one_tower.train, {"gold": gold}, [
+        "teacher/output_weights", kernel.format(1), "teacher/" + kernel.format(2)],
+        one_tower.session, one_tower.initialize)
     assert not [name for name in state["global"] + state["trainable"] if "teacher" in name]
     assert "teacher/bert/encoder/layer_2/output/dense/kernel" in state["local"]
     assert kernel.format(2) not in state["global"]     # a student of 2 layers

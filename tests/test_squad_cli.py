@@ -107,7 +107,9 @@ def windows_logged(stderr: str, split: str) -> int:
 
 @pytest.fixture(scope="module")
 def trained(setup):
-    """{"en": (output_dir, run), "zh": ...}: trained on 2 towers, predicted, evaluated."""
+    """{"en": (output_dir, run), "zh": ...}: trained on 2 towers, predicted, evaluated.
+    The English run as a user types it (a subprocess, in a thread), the Chinese one
+    meanwhile through the launcher's cli in this process (no second TensorFlow import)."""
     s = setup
     en = dict(s.common, vocab_file=s.en_model.vocab_file,
               bert_config_file=s.en_model.config_file, train_file=EN, predict_file=EN,
@@ -119,11 +121,12 @@ def trained(setup):
               eval_every_steps=10, keep_best_checkpoint=True,
               # Google's threshold, given: unset, --do_eval would choose it on dev.
               null_score_diff_threshold=0.0)
-    with ThreadPoolExecutor(2) as pool:
-        runs = {name: pool.submit(run_launcher, [LAUNCHER] + flag_args(flags))
-                for name, flags in (("en", en), ("zh", zh))}
-        return {name: (flags["output_dir"], runs[name].result().check())
-                for name, flags in (("en", en), ("zh", zh))}
+    with ThreadPoolExecutor(1) as pool:
+        launched = pool.submit(run_launcher, [LAUNCHER] + flag_args(en))
+        zh_run = run_in_process([LAUNCHER] + flag_args(zh))
+        en_run = launched.result()
+    assert zh_run.returncode == 0, zh_run.describe()
+    return {"en": (en["output_dir"], en_run.check()), "zh": (zh["output_dir"], zh_run)}
 
 
 def check_predictions(output_dir: str, squad: dict) -> dict:
@@ -179,10 +182,12 @@ def test_the_export_serves_start_and_end_logits_and_scores_the_same(setup, train
     assert sorted(metadata.outputs) == ["end_logits", "start_logits"]
     assert sorted(metadata.inputs) == ["input_ids", "input_mask", "segment_ids"]
     rescored = os.path.join(setup.root, "en_from_export")
-    run_launcher([LAUNCHER] + flag_args(dict(
+    # In this process: what a new process adds is proven by the trained run's launch.
+    run = run_in_process([LAUNCHER] + flag_args(dict(
         predict_from_export=export_dir, predict_file=EN, do_predict=True, n_gpus=1,
         predict_batch_size=5, output_dir=rescored, max_query_length=16,
-        doc_stride=16))).check()
+        doc_stride=16)))
+    assert run.returncode == 0, run.describe()
     assert load(os.path.join(rescored, "predictions.json")) == \
         load(os.path.join(output_dir, "predictions.json"))
 
@@ -406,6 +411,8 @@ def broken(setup, name: str, change) -> str:
     """The English sample changed by change(data), written as NAME.json."""
     data = load(EN)
     change(data)
+    # The folder made here too: test_the_command_line_... runs without bad_runs (-k).
+    os.makedirs(os.path.join(setup.root, "bad"), exist_ok=True)
     return write_json(os.path.join(setup.root, "bad", name + ".json"), data)
 
 

@@ -33,9 +33,8 @@ from bert_ad.tasks.squad import SquadFiles, SquadTask
 from bert_ad.answers.squad import AnswerSettings
 from bert_ad.tools.convert import convert_google_to_hf
 
-from helpers import (REPO, TINY_CONFIG, assert_head_learns_at_multiplied_rate,
-                     assert_same_weights, assert_weights_moved,
-                     save_initial_weights, tiny_model, train_one_step)
+from helpers import (REPO, TINY_CONFIG, StepGraphs, assert_head_steps_at_multiplied_rate,
+                     assert_same_weights, assert_weights_moved, tiny_model, train_one_step)
 
 SAMPLES = os.path.join(REPO, "data", "sample_squad")
 EN, ZH = os.path.join(SAMPLES, "en-v1.1.json"), os.path.join(SAMPLES, "zh-cmrc2018.json")
@@ -59,30 +58,59 @@ def sample_texts(path: str) -> list:
             for text in [p["context"]] + [q["question"] for q in p["qas"]]]
 
 
-def test_the_span_head_learns_at_the_multiplied_rate(tmp_path):
+SPAN_HEAD_RATE = (("^cls/squad/.*$", 30.0),)   # the span head at 30x, squad's default
+
+
+def _build(task, n_towers: int, multipliers: tuple) -> tuple:
+    plan = plan_devices(n_towers, cuda_visible_devices="")
+    return plan, build_train_graph(
+        plan, SPAN_FEATURE_SPEC, lambda f, i: task.build_model(f, True)["loss"],
+        TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1,
+                      learning_rate_multipliers=multipliers))
+
+
+class Tiny:
+    """The tiny English model's task, its train windows and its 1-tower training graphs
+    by learning-rate multipliers (StepGraphs: each built once for the tests that take
+    steps of it; a step starts afresh from its checkpoint, as a new graph would)."""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("squad_task")
+    t = Tiny()
+    model = tiny_model(str(root / "model"), sample_texts(EN), max_position_embeddings=64,
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    t.task = squad_task(model.bert_config(), model.vocab_file, EN, max_seq_length=48,
+                        cache_dir=str(root / "cache"))
+    t.examples = t.task.features(t.task.read("train")).examples
+    t.graphs = StepGraphs(lambda multipliers: _build(t.task, 1, multipliers))
+    yield t
+    t.graphs.close()
+
+
+def test_the_span_head_learns_at_the_multiplied_rate(tiny, tmp_path):
     """--head_learning_rate_multiplier: cls/squad/ takes factor x the step, the encoder
     the same step as without it."""
-    model = tiny_model(str(tmp_path / "model"), sample_texts(EN), max_position_embeddings=64,
-                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    task = squad_task(model.bert_config(), model.vocab_file, EN, max_seq_length=48,
-                      cache_dir=str(tmp_path / "cache"))
-    task.head_learning_rate_multiplier = 10.0
-    assert task.learning_rate_multipliers() == {"^cls/squad/.*$": 10.0}
-    examples = task.features(task.read("train")).examples
-    batch = [[make_batch(examples, np.arange(8), "dynamic")]]
+    task = tiny.task
+    # 30 (squad's default) rather than any other factor: the graph of the towers test.
+    default, task.head_learning_rate_multiplier = task.head_learning_rate_multiplier, 30.0
+    try:
+        multipliers = task.learning_rate_multipliers()
+    finally:
+        task.head_learning_rate_multiplier = default
+    assert multipliers == {"^cls/squad/.*$": 30.0}
+    batch = [[make_batch(tiny.examples, np.arange(8), "dynamic")]]
     # The span bias's gradient is 0 but for rounding (the softmax over positions
     # cancels it): compared with neither.
-    assert_head_learns_at_multiplied_rate(task, SPAN_FEATURE_SPEC, batch,
-                                          ["cls/squad/output_weights:0"], 10.0,
-                                          str(tmp_path / "init.ckpt"),
-                                          unchecked=["cls/squad/output_bias:0"])
+    assert_head_steps_at_multiplied_rate(tiny.graphs(()), tiny.graphs(tuple(multipliers.items())),
+                                         batch, ["cls/squad/output_weights:0"], 30.0,
+                                         str(tmp_path / "init.ckpt"),
+                                         unchecked=["cls/squad/output_bias:0"])
 
-def test_two_towers_equal_one_tower_with_the_whole_batch(tmp_path):
-    model = tiny_model(str(tmp_path / "model"), sample_texts(EN), max_position_embeddings=64,
-                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    task = squad_task(model.bert_config(), model.vocab_file, EN, max_seq_length=48,
-                      cache_dir=str(tmp_path / "cache"))
-    examples = task.features(task.read("train")).examples
+
+def test_two_towers_equal_one_tower_with_the_whole_batch(tiny, tmp_path):
+    examples = tiny.examples
     # 4 short windows and 4 long ones: the towers pad to different lengths.
     short = np.nonzero(examples.lengths <= 40)[0][:4]
     long = np.nonzero(examples.lengths > 40)[0][:4]
@@ -92,19 +120,14 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(tmp_path):
     # Some windows point at their answer, some at [CLS].
     assert 0 < np.count_nonzero(examples.row_values["start_positions"][rows]) < len(rows)
 
-    def build(n_towers):
-        plan = plan_devices(n_towers, cuda_visible_devices="")
-        return plan, build_train_graph(
-            plan, SPAN_FEATURE_SPEC, lambda f, i: task.build_model(f, True)["loss"],
-            # The span head at its own rate, as squad's default (30x). Not squad's Adam:
-            # its first step, g / (|g| + eps), turns the towers' rounding in the
-            # smallest gradients into steps of any size.
-            TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1,
-                          learning_rate_multipliers=(("^cls/squad/.*$", 30.0),)))
-
-    checkpoint = save_initial_weights(lambda: build(1), str(tmp_path / "init.ckpt"))
-    one = train_one_step(lambda: build(1), checkpoint, [[make_batch(examples, rows, "dynamic")]])
-    two = train_one_step(lambda: build(2), checkpoint,
+    # The span head at its own rate, as squad's default (30x). Not squad's Adam: its
+    # first step, g / (|g| + eps), turns the towers' rounding in the smallest gradients
+    # into steps of any size. The 1-tower graph built once for its three uses (initial
+    # weights, the step, the other rows' step).
+    one_tower = tiny.graphs(SPAN_HEAD_RATE)
+    checkpoint = one_tower.save_initial_weights(str(tmp_path / "init.ckpt"))
+    one = one_tower.step(checkpoint, [[make_batch(examples, rows, "dynamic")]])
+    two = train_one_step(lambda: _build(tiny.task, 2, SPAN_HEAD_RATE), checkpoint,
                          [[make_batch(examples, h, "dynamic") for h in halves]])
     assert two.global_step == one.global_step == 1
     assert abs(two.loss - one.loss) <= 1e-5 * abs(one.loss)
@@ -120,7 +143,7 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(tmp_path):
     # At the start every position is about equally likely: the loss is about
     # log(window length), averaged over the windows.
     assert one.loss == pytest.approx(np.mean(np.log(examples.lengths[rows])), rel=0.05)
-    other = train_one_step(lambda: build(1), checkpoint,
+    other = one_tower.step(checkpoint,
                            [[make_batch(examples, np.append(rows[:-1], rows[-1] + 1),
                                         "dynamic")]])
     with pytest.raises(AssertionError):

@@ -44,7 +44,7 @@ from bert_ad.parallel.towers import plan_devices
 from bert_ad.parallel.train_graph import TrainSettings, build_train_graph
 from bert_ad.tasks.base import TextEncoder
 from bert_ad.tasks.token_classification import ConllFormat, TokenClassificationTask
-from helpers import (Run, StepGraph, assert_head_learns_at_multiplied_rate,
+from helpers import (Run, StepGraph, StepGraphs, assert_head_steps_at_multiplied_rate,
                      assert_same_weights, assert_weights_moved, run_launcher_in_process,
                      train_one_step)
 
@@ -159,9 +159,30 @@ def _task(s: Setup, use_crf: bool) -> tuple:
     return task, train
 
 
+def _build(task, n_towers: int, multipliers: tuple = ()) -> tuple:
+    plan = plan_devices(n_towers, cuda_visible_devices="")
+    graph = build_train_graph(
+        plan, TOKEN_FEATURE_SPEC, lambda f, i: task.build_model(f, True)["loss"],
+        TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1,
+                      learning_rate_multipliers=multipliers))
+    return plan, graph
+
+
+@pytest.fixture(scope="module")
+def step_graphs(setup):
+    """({use_crf: (task, train split)}, their 1-tower training graphs by use_crf): each
+    built once for the tests that take steps of it (the CRF's for the towers test and
+    the head's learning rate; StepGraph: a step starts afresh from its checkpoint)."""
+    tasks = {use_crf: _task(setup, use_crf) for use_crf in (False, True)}
+    graphs = StepGraphs(lambda use_crf: _build(tasks[use_crf][0], 1))
+    yield tasks, graphs
+    graphs.close()
+
+
 @pytest.mark.parametrize("use_crf", [False, True], ids=["softmax", "crf"])
-def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, request, use_crf):
-    task, train = _task(setup, use_crf)
+def test_two_towers_equal_one_tower_with_the_whole_batch(step_graphs, tmp_path, use_crf):
+    tasks, graphs = step_graphs
+    task, train = tasks[use_crf]
     examples = task.features(train).examples
     # 4 short windows and 4 long ones (windows of long sentences among them):
     # the first tower pads to 8 pieces, the second and the single tower to 16.
@@ -173,18 +194,10 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, reques
         == [8, 16]
     assert len(set(examples.lengths[rows])) > 3
 
-    def build(n_towers):
-        plan = plan_devices(n_towers, cuda_visible_devices="")
-        graph = build_train_graph(
-            plan, TOKEN_FEATURE_SPEC, lambda f, i: task.build_model(f, True)["loss"],
-            TrainSettings(learning_rate=1e-3, num_train_steps=100, seed=1))
-        return plan, graph
-
-    one_tower = StepGraph(lambda: build(1))
-    request.addfinalizer(one_tower.close)
+    one_tower = graphs(use_crf)
     checkpoint = one_tower.save_initial_weights(str(tmp_path / "init.ckpt"))
     one = one_tower.step(checkpoint, [[make_batch(examples, rows, "dynamic")]])
-    two = train_one_step(lambda: build(2), checkpoint,
+    two = train_one_step(lambda: _build(task, 2), checkpoint,
                          [[make_batch(examples, h, "dynamic") for h in halves]])
     assert two.global_step == one.global_step == 1
     assert abs(two.loss - one.loss) <= 1e-5 * abs(one.loss)
@@ -206,17 +219,22 @@ def test_two_towers_equal_one_tower_with_the_whole_batch(setup, tmp_path, reques
     assert one.loss == pytest.approx(words / len(rows) * np.log(len(task.labels)), rel=0.1)
 
 
-def test_the_head_learns_at_the_multiplied_rate(setup, tmp_path):
+def test_the_head_learns_at_the_multiplied_rate(setup, step_graphs, tmp_path):
     """--head_learning_rate_multiplier: the task asks the optimizer for factor x the
     learning rate on the head (output layer, CRF transitions); every encoder
     variable takes the same step as without it."""
     task, train = _task(setup, use_crf=True)
     task.head_learning_rate_multiplier = 10.0
     batch = [[make_batch(task.features(train).examples, [0, 1, 2, 3], "dynamic")]]
-    assert_head_learns_at_multiplied_rate(
-        task, TOKEN_FEATURE_SPEC, batch,
-        ["output_weights:0", "output_bias:0", "crf/transitions:0"], 10.0,
-        str(tmp_path / "init.ckpt"))
+    # Without the multipliers: the CRF graph of the towers test (the same model and
+    # settings); with them, a graph of the task's learning_rate_multipliers().
+    _, graphs = step_graphs
+    with StepGraph(lambda: _build(
+            task, 1, tuple(task.learning_rate_multipliers().items()))) as faster:
+        assert_head_steps_at_multiplied_rate(
+            graphs(True), faster, batch,
+            ["output_weights:0", "output_bias:0", "crf/transitions:0"], 10.0,
+            str(tmp_path / "init.ckpt"))
 
 
 # ---------------------------------------------------------------------------
@@ -273,14 +291,15 @@ def predicted_sentences(path: str) -> list:
 
 @pytest.fixture(scope="module")
 def trained(setup):
-    """Train on 2 towers, predict and evaluate dev: the softmax run as a user types it
-    (a subprocess), the CRF run through the same entry point in this process."""
+    """Train on 2 towers, predict and evaluate dev, softmax and CRF, through
+    run_ner_mgpu.py's entry point in this process (no TensorFlow import a run; the
+    launcher as a user types it, a new process, is test_the_command_line_prints_...)."""
     runs = {}
-    for name, crf, run in (("softmax", None, run_cli), ("crf", True, run_in_this_process)):
+    for name, crf in (("softmax", None), ("crf", True)):
         flags = dict(setup.flags, output_dir=os.path.join(setup.root, name),
                      do_train=True, do_predict=True, do_eval=True,
                      predict_file=setup.dev_file, use_crf=crf)
-        runs[name] = (flags["output_dir"], require_ok(run(flags)))
+        runs[name] = (flags["output_dir"], require_ok(run_in_this_process(flags)))
     return runs
 
 
@@ -457,7 +476,9 @@ def test_gold_tags_training_never_saw_are_scored_and_said_once(setup, tmp_path, 
         (data_dir / name).write_text(text, encoding="utf-8")
     output_dir = tmp_path / "out"
     caplog.set_level(logging.INFO, logger="bert_ad")
-    run_in_process(setup, str(output_dir), data_dir=str(data_dir))
+    # One tower: what is checked here does not depend on the towers (2 towers are
+    # trained by `trained`), and a 1-tower graph builds in about half the time.
+    run_in_process(setup, str(output_dir), data_dir=str(data_dir), n_gpus=1)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [f"warning: {data_dir / 'dev.txt'} has tags never seen in training: "
                         "B-MISC (1 tokens); the model cannot predict them, so their "

@@ -246,7 +246,7 @@ def test_without_offset_vectors_a_softmax_tags_a_piece_once(setup):
 def trained(setup):
     """Train on 2 towers (softmax and CRF), predict and evaluate dev, through
     run_ner_mgpu.py's entry point in this process (test_token_classification.py runs
-    the launcher as a user types it)."""
+    the launcher as a user types it, a new process, on bad input)."""
     jobs = {}
     for name, crf in (("softmax", None), ("crf", True)):
         flags = dict(setup.flags, output_dir=os.path.join(setup.root, name),
