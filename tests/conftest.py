@@ -81,7 +81,8 @@ TF1_LANE_FILES = {
 TF1_LANE_TESTS = {
     "test_multiworker.py": {"test_two_workers_equal_two_towers_and_the_double_batch"},
     "test_replicated.py": {"test_copies_stay_identical_and_restore_from_a_checkpoint_with_slots"},
-    "test_recompute.py": {"test_a_recomputed_training_step_equals_the_plain_one[2-parameter_server]"},
+    "test_recompute.py": {
+        "test_a_recomputed_training_step_equals_the_plain_one[2-parameter_server]"},
     "test_token_classification.py": {"test_two_towers_equal_one_tower_with_the_whole_batch[crf]"},
     "test_squad_task.py": {"test_two_towers_equal_one_tower_with_the_whole_batch"},
 }
