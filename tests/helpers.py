@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -433,6 +434,22 @@ def run_cli_in_process(cli: Callable[[], None], argv: Sequence[str]) -> Run:
     return Run(list(argv), code, out.getvalue(), err.getvalue())
 
 
+def run_module_in_process(module: str, args: Sequence[str]) -> Run:
+    """`python -m MODULE ARGS` in this process: the module run as __main__ (runpy),
+    its output captured as run_cli_in_process gives it (no interpreter and no
+    TensorFlow import of its own)."""
+    return run_cli_in_process(lambda: runpy.run_module(module, run_name="__main__"),
+                              [f"python -m {module}"] + list(args))
+
+
+def run_file_in_process(launcher: str, args: Sequence[str]) -> Run:
+    """`python LAUNCHER ARGS` (a root launcher, relative to the checkout) in this
+    process: the file run as __main__ (runpy), its output captured."""
+    path = os.path.join(REPO, launcher)
+    return run_cli_in_process(lambda: runpy.run_path(path, run_name="__main__"),
+                              [launcher] + list(args))
+
+
 def run_launcher_in_process(argv: Sequence[str], cwd: str = REPO, **env: str) -> Run:
     """run_launcher's run without a new interpreter: the command a root launcher
     (argv[0], e.g. run_classifier_mgpu.py) or `bert-ad NAME` (argv[0] "bert-ad",
@@ -655,6 +672,14 @@ def assert_head_learns_at_multiplied_rate(task, feature_spec: dict, batch: List[
         plain = graph.step(checkpoint, batch)
     faster = train_one_step(
         lambda: build(tuple(task.learning_rate_multipliers().items())), checkpoint, batch)
+    _assert_steps_at_multiplied_rate(checkpoint, plain, faster, head, factor, unchecked)
+
+
+def _assert_steps_at_multiplied_rate(checkpoint: str, plain: "StepResult",
+                                     faster: "StepResult", head: Sequence[str], factor: float,
+                                     unchecked: Sequence[str]) -> None:
+    """Each `head` variable moved `factor` x its plain step from `checkpoint`; every
+    other variable but `unchecked` the same step."""
     for name in head:
         start = tf.train.load_variable(checkpoint, name[:-2])
         step_plain, step_faster = plain.weights[name] - start, faster.weights[name] - start
@@ -674,14 +699,5 @@ def assert_head_steps_at_multiplied_rate(plain: "StepGraph", faster: "StepGraph"
     learning_rate_multipliers(), both of the same model and TrainSettings otherwise. The
     initial weights are `plain`'s, saved to `checkpoint_path`; each step starts from them."""
     checkpoint = plain.save_initial_weights(checkpoint_path)
-    plain_step = plain.step(checkpoint, batch)
-    faster_step = faster.step(checkpoint, batch)
-    for name in head:
-        start = tf.train.load_variable(checkpoint, name[:-2])
-        step_plain = plain_step.weights[name] - start
-        step_faster = faster_step.weights[name] - start
-        assert np.abs(step_plain).min() > 1e-4, name
-        np.testing.assert_allclose(step_faster, factor * step_plain, rtol=1e-4, err_msg=name)
-    skipped = set(head) | set(unchecked)
-    assert_same_weights({k: v for k, v in faster_step.weights.items() if k not in skipped},
-                        {k: v for k, v in plain_step.weights.items() if k not in skipped})
+    _assert_steps_at_multiplied_rate(checkpoint, plain.step(checkpoint, batch),
+                                     faster.step(checkpoint, batch), head, factor, unchecked)

