@@ -3,6 +3,9 @@
     python -m studies.squad_run                       # the runs of docs/squad.md
     python -m studies.squad_run --quick               # minutes: fewer questions
     python -m studies.squad_run --report_only         # the tables from the records
+    python -m studies.squad_run --sizes=1000,2000,5000 --seeds=2,3 --dev_questions=500 \
+        --epochs=2 --test_questions=2000 --runs=ours1-adam,ours2-adam,hf-adam-head
+                                                      # issue 56: the default over sizes
     python -m studies.squad_run --model_dir=DIR --data_dir=DIR --runs=ours1,hf
 
 Data: `bert-ad data prepare peoples_daily_mrc` (built into --data_dir when
@@ -100,6 +103,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="ours' span head rate (default: run_squad_mgpu.py's, 30x since "
                         "issue 43), and hf-adam-head's; hf and hf-adam train their head at "
                         "the encoder's rate")
+    p.add_argument("--dev_questions", type=int, default=0,
+                   help="a dev file of the questions of train.json after the training ones: "
+                        "ours answer the test file at the threshold chosen on it (the "
+                        "default of run_squad_mgpu.py with --dev_file), hf-* the same way")
+    p.add_argument("--sizes", default="", help="comma-separated --train_questions values: "
+                   "the runs for each size and each of --seeds (work folders q<size>_s<seed>)")
+    p.add_argument("--seeds", default="", help="with --sizes (default: --seed)")
     p.add_argument("--quick", action="store_true",
                    help="2,000 training and 800 test questions")
     p.add_argument("--report_only", action="store_true")
@@ -126,8 +136,9 @@ def ensure_data(args) -> str:
     return args.data_dir
 
 
-def subset(path: str, count: int, out_path: str) -> str:
-    """The first `count` questions of a SQuAD file (all for 0), as out_path."""
+def subset(path: str, count: int, out_path: str, skip: int = 0) -> str:
+    """The first `count` questions of a SQuAD file (all for 0) after its first `skip`,
+    as out_path."""
     with open(path, encoding="utf-8") as f:
         squad = json.load(f)
     if count:
@@ -135,7 +146,9 @@ def subset(path: str, count: int, out_path: str) -> str:
         for article in squad["data"]:
             paragraphs = []
             for paragraph in article["paragraphs"]:
-                qas = paragraph["qas"][:left]
+                skipped = min(skip, len(paragraph["qas"]))
+                skip -= skipped
+                qas = paragraph["qas"][skipped:skipped + left]
                 left -= len(qas)
                 if qas:
                     paragraphs.append(dict(paragraph, qas=qas))
@@ -157,7 +170,7 @@ def vocab_of(model_dir: str) -> tuple:
     return os.path.join(model_dir, "vocab.txt"), True
 
 
-def settings_of(args, model_dir: str, train: str, test: str) -> dict:
+def settings_of(args, model_dir: str, train: str, test: str, dev: str = "") -> dict:
     vocab, lower = vocab_of(model_dir)
     from bert_ad.cli.squad import FLAG_DEFAULTS  # (neither imports TensorFlow)
     from bert_ad.data.tokenization import make_tokenizer
@@ -172,7 +185,9 @@ def settings_of(args, model_dir: str, train: str, test: str) -> dict:
             "batch": args.batch, "learning_rate": args.learning_rate,
             "max_seq_length": args.max_seq_length, "doc_stride": args.doc_stride,
             "max_query_length": args.max_query_length, "seed": args.seed,
-            "train_questions": args.train_questions, "test_questions": args.test_questions}
+            "train_questions": args.train_questions, "test_questions": args.test_questions,
+            # (only when asked: records before issue 56 keep matching their settings)
+            **({"dev_file": dev, "dev_questions": args.dev_questions} if dev else {})}
 
 
 # --- ours -------------------------------------------------------------------------------
@@ -196,6 +211,8 @@ def run_ours(s: dict, run: str, work_dir: str) -> dict:
                f"--seed={s['seed']}", f"--output_dir={output_dir}",
                "--save_checkpoints_steps=100000", f"--optimizer={optimizer}",
                f"--head_learning_rate_multiplier={s['head_learning_rate_multiplier']}"]
+    if s.get("dev_file"):  # no threshold flag: chosen on the dev file (the default)
+        command.append(f"--dev_file={s['dev_file']}")
     run = run_launcher(command, output_dir, log_name="log.txt")
     if not run.ok:
         return {"status": "failed", "error": run.error, "command": command}
@@ -234,9 +251,29 @@ def few_unanswerable_figures(golds: dict, predictions: dict, null_odds: dict,
             "eval_few_unanswerable_no_answer_questions": figures.get("no_answer_questions", 0)}
 
 
+def answers_at(threshold: float, null_odds: dict, best_spans: dict) -> dict:
+    """Each question's answer at a null threshold: "" where its null odds exceed it
+    (Google's rule), else its best span."""
+    return {q: "" if odds > threshold or not best_spans.get(q) else best_spans[q]
+            for q, odds in null_odds.items()}
+
+
+def test_figures(golds: dict, predictions: dict, null_odds: dict, best_spans: dict) -> dict:
+    """The test file's F1 (overall, with an answer) as answered by the run (`predictions`:
+    at its threshold), at Google's 0, and at the test file's best threshold."""
+    from bert_ad.metrics.squad import score_answers
+    as_run = score_answers(golds, predictions, "cmrc2018", null_odds, best_spans)
+    at_zero = score_answers(golds, answers_at(0.0, null_odds, best_spans), "cmrc2018")
+    return {"test_f1": as_run["f1"], "test_has_answer_f1": as_run["has_answer_f1"],
+            "test_f1_at_0": at_zero["f1"], "test_has_answer_f1_at_0": at_zero["has_answer_f1"],
+            "test_best_f1": as_run["best_f1"], "test_best_f1_thresh": as_run["best_f1_thresh"]}
+
+
 def outputs_figures(output_dir: str, test_file: str) -> dict:
-    """few_unanswerable_figures of a run_squad_mgpu.py run's predictions.json,
-    null_odds.json and nbest_predictions.json (its best span: the first non-empty)."""
+    """few_unanswerable_figures and test_figures of a run_squad_mgpu.py run's
+    predictions.json, null_odds.json and nbest_predictions.json (its best span: the
+    first non-empty), and the threshold it answered with (answer_settings.json, when it
+    chose one on a dev file)."""
     def load(name):
         with open(os.path.join(output_dir, name), encoding="utf-8") as f:
             return json.load(f)
@@ -246,8 +283,13 @@ def outputs_figures(output_dir: str, test_file: str) -> dict:
              for p in a["paragraphs"] for q in p["qas"]}
     best_spans = {q: next((e["text"] for e in entries if e["text"]), "")
                   for q, entries in load("nbest_predictions.json").items()}
-    return few_unanswerable_figures(golds, load("predictions.json"), load("null_odds.json"),
-                                    best_spans)
+    predictions, null_odds = load("predictions.json"), load("null_odds.json")
+    figures = few_unanswerable_figures(golds, predictions, null_odds, best_spans)
+    figures.update(test_figures(golds, predictions, null_odds, best_spans))
+    if os.path.exists(os.path.join(output_dir, "answer_settings.json")):
+        figures["test_thresh"] = float(
+            load("answer_settings.json")["answer_settings"]["null_score_diff_threshold"])
+    return figures
 
 
 def padded_ids(examples, indices, pad_id: int) -> dict:
@@ -313,7 +355,6 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     train = read_squad_file(s["train_file"], True, require_answers=True)
     test = read_squad_file(s["test_file"], True, require_answers=True)
     features = convert_questions(train.questions, train.contexts, tokenizer, windows, True)
-    scoring = convert_questions(test.questions, test.contexts, tokenizer, windows, False)
     examples = features.examples
     # Padding positions hold the vocab's padding piece, whose embedding row Hugging
     # Face keeps frozen (padding_idx = pad_token_id), whatever the converted config says.
@@ -353,22 +394,36 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
     if "tensorflow" in sys.modules:  # its thread pools would have shared the cores
         raise RuntimeError("TensorFlow was imported into the PyTorch worker")
     model.eval()
-    starts, ends = [], []
-    ex = scoring.examples
-    with torch.inference_mode():
-        for first in range(0, len(ex), 64):
-            indices = np.arange(first, min(first + 64, len(ex)))
-            out = model(**batch_of(ex, indices))
-            starts.extend(out.start_logits.numpy())
-            ends.extend(out.end_logits.numpy())
-    answers = answers_from_logits(test.questions, test.contexts, scoring, starts, ends,
-                                  AnswerSettings(version_2_with_negative=True))
-    golds = {q.id: [a.text for a in q.answers] for q in test.questions}
+
+    def answers_of(squad):  # our answer search on the model's logits, at threshold 0
+        scored = convert_questions(squad.questions, squad.contexts, tokenizer, windows, False)
+        starts, ends = [], []
+        ex = scored.examples
+        with torch.inference_mode():
+            for first in range(0, len(ex), 64):
+                indices = np.arange(first, min(first + 64, len(ex)))
+                out = model(**batch_of(ex, indices))
+                starts.extend(out.start_logits.numpy())
+                ends.extend(out.end_logits.numpy())
+        answers = answers_from_logits(squad.questions, squad.contexts, scored, starts, ends,
+                                      AnswerSettings(version_2_with_negative=True))
+        golds = {q.id: [a.text for a in q.answers] for q in squad.questions}
+        return golds, answers
+
+    golds, answers = answers_of(test)
     figures = score_answers(golds, answers.predictions, "cmrc2018", answers.null_odds,
                             answers.best_spans)
     figures = {"eval_" + k: v for k, v in figures.items()}
     figures.update(few_unanswerable_figures(golds, answers.predictions, answers.null_odds,
                                             answers.best_spans))
+    predictions = answers.predictions
+    if s.get("dev_file"):  # as ours: the test file answered at the dev file's best threshold
+        dev_golds, dev = answers_of(read_squad_file(s["dev_file"], True, require_answers=True))
+        figures["test_thresh"] = float(score_answers(
+            dev_golds, dev.predictions, "cmrc2018", dev.null_odds, dev.best_spans)[
+                "best_f1_thresh"])
+        predictions = answers_at(figures["test_thresh"], answers.null_odds, answers.best_spans)
+    figures.update(test_figures(golds, predictions, answers.null_odds, answers.best_spans))
     return {"status": "ok", "eval": figures,
             "examples_per_sec": steps * s["batch"] / seconds, "train_seconds": seconds,
             "final_loss": float(loss), "torch": torch.__version__,
@@ -419,6 +474,54 @@ def report(records) -> str:
     return table
 
 
+def sizes_report(records) -> str:
+    """Issue 56's table: per training-set size, seed and run, the test file's F1 at
+    Google's 0, at the default (the threshold chosen on the dev file) and at the test
+    file's best threshold; the records that carry a dev file."""
+    rows = []
+    studied = [r for r in records if r.get("status") == "ok" and r["settings"].get("dev_file")
+               and "test_f1_at_0" in r["eval"]]
+    for r in sorted(studied, key=lambda r: (r["settings"]["train_questions"],
+                                            r["settings"]["seed"], r["run"])):
+        e, s = r["eval"], r["settings"]
+        rows.append([f"{s['train_questions']:,}", s["seed"], r["run"],
+                     measuring.fmt(e["test_f1_at_0"], 2),
+                     measuring.fmt(e["test_has_answer_f1_at_0"], 2),
+                     measuring.fmt(e["test_f1"], 2), measuring.fmt(e["test_thresh"], 2),
+                     measuring.fmt(e["test_best_f1"], 2),
+                     measuring.fmt(e["test_best_f1_thresh"], 2),
+                     measuring.fmt(e["test_best_f1"] - e["test_f1_at_0"], 2),
+                     measuring.fmt(e["test_best_f1"] - e["test_f1"], 2)])
+    return measuring.markdown_table(
+        ["training questions", "seed", "run", "F1 at 0", "F1 with answer at 0",
+         "F1 at the default (dev's threshold)", "dev's threshold", "best F1", "best threshold",
+         "best - at 0", "best - default"], rows, "rrlrrrrrrrr")
+
+
+def run_all(args, records: list, model_dir: str, data_dir: str) -> None:
+    """The runs of --runs on --train_questions / --seed in --work_dir (recorded ones skipped)."""
+    os.makedirs(args.work_dir, exist_ok=True)
+    train = subset(os.path.join(data_dir, "train.json"), args.train_questions,
+                   os.path.join(args.work_dir, "train.json"))
+    test = subset(os.path.join(data_dir, "test.json"), args.test_questions,
+                  os.path.join(args.work_dir, "test.json"))
+    dev = subset(os.path.join(data_dir, "train.json"), args.dev_questions,
+                 os.path.join(args.work_dir, "dev.json"),
+                 skip=args.train_questions) if args.dev_questions else ""
+    s = settings_of(args, model_dir, train, test, dev)
+    for run in args.runs.split(","):
+        if any(r["run"] == run and r["settings"] == s and r.get("status") == "ok"
+               for r in records):
+            print(f"{run}: recorded, skipped")
+            continue
+        print(f"{run}: running ({args.train_questions} questions, seed {args.seed})", flush=True)
+        result = run_hf(s, run, args.work_dir) if run in HF_RUNS else run_ours(
+            s, run, args.work_dir)
+        record = dict(result, run=run, settings=s, machine=measuring.machine_description())
+        append_run(args.records, record)
+        records.append(record)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
@@ -427,23 +530,16 @@ def main(argv=None) -> int:
     records = load_runs(args.records)
     if not args.report_only:
         model_dir, data_dir = ensure_model(args), ensure_data(args)
-        os.makedirs(args.work_dir, exist_ok=True)
-        train = subset(os.path.join(data_dir, "train.json"), args.train_questions,
-                       os.path.join(args.work_dir, "train.json"))
-        test = subset(os.path.join(data_dir, "test.json"), args.test_questions,
-                      os.path.join(args.work_dir, "test.json"))
-        s = settings_of(args, model_dir, train, test)
-        for run in args.runs.split(","):
-            if any(r["run"] == run and r["settings"] == s and r.get("status") == "ok"
-                   for r in records):
-                print(f"{run}: recorded, skipped")
-                continue
-            print(f"{run}: running", flush=True)
-            result = run_hf(s, run, args.work_dir) if run in HF_RUNS else run_ours(
-                s, run, args.work_dir)
-            record = dict(result, run=run, settings=s, machine=measuring.machine_description())
-            append_run(args.records, record)
-            records.append(record)
+        if args.sizes:
+            base = args.work_dir
+            for size in (int(v) for v in args.sizes.split(",")):
+                for seed in (int(v) for v in (args.seeds or str(args.seed)).split(",")):
+                    run_all(argparse.Namespace(**dict(
+                        vars(args), train_questions=size, seed=seed,
+                        work_dir=os.path.join(base, f"q{size}_s{seed}"))),
+                        records, model_dir, data_dir)
+        else:
+            run_all(args, records, model_dir, data_dir)
     print(measuring.cpu_line())
     if records:
         s = records[-1]["settings"]
@@ -451,6 +547,9 @@ def main(argv=None) -> int:
               f"questions, {s['epochs']} epoch(s), batch {s['batch']}, max_seq_length "
               f"{s['max_seq_length']}, model {s['model_dir']}")
     print(report(records))
+    if any(r["settings"].get("dev_file") for r in records):
+        print()
+        print(sizes_report(records))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import json
 import math
 import os
 import sys
@@ -457,3 +458,39 @@ def test_squad_run_few_unanswerable_split_keeps_every_answer_and_a_tenth_without
     assert (figures["eval_few_unanswerable_best_f1"],
             figures["eval_few_unanswerable_best_f1_thresh"]) == pytest.approx((100.0, -1.0))
     assert figures["eval_few_unanswerable_no_answer_questions"] == 2
+
+
+def test_squad_run_dev_questions_follow_the_training_ones_in_file_order(tmp_path):
+    from studies.squad_run import subset
+    squad = {"version": "v2.0", "data": [
+        {"title": f"t{a}", "paragraphs": [
+            {"context": "甲乙", "qas": [{"id": f"a{a}p{p}q{q}", "question": "?", "answers": [],
+                                        "is_impossible": True} for q in range(2)]}
+            for p in range(2)]} for a in range(2)]}
+    source = tmp_path / "train.json"
+    source.write_text(json.dumps(squad), encoding="utf-8")
+
+    def ids(path):
+        with open(path, encoding="utf-8") as f:
+            return [q["id"] for a in json.load(f)["data"] for p in a["paragraphs"]
+                    for q in p["qas"]]
+    assert ids(subset(str(source), 3, str(tmp_path / "train3.json"))) == [
+        "a0p0q0", "a0p0q1", "a0p1q0"]
+    assert ids(subset(str(source), 3, str(tmp_path / "dev.json"), skip=3)) == [
+        "a0p1q1", "a1p0q0", "a1p0q1"]
+
+
+def test_squad_run_test_figures_answer_at_zero_at_the_run_threshold_and_at_the_best():
+    from studies.squad_run import answers_at, test_figures
+    golds = {"a": ["甲"], "b": [], "c": ["乙丙"]}
+    spans = {"a": "甲", "b": "丁", "c": "乙丙"}
+    odds = {"a": -1.0, "b": 2.0, "c": 0.5}
+    # At 0, c's null odds (0.5) exceed it: "" for a gold answer, F1 2/3; answered at
+    # threshold 1 (the run's), every question is right.
+    assert answers_at(0.0, odds, spans) == {"a": "甲", "b": "", "c": ""}
+    figures = test_figures(golds, answers_at(1.0, odds, spans), odds, spans)
+    assert figures["test_f1_at_0"] == pytest.approx(200 / 3)
+    assert figures["test_has_answer_f1_at_0"] == pytest.approx(50.0)
+    assert (figures["test_f1"], figures["test_has_answer_f1"]) == pytest.approx((100.0, 100.0))
+    assert figures["test_best_f1"] == pytest.approx(100.0)
+    assert 0.5 <= figures["test_best_f1_thresh"] < 2.0
