@@ -223,7 +223,7 @@ def start_server(processes: Processes, log_path: str, model_dirs: dict, *flags: 
     process = processes.start(command + list(flags), log_path)
     deadline = time.time() + STARTUP_SECONDS
     while time.time() < deadline:
-        found = re.search(r"listening on (http://[0-9.]+:\d+)", read_text(log_path))
+        found = re.search(r"listening on (https?://[0-9.]+:\d+)", read_text(log_path))
         if found:
             return Served(process, found.group(1))
         if process.poll() is not None:

@@ -12,6 +12,8 @@ exported once; two servers serve it on free ports:
   SIGTERM while three clients hold bodies 7 bytes into 100 (--body_timeout_s
   far away): it exits 0 within the drain; before that, a request past
   --request_timeout_s got 504 and its rows were dropped.
+* a server with --tls_cert/--tls_key (tests/data/tls, a self-signed certificate
+  for 127.0.0.1): HTTPS answers as the plain server does, with that certificate.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import threading
 import time
 
@@ -44,6 +47,7 @@ KEY = "key-one"
 NER = "/v1/models/ner:predict"
 DOC_STRIDE = 6
 SENTENCE = "alice went to paris with bob"
+TLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tls")
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +69,9 @@ def export(tmp_path_factory) -> str:
 class Client:
     """HTTP/1.1 to one server: (status, headers, parsed JSON or text) per request."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, tls: ssl.SSLContext = None):
         self.host, port = url.split("//")[1].split(":")
-        self.port = int(port)
+        self.port, self.tls = int(port), tls
 
     def request(self, method: str, path: str, body=None, key=KEY, headers=None,
                 timeout: float = 120) -> tuple:
@@ -75,7 +79,9 @@ class Client:
         sent = {"Content-Type": "application/json", **(headers or {})}
         if key:
             sent["Authorization"] = f"Bearer {key}"
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        connection = (http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                                  context=self.tls) if self.tls else
+                      http.client.HTTPConnection(self.host, self.port, timeout=timeout))
         try:
             connection.request(method, path, body=data, headers=sent)
             response = connection.getresponse()
@@ -313,6 +319,31 @@ def test_a_deadline_is_504_and_sigterm_ends_the_drain_whatever_clients_do(export
     assert "Traceback" not in log, log
 
 
+def test_https_answers_as_plain_http_with_the_certificate_given(export, served, tmp_path):
+    cert, key = os.path.join(TLS, "localhost.pem"), os.path.join(TLS, "localhost.key")
+    with Processes() as processes:
+        server = start_server(processes, str(tmp_path / "server.log"), {"ner": export},
+                              f"--doc_stride={DOC_STRIDE}", f"--tls_cert={cert}",
+                              f"--tls_key={key}")
+        assert server.url.startswith("https://127.0.0.1:"), server.url
+        # A client that trusts that certificate (and checks the address it names).
+        trusted = Client(server.url, ssl.create_default_context(cafile=cert))
+        status, _, answer = trusted.post(NER, {"instances": [SENTENCE]}, key=None)
+        assert status == 200, answer
+        plain = served.client.post(NER, {"instances": [SENTENCE]})[2]
+        assert answer["predictions"] == plain["predictions"]
+        # The certificate served is the one given: one nobody vouches for is refused.
+        with pytest.raises(ssl.SSLCertVerificationError):
+            Client(server.url, ssl.create_default_context()).request("GET", "/healthz")
+        # Plain HTTP to the HTTPS port gets no answer, and the server serves on.
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            Client(server.url.replace("https://", "http://")).request("GET", "/healthz")
+        assert trusted.request("GET", "/healthz", key=None)[0] == 200
+        server.process.send_signal(signal.SIGTERM)
+        assert wait(server.process, 60) == 0, read_text(server.process.log_path)
+    assert "Traceback" not in read_text(server.process.log_path)
+
+
 # ---------------------------------------------------------------------------
 # Lines that say what is wrong.
 
@@ -327,6 +358,8 @@ def test_flags_that_cannot_work_are_one_line_saying_why(tmp_path):
         (f"--api_key_file={empty}",): f"--api_key_file={empty}: it holds no key (one a line)",
         (f"--api_key_file={tmp_path / 'none'}",): "No such file or directory",
         ("--tls_cert=cert.pem",): "--tls_cert and --tls_key go together",
+        (f"--tls_cert={os.path.join(TLS, 'localhost.key')}",
+         f"--tls_key={os.path.join(TLS, 'localhost.pem')}"): "not a certificate and its key",
         ("--drain_timeout_s=0",): "--drain_timeout_s=0.0 must be more than 0 seconds",
         ("--max_batch_tokens=0",): "--max_batch_tokens=0 must be at least 1",
     }
