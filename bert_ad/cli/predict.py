@@ -125,20 +125,15 @@ def check_columns(input_format: str, f: flags.FlagValues, text_fields: Sequence[
              "or jsonl lines of {\"question\": ..., \"context\": ...}")
 
 
-def _has_export(folder: str) -> bool:
-    """Whether a fine-tuned folder holds an export (OUT/export/STEP) to score from."""
-    from bert_ad.inference import layout
-    exports = os.path.join(folder, "export")
-    return os.path.isdir(exports) and any(
-        name.isdigit() and os.path.isfile(layout.metadata_path(os.path.join(exports, name)))
-        for name in os.listdir(exports))
-
-
 def open_model(f: flags.FlagValues, options):
     """(the task's Predictions, score(batch) -> outputs, close()) of --model_dir."""
+    from bert_ad.inference.model_versions import published_versions
     from bert_ad.inference.predictions import predictions_for
     from bert_ad.model_folder import is_model_folder
-    if is_model_folder(f.model_dir) and not _has_export(f.model_dir):
+    # A fine-tuned folder without an export (OUT/export/STEP with its export.json,
+    # as the server lists versions) is scored from its checkpoint.
+    if is_model_folder(f.model_dir) and not published_versions(
+            os.path.join(f.model_dir, "export")):
         from bert_ad.cli.predict_checkpoint import open_checkpoint_model  # TensorFlow
         model, scorer_for = open_checkpoint_model(f.model_dir, f.n_gpus)
         predictions = predictions_for(model, options)
