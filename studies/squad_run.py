@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -269,6 +270,17 @@ def test_figures(golds: dict, predictions: dict, null_odds: dict, best_spans: di
             "test_best_f1": as_run["best_f1"], "test_best_f1_thresh": as_run["best_f1_thresh"]}
 
 
+def calibration_figures(golds: dict, null_odds: dict) -> dict:
+    """Where the null odds lie: their median for questions with an answer and without,
+    and the share of questions with an answer whose odds exceed Google's 0 (answered ""
+    at 0)."""
+    answerable = sorted(null_odds[q] for q in golds if golds[q])
+    unanswerable = sorted(null_odds[q] for q in golds if not golds[q])
+    return {"test_answerable_null_odds_median": statistics.median(answerable),
+            "test_unanswerable_null_odds_median": statistics.median(unanswerable),
+            "test_answerable_over_0": sum(o > 0 for o in answerable) / len(answerable)}
+
+
 def outputs_figures(output_dir: str, test_file: str) -> dict:
     """few_unanswerable_figures and test_figures of a run_squad_mgpu.py run's
     predictions.json, null_odds.json and nbest_predictions.json (its best span: the
@@ -286,6 +298,7 @@ def outputs_figures(output_dir: str, test_file: str) -> dict:
     predictions, null_odds = load("predictions.json"), load("null_odds.json")
     figures = few_unanswerable_figures(golds, predictions, null_odds, best_spans)
     figures.update(test_figures(golds, predictions, null_odds, best_spans))
+    figures.update(calibration_figures(golds, null_odds))
     if os.path.exists(os.path.join(output_dir, "answer_settings.json")):
         figures["test_thresh"] = float(
             load("answer_settings.json")["answer_settings"]["null_score_diff_threshold"])
@@ -424,6 +437,7 @@ def worker_hf(s: dict, run: str, work_dir: str) -> dict:
                 "best_f1_thresh"])
         predictions = answers_at(figures["test_thresh"], answers.null_odds, answers.best_spans)
     figures.update(test_figures(golds, predictions, answers.null_odds, answers.best_spans))
+    figures.update(calibration_figures(golds, answers.null_odds))
     return {"status": "ok", "eval": figures,
             "examples_per_sec": steps * s["batch"] / seconds, "train_seconds": seconds,
             "final_loss": float(loss), "torch": torch.__version__,

@@ -494,3 +494,12 @@ def test_squad_run_test_figures_answer_at_zero_at_the_run_threshold_and_at_the_b
     assert (figures["test_f1"], figures["test_has_answer_f1"]) == pytest.approx((100.0, 100.0))
     assert figures["test_best_f1"] == pytest.approx(100.0)
     assert 0.5 <= figures["test_best_f1_thresh"] < 2.0
+
+
+def test_squad_run_calibration_says_where_the_null_odds_lie():
+    from studies.squad_run import calibration_figures
+    golds = {"a": ["甲"], "b": ["乙"], "c": ["丙"], "d": [], "e": []}
+    odds = {"a": 1.5, "b": -0.5, "c": 0.5, "d": 3.0, "e": 2.0}
+    assert calibration_figures(golds, odds) == pytest.approx({
+        "test_answerable_null_odds_median": 0.5, "test_unanswerable_null_odds_median": 2.5,
+        "test_answerable_over_0": 2 / 3})
