@@ -505,11 +505,17 @@ def sizes_report(records) -> str:
                      measuring.fmt(e["test_best_f1"], 2),
                      measuring.fmt(e["test_best_f1_thresh"], 2),
                      measuring.fmt(e["test_best_f1"] - e["test_f1_at_0"], 2),
-                     measuring.fmt(e["test_best_f1"] - e["test_f1"], 2)])
+                     measuring.fmt(e["test_best_f1"] - e["test_f1"], 2),
+                     f"{100 * e['test_answerable_over_0']:.0f}%"
+                     if "test_answerable_over_0" in e else "",
+                     measuring.fmt(e.get("test_answerable_null_odds_median"), 2),
+                     measuring.fmt(e.get("test_unanswerable_null_odds_median"), 2)])
     return measuring.markdown_table(
         ["training questions", "seed", "run", "F1 at 0", "F1 with answer at 0",
          "F1 at the default (dev's threshold)", "dev's threshold", "best F1", "best threshold",
-         "best - at 0", "best - default"], rows, "rrlrrrrrrrr")
+         "best - at 0", "best - default", "answerable answered \"\" at 0",
+         "null odds, answerable (median)", "null odds, unanswerable (median)"], rows,
+        "rrlrrrrrrrrrrr")
 
 
 def run_all(args, records: list, model_dir: str, data_dir: str) -> None:
