@@ -110,6 +110,16 @@ class Venv:
         return _check(_run([sys.executable, "-m", "pip", "--python", self.python] + list(args),
                            cwd=self.home))
 
+    def install_first(self, *requirements: str) -> None:
+        """What the user had before bert_ad: through uv when .ci/run hands it over
+        (BERT_AD_UV: the same packages, a third of pip's time), else pip."""
+        uv = os.environ.get("BERT_AD_UV")
+        if uv:
+            _check(_run([uv, "pip", "install", "-q", "--python", self.python]
+                        + list(requirements), cwd=self.home))
+        else:
+            self.pip("install", "-q", *requirements)
+
     def distributions(self) -> dict:
         """{normalised name: version} of what is installed."""
         listing = json.loads(self.pip("list", "--format=json").stdout)
@@ -462,7 +472,7 @@ def _other_tensorflow() -> list:
 def test_wheel_beside_another_tensorflow_distribution(wheel, tmp_path):
     venv = Venv(str(tmp_path / "venv"))
     other = _other_tensorflow()
-    venv.pip("install", "-q", *other)
+    venv.install_first(*other)
     before = venv.distributions()
     assert "tensorflow-cpu" in before and "tensorflow" not in before
 
