@@ -35,7 +35,7 @@ from bert_ad.compat import tf
 from bert_ad.data.batching import prefetch
 from bert_ad.data.processors import save_label_list
 from bert_ad.errors import MissingFile, UserError, fail
-from bert_ad.evaluation import (DuringTrainingEvaluation, check_best_metric,
+from bert_ad.evaluation import (DuringTrainingEvaluation, ScoringGraphs, check_best_metric,
                                 non_finite_warnings, record_dev_choice,
                                 recorded_answer_settings, score, scoring_checkpoint)
 from bert_ad import run_model_folder
@@ -101,12 +101,13 @@ def schedule(settings: RunSettings, placement: Placement,
 # --- training ------------------------------------------------------------------------
 
 def train(task: Task, data: SplitData, settings: RunSettings,
-          placement: Placement, dev: Optional[SplitData] = None) -> TrainResult:
+          placement: Placement, dev: Optional[SplitData] = None,
+          graphs: Optional[ScoringGraphs] = None) -> TrainResult:
     """Train `task` on `data` (every worker); the chief writes train_results.txt.
 
     With settings.eval_every_steps, `dev` is scored during training (chief).
     """
-    evaluation = (DuringTrainingEvaluation(task, dev, settings, placement)
+    evaluation = (DuringTrainingEvaluation(task, dev, settings, placement, graphs)
                   if settings.eval_every_steps and placement.is_chief else None)
     already_stopped = evaluation is not None and evaluation.finished()
     if already_stopped and placement.num_workers == 1:
@@ -218,7 +219,8 @@ def write_train_results(output_dir: str, result: TrainResult, plan: Schedule) ->
 
 def evaluate(task: Task, data: SplitData, settings: RunSettings,
              placement: Placement, checkpoint: Optional[str] = None,
-             outputs: Optional[Dict[str, np.ndarray]] = None) -> dict:
+             outputs: Optional[Dict[str, np.ndarray]] = None,
+             graphs: Optional[ScoringGraphs] = None) -> dict:
     """Score the dev rows with `checkpoint` (default: scoring_checkpoint) and write
     eval_results.txt (`key = value`, sorted; global_step names the checkpoint).
 
@@ -228,7 +230,7 @@ def evaluate(task: Task, data: SplitData, settings: RunSettings,
     checkpoint = checkpoint or scoring_checkpoint(settings)
     if outputs is None:
         outputs = score(task, data, settings.eval_batch_size, settings, placement,
-                        checkpoint=checkpoint)
+                        checkpoint=checkpoint, graphs=graphs)
     metrics = task.metrics(data, outputs)
     metrics["global_step"] = checkpoint_step(checkpoint)
     write_key_values(os.path.join(settings.output_dir, EVAL_RESULTS_FILE), metrics)
@@ -241,7 +243,8 @@ def evaluate(task: Task, data: SplitData, settings: RunSettings,
 
 def predict(task: Task, data: SplitData, settings: RunSettings, placement: Placement,
             checkpoint: Optional[str] = None,
-            outputs: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+            outputs: Optional[Dict[str, np.ndarray]] = None,
+            graphs: Optional[ScoringGraphs] = None) -> Dict[str, np.ndarray]:
     """Score the predict rows (with `checkpoint`, default scoring_checkpoint) and
     write the task's prediction files (an export predicts through
     bert_ad/export_predict.py).
@@ -251,7 +254,7 @@ def predict(task: Task, data: SplitData, settings: RunSettings, placement: Place
     """
     if outputs is None:
         outputs = score(task, data, settings.predict_batch_size, settings, placement,
-                        checkpoint)
+                        checkpoint, graphs)
     write_predictions(task, data, outputs, settings.output_dir)
     return outputs
 
@@ -327,6 +330,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
     refuse_outputs_over_inputs(task, settings.output_dir,
                                [data for data in (train_data, eval_data, predict_data,
                                                   during_training) if data is not None])
+    graphs = ScoringGraphs()  # each scoring graph built once in this run
     # The model folder's record (bert_ad/run_model_folder.py): a resume only of this run.
     record = (run_model_folder.prepare(task, settings, train_data is not None,
                                        eval_data or during_training) if chief else None)
@@ -340,7 +344,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
                                 task.labels)
             if chief:  # before the first checkpoint: the folder is the model
                 run_model_folder.write_model_folder(settings.output_dir, task, record)
-            trained = train(task, train_data, settings, placement, during_training)
+            trained = train(task, train_data, settings, placement, during_training, graphs)
         elif record is not None:  # --label_names against a trained folder
             run_model_folder.write_record(settings.output_dir, record)
         if not chief:
@@ -357,7 +361,7 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
             # --null_score_diff_threshold=auto): known before anything answers.
             checkpoint = checkpoint or scoring_checkpoint(settings)
             dev_outputs = score(task, eval_data, settings.eval_batch_size, settings,
-                                placement, checkpoint=checkpoint)
+                                placement, checkpoint=checkpoint, graphs=graphs)
             task = task.with_dev_choice(eval_data, dev_outputs)
             record_dev_choice(settings.output_dir, task, checkpoint, eval_data)
         elif task.answer_settings() and (do_export or predict_data is not None
@@ -373,12 +377,12 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         predicted = None
         if predict_data is not None:
             predicted = predict(task, predict_data, settings, placement, checkpoint,
-                                dev_outputs if same else None)
+                                dev_outputs if same else None, graphs)
         metrics = None
         if eval_data is not None:
             metrics = evaluate(task, eval_data, settings, placement, checkpoint,
                                dev_outputs if dev_outputs is not None else
-                               predicted if same else None)
+                               predicted if same else None, graphs)
         if train_data is not None:
             run_model_folder.finish(settings.output_dir, record, trained.global_step,
                                     metrics)

@@ -28,7 +28,7 @@ from bert_ad.folders import staging_directory
 from bert_ad.parallel.best_checkpoint import BestCheckpoint, best_checkpoint, lower_is_better
 from bert_ad.parallel.checkpoint_files import checkpoint_step, step_checkpoints
 from bert_ad.parallel.checkpoints import checkpoint_problem, latest_checkpoint
-from bert_ad.parallel.scoring import Scorer
+from bert_ad.parallel.scoring import Scorer, ScoringGraph
 from bert_ad.data.scored_rows import score_rows
 from bert_ad.placement import Placement
 from bert_ad.run_settings import RunSettings
@@ -102,11 +102,41 @@ def scoring_checkpoint(settings: RunSettings, purpose: str = "score with") -> st
          "model.ckpt-N and --init_checkpoint is not set")
 
 
+class ScoringGraphs:
+    """The scoring graphs of one run (bert_ad/driver.py's `run` holds them), each
+    built once: the dev set scored every --eval_every_steps while training, then the
+    dev choice, predict and eval restore their checkpoint into the graph already built
+    instead of building the towers again (seconds each time on a large model; most
+    of a tiny model's scoring). Within a run a task changes only its label list
+    (with_labels) and its answer settings (with_dev_choice, with_answer_settings),
+    which no graph holds: a graph is kept per label list."""
+
+    def __init__(self):
+        self._graphs: Dict[tuple, ScoringGraph] = {}
+
+    def get(self, task: Task, placement: Placement, settings: RunSettings) -> ScoringGraph:
+        key = (task.name, tuple(task.labels or ()))
+        if key not in self._graphs:
+            self._graphs[key] = ScoringGraph(placement.plan, task.feature_spec,
+                                             _scoring_tower(task), seed=settings.seed)
+        return self._graphs[key]
+
+
+def _scoring_tower(task: Task):
+    def tower(features, i):
+        outputs = dict(task.build_model(features, is_training=False))
+        outputs.pop("loss", None)
+        return outputs
+    return tower
+
+
 def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
-          placement: Placement, checkpoint: Optional[str] = None) -> Dict[str, np.ndarray]:
+          placement: Placement, checkpoint: Optional[str] = None,
+          graphs: Optional[ScoringGraphs] = None) -> Dict[str, np.ndarray]:
     """The task's per-row outputs for every feature row of `data`, in input order,
     scored by `checkpoint` (default: scoring_checkpoint) on every tower. (An
-    export scores through bert_ad/export_predict.py.)
+    export scores through bert_ad/export_predict.py.) `graphs`: the run's scoring
+    graphs, to build this task's once.
 
     Rows whose outputs have different shapes from batch to batch (a sequence
     dimension under dynamic padding) come back as an object array of per-row
@@ -118,14 +148,13 @@ def score(task: Task, data: SplitData, batch_size: int, settings: RunSettings,
     partial = task.scores_released_checkpoints and checkpoint == settings.init_checkpoint
     log.info("%s: scoring %s rows with %s on %d tower(s)", data.split, rows,
              checkpoint, placement.plan.num_towers)
-
-    def tower(features, i):
-        outputs = dict(task.build_model(features, is_training=False))
-        outputs.pop("loss", None)
-        return outputs
-
-    with Scorer(placement.plan, task.feature_spec, tower, checkpoint,
-                placement.local_session_config(), partial=partial, seed=settings.seed) as scorer:
+    session_config = placement.local_session_config()
+    if graphs is not None and not partial:
+        scorer = graphs.get(task, placement, settings).open(checkpoint, session_config)
+    else:
+        scorer = Scorer(placement.plan, task.feature_spec, _scoring_tower(task), checkpoint,
+                        session_config, partial=partial, seed=settings.seed)
+    with scorer:
         return score_rows(scorer, batches, batch_size, placement.plan.num_towers)
 
 
@@ -135,8 +164,9 @@ class DuringTrainingEvaluation:
     calls it every settings.eval_every_steps steps and at the last one)."""
 
     def __init__(self, task: Task, dev: SplitData, settings: RunSettings,
-                 placement: Placement):
+                 placement: Placement, graphs: Optional[ScoringGraphs] = None):
         self.task, self.dev, self.settings, self.placement = task, dev, settings, placement
+        self.graphs = graphs if graphs is not None else ScoringGraphs()
         metric = settings.best_metric or task.main_metric
         if not metric:
             fail(f"the {task.name} task has no main metric: name one with --best_metric")
@@ -164,7 +194,8 @@ class DuringTrainingEvaluation:
         try:
             checkpoint = save_weights(staging)
             outputs = score(self.task, self.dev, self.settings.eval_batch_size,
-                            self.settings, self.placement, checkpoint=checkpoint)
+                            self.settings, self.placement, checkpoint=checkpoint,
+                            graphs=self.graphs)
             metrics = self.task.metrics(self.dev, outputs)
             metrics["global_step"] = step
             if self.best.metric not in metrics:

@@ -22,8 +22,38 @@ from bert_ad.parallel.train_graph import feature_placeholders
 log = logging.getLogger("bert_ad")
 
 
+class ScoringGraph:
+    """A multi-tower scoring graph with a Saver for every variable, built once:
+    `open(checkpoint)` gives a Scorer with that checkpoint's weights in a session
+    of its own, without building the towers again (seconds on a large model)."""
+
+    def __init__(self, plan: DevicePlan, feature_spec: dict,
+                 tower_fn: Callable[[dict, int], dict], seed: int = 12345):
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            tf.set_random_seed(seed)
+            self.placeholders = [feature_placeholders(feature_spec, i)
+                                 for i in range(plan.num_towers)]
+            self.outputs = build_towers(plan, lambda i: tower_fn(self.placeholders[i], i))
+            self.variables = tf.global_variables()
+            self.saver = tf.train.Saver(var_list=self.variables)
+            self.graph.finalize()
+
+    def open(self, checkpoint: str, session_config=None) -> "Scorer":
+        """A Scorer of `checkpoint`, which must hold every variable (UserError if not)."""
+        require_variables(checkpoint, self.variables)
+        session = tf.Session(graph=self.graph, config=session_config)
+        try:
+            self.saver.restore(session, checkpoint)
+        except BaseException:
+            session.close()
+            raise
+        return Scorer.of(self.placeholders, self.outputs, session)
+
+
 class Scorer:
-    """A multi-tower scoring graph with `checkpoint`'s weights, in its own session.
+    """A multi-tower scoring graph with `checkpoint`'s weights, in its own session
+    (a graph of its own; ScoringGraph.open shares one graph between checkpoints).
 
     Use as a context manager; `run(per_tower_batches)` feeds one batch dict
     per tower and returns one {name: array} per tower.
@@ -35,28 +65,33 @@ class Scorer:
         """`partial`: the checkpoint may lack some variables (a released model
         without the task's head); those start from a seeded random init and
         are listed in the log, as when training warm-starts."""
-        self.graph = tf.Graph()
-        with self.graph.as_default():
+        if not partial:
+            opened = ScoringGraph(plan, feature_spec, tower_fn, seed).open(checkpoint,
+                                                                           session_config)
+            self.placeholders, self.outputs = opened.placeholders, opened.outputs
+            self.session = opened.session
+            return
+        graph = tf.Graph()
+        with graph.as_default():
             tf.set_random_seed(seed)
             self.placeholders = [feature_placeholders(feature_spec, i)
                                  for i in range(plan.num_towers)]
             self.outputs = build_towers(plan, lambda i: tower_fn(self.placeholders[i], i))
             variables = tf.global_variables()
-            if partial:
-                restorer = WarmStart(checkpoint, variables)
-                restorer.log_summary()
-                init = tf.variables_initializer(variables)
-            else:
-                require_variables(checkpoint, variables)
-                restorer = tf.train.Saver(var_list=variables)
-                init = None
-            self.graph.finalize()
-        self.session = tf.Session(graph=self.graph, config=session_config)
-        if init is not None:
-            self.session.run(init)
-            restorer.restore(self.session)
-        else:
-            restorer.restore(self.session, checkpoint)
+            restorer = WarmStart(checkpoint, variables)
+            restorer.log_summary()
+            init = tf.variables_initializer(variables)
+            graph.finalize()
+        self.session = tf.Session(graph=graph, config=session_config)
+        self.session.run(init)
+        restorer.restore(self.session)
+
+    @classmethod
+    def of(cls, placeholders: list, outputs: list, session) -> "Scorer":
+        """A Scorer of a graph built elsewhere (ScoringGraph.open)."""
+        scorer = cls.__new__(cls)
+        scorer.placeholders, scorer.outputs, scorer.session = placeholders, outputs, session
+        return scorer
 
     def run(self, per_tower_batches: list) -> list:
         feed = {}
