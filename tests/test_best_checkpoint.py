@@ -232,3 +232,30 @@ def test_a_record_of_another_metric_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"keeps the best eval_accuracy, but this run asks "
                                         r"for --best_metric=eval_loss"):
         BestCheckpoint(output_dir, "eval_loss")
+
+
+def test_one_scoring_graph_serves_every_evaluation_of_a_run(tmp_path, monkeypatch):
+    """The dev set scored every 2nd step, then predict and eval at the end: the scoring
+    graph is built once a run (bert_ad/evaluation.py ScoringGraphs) and each pass
+    restores its own checkpoint into it (the step each scored is a graph output)."""
+    from bert_ad import evaluation
+    built = []
+
+    class CountedGraph(evaluation.ScoringGraph):
+        def __init__(self, *args, **kwargs):
+            built.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "ScoringGraph", CountedGraph)
+    task = make_task()
+    output_dir = str(tmp_path / "out")
+    placement = driver.Placement(plan_devices(2, cuda_visible_devices=""))
+    driver.run(task, settings(output_dir, eval_every_steps=2, save_checkpoints_steps=2,
+                              keep_checkpoint_max=30, num_train_epochs=2),
+               placement, do_train=True, do_eval=True, do_predict=True)
+    assert len(built) == 1
+    # Six evaluations while training (2 epochs of 6 steps), then eval of the last step.
+    assert task.scored_steps == [2, 4, 6, 8, 10, 12, 12]
+    assert read_key_values(os.path.join(output_dir, "eval_results.txt"))["global_step"] == "12"
+    with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) == 5
