@@ -22,6 +22,15 @@ from bert_ad.parallel.train_graph import feature_placeholders
 log = logging.getLogger("bert_ad")
 
 
+def _towers(plan: DevicePlan, feature_spec: dict, tower_fn: Callable[[dict, int], dict],
+            seed: int) -> tuple:
+    """(per-tower placeholders, per-tower outputs) of the scoring towers, in the
+    default graph, with its random seed set."""
+    tf.set_random_seed(seed)
+    placeholders = [feature_placeholders(feature_spec, i) for i in range(plan.num_towers)]
+    return placeholders, build_towers(plan, lambda i: tower_fn(placeholders[i], i))
+
+
 class ScoringGraph:
     """A multi-tower scoring graph with a Saver for every variable, built once:
     `open(checkpoint)` gives a Scorer with that checkpoint's weights in a session
@@ -31,10 +40,7 @@ class ScoringGraph:
                  tower_fn: Callable[[dict, int], dict], seed: int = 12345):
         self.graph = tf.Graph()
         with self.graph.as_default():
-            tf.set_random_seed(seed)
-            self.placeholders = [feature_placeholders(feature_spec, i)
-                                 for i in range(plan.num_towers)]
-            self.outputs = build_towers(plan, lambda i: tower_fn(self.placeholders[i], i))
+            self.placeholders, self.outputs = _towers(plan, feature_spec, tower_fn, seed)
             self.variables = tf.global_variables()
             self.saver = tf.train.Saver(var_list=self.variables)
             self.graph.finalize()
@@ -73,10 +79,7 @@ class Scorer:
             return
         graph = tf.Graph()
         with graph.as_default():
-            tf.set_random_seed(seed)
-            self.placeholders = [feature_placeholders(feature_spec, i)
-                                 for i in range(plan.num_towers)]
-            self.outputs = build_towers(plan, lambda i: tower_fn(self.placeholders[i], i))
+            self.placeholders, self.outputs = _towers(plan, feature_spec, tower_fn, seed)
             variables = tf.global_variables()
             restorer = WarmStart(checkpoint, variables)
             restorer.log_summary()
