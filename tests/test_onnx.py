@@ -668,6 +668,76 @@ def fake_onnx_export(s: Setup, name: str, model_bytes: bytes = b"not a model") -
     return target
 
 
+def small_frozen_graph():
+    """A frozen graph with work for tf2onnx's optimisers (a transpose pair, a
+    duplicated constant, identities) around a 32x32 matrix (a weight); its input
+    and output tensors' names; and its TensorFlow output for one batch."""
+    from bert_ad.compat import tf
+    rows = np.random.RandomState(0).randn(3, 32).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.placeholder(tf.float32, [None, 32], name="x")
+        weight = tf.constant(np.random.RandomState(1).randn(32, 32).astype(np.float32))
+        h = tf.matmul(tf.identity(x), weight) + tf.constant(0.5) + tf.constant(0.5)
+        y = tf.identity(tf.transpose(tf.transpose(tf.tanh(h))), name="y")
+        with tf.Session(graph=graph) as session:
+            expected = session.run(y, {x: rows})
+    return graph.as_graph_def(), {"x": "x:0"}, {"y": "y:0"}, rows, expected
+
+
+def onnx_answers(model, rows) -> np.ndarray:
+    import onnxruntime
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    return session.run(["y"], {"x": rows})[0]
+
+
+@needs_onnx
+def test_the_conversion_without_tf2onnxs_copies_makes_its_careful_model(monkeypatch):
+    """convert() turns off tf2onnx's copy of the graph before each optimiser: the
+    model is the one tf2onnx makes with its copies; when an optimiser fails part
+    way, the conversion is made again the careful way (that optimiser skipped)."""
+    import copy
+    from tf2onnx import constants
+    from tf2onnx.graph import Graph
+    from tf2onnx.optimizer import transpose_optimizer
+    from bert_ad.serving import onnx_export
+    graph_def, inputs, outputs, rows, expected = small_frozen_graph()
+    real_deepcopy = copy.deepcopy
+    copies = []
+
+    def counted_deepcopy(x, *args):
+        if isinstance(x, Graph):
+            copies.append(x)
+        return real_deepcopy(x, *args)
+    monkeypatch.setattr(copy, "deepcopy", counted_deepcopy)
+    monkeypatch.delenv(constants.ENV_TF2ONNX_CATCH_ERRORS, raising=False)
+    fast = onnx_export.convert(real_deepcopy(graph_def), inputs, outputs)
+    assert copies == []
+    assert constants.ENV_TF2ONNX_CATCH_ERRORS not in os.environ   # left as it was
+    # tf2onnx's own careful conversion, copies and all.
+    careful, _ = onnx_export.require_converter().convert.from_graph_def(
+        real_deepcopy(graph_def), input_names=list(inputs.values()),
+        output_names=list(outputs.values()), opset=onnx_export.OPSET,
+        tensors_to_rename={"x:0": "x", "y:0": "y"})
+    assert len(copies) >= len(onnx_export.require_converter().optimizer._get_optimizers())
+    fast_nodes = [(n.op_type, list(n.input), list(n.output)) for n in fast.graph.node]
+    assert fast_nodes == [(n.op_type, list(n.input), list(n.output))
+                          for n in careful.graph.node]
+    np.testing.assert_allclose(onnx_answers(fast, rows), expected, atol=1e-5)
+
+    # An optimiser that fails after changing the graph: made again the careful way.
+    def fail_part_way(self, graph):
+        graph.remove_node(graph.get_nodes()[-1].name)
+        raise RuntimeError("an optimiser failed")
+    monkeypatch.setenv(constants.ENV_TF2ONNX_CATCH_ERRORS, "a user's value")
+    monkeypatch.setattr(transpose_optimizer.TransposeOptimizer, "_optimize", fail_part_way)
+    copies.clear()
+    rescued = onnx_export.convert(real_deepcopy(graph_def), inputs, outputs)
+    assert copies, "the second conversion was tf2onnx's careful one"
+    assert os.environ[constants.ENV_TF2ONNX_CATCH_ERRORS] == "a user's value"
+    np.testing.assert_allclose(onnx_answers(rescued, rows), expected, atol=1e-5)
+
+
 def predict_flags(s: Setup, export_dir: str) -> dict:
     return {"task_name": "sentiment", "data_dir": SAMPLE_SENTIMENT, "do_predict": True,
             "output_dir": os.path.join(s.root, "bad", os.path.basename(export_dir)),

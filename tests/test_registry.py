@@ -71,6 +71,27 @@ def test_the_registry_refuses_duplicates_and_non_literals(tmp_path):
         registry.declarations(str(package), plugins=False)
 
 
+def test_a_file_is_parsed_again_only_when_it_changes(tmp_path, monkeypatch):
+    """Commands run in one process read the registrations once a file: again only
+    after an edit (here one of the same size: the time it was written tells)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    source = package / "a.py"
+    source.write_text('register_task("x", "one", define_flags=f, build=b)\n')
+    parsed = []
+    parse = registry._parse_declarations
+    monkeypatch.setattr(registry, "_parse_declarations",
+                        lambda path, module: parsed.append(path) or parse(path, module))
+    for _ in range(3):
+        assert [d.name for d in registry.declarations(str(package), plugins=False)] == ["x"]
+    assert parsed == [str(source)]
+    written = os.stat(source).st_mtime_ns
+    source.write_text('register_task("z", "one", define_flags=f, build=b)\n')
+    os.utime(source, ns=(written + 10**9, written + 10**9))
+    assert [d.name for d in registry.declarations(str(package), plugins=False)] == ["z"]
+    assert parsed == [str(source)] * 2
+
+
 def test_bert_ad_help_lists_every_command_and_bad_commands_are_one_line():
     helped = run_module("bert_ad", ["--help"])
     assert helped.returncode == 0, helped.stderr
