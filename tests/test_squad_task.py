@@ -203,6 +203,7 @@ def assert_same_logits(ours, theirs, mask):
         assert np.all(a[~real] <= -9000.0)  # padding: out of every softmax
 
 
+@pytest.mark.real_model
 def test_english_logits_equal_transformers_with_minilm(minilm_google_ckpt, tmp_path):
     config_file = os.path.join(minilm_google_ckpt, "bert_config.json")
     task = squad_task(BertConfig.from_json_file(config_file),

