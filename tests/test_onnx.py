@@ -435,10 +435,13 @@ def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
                                "BiasGelu": config.num_hidden_layers}
     assert done["quantized_nodes"] == 6 * config.num_hidden_layers  # q k v o in out
     assert done["per_channel"] and not done["embeddings_quantized"]
-    ops = {node.op_type for node in onnx_library.load(
-        os.path.join(int8_dir, layout.ONNX_FILE)).graph.node}
-    # Static: each matmul's input quantized with a calibrated, fixed scale.
-    assert {"QuantizeLinear", "MatMulInteger"} <= ops and "DynamicQuantizeLinear" not in ops
+    ops = [node.op_type for node in onnx_library.load(
+        os.path.join(int8_dir, layout.ONNX_FILE)).graph.node]
+    # Static: each matmul's input quantized with a calibrated, fixed scale, and the
+    # int32 sums scaled back to float with the bias in the same kernel.
+    assert "QuantizeLinear" in ops and "DynamicQuantizeLinear" not in ops
+    assert ops.count("MatMulIntegerToFloat") == done["integer_matmuls_to_float"] \
+        == 6 * config.num_hidden_layers and "MatMulInteger" not in ops
     with open(os.path.join(int8_dir, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
         report = json.load(f)
     dev = read_examples(get_task("sentiment"), SAMPLE_SENTIMENT, "dev")

@@ -10,9 +10,10 @@ cost on dev.
    calibration rows (the run's dev rows) and records each matmul input's range.
 3. Quantize: the encoder's weight matrices as int8 (symmetric, one scale per
    output column), their inputs as uint8 with the calibrated, fixed scales
-   (QuantizeLinear -> MatMulInteger -> back to float: ONNX Runtime's integer
-   kernels); the products between activations (attention's scores and
-   context) stay float32, as do layer norms, softmax and GELU. Fixed scales
+   (QuantizeLinear -> MatMulIntegerToFloat, which scales the int32 sums back
+   to float and adds the bias: ONNX Runtime's integer kernels); the products
+   between activations (attention's scores and context) stay float32, as do
+   layer norms, softmax and GELU. Fixed scales
    make a row's outputs its own: the same alone, in any batch, with any
    padding (dynamic quantization, before, took each scale from the whole batch).
 4. Measure: the dev split scored by the fp32 model and the int8 one, the
@@ -46,6 +47,7 @@ import numpy as np
 from bert_ad.errors import fail
 from bert_ad.inference import layout, onnx_scorer
 from bert_ad.inference.exported_model import ExportedModel, score_split
+from bert_ad.serving.integer_matmuls import fuse_integer_matmuls
 
 log = logging.getLogger("bert_ad")
 
@@ -145,8 +147,12 @@ def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
             # Shape inference cannot type the fused kernels' outputs in a CRF's model.
             {"DefaultTensorType": onnx.TensorProto.FLOAT})
         quantizer.quantize_model()
+        # Static scales hide the integer matmuls from ONNX Runtime's own fusion
+        # (bert_ad/serving/integer_matmuls.py): written fused here.
+        fused_matmuls = fuse_integer_matmuls(quantizer.model.model)
         quantizer.model.save_model_to_file(int8_path)
     return {"fusions": fusions, "quantized_nodes": len(names), "weights": "int8",
+            "integer_matmuls_to_float": fused_matmuls,
             "activations": "uint8, static (min/max of the calibration rows)",
             "calibration_rows": feeds.rows, "per_channel": per_channel,
             "embeddings_quantized": embeddings, "head_quantized": head}
