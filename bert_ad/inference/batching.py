@@ -16,10 +16,15 @@ length); a request of more than `max_request_rows` rows is refused whole
 (`TooManyRows`) before any is queued. A request whose future is cancelled (its
 deadline passed) leaves the queue at once: its rows are never scored.
 
-Each batch is sorted by length, padded to its longest row
-(bert_ad.data.batching.make_batch, as --do_predict pads) and scored in one
-call. Each row's outputs go back to its own request, which is answered when
-all of its rows are scored. Tokenising and answering run on the server's
+Each batch is sorted by length and cut into calls of rows of similar length,
+each padded to its own longest row (bert_ad.data.batching.make_batch, as
+--do_predict pads): one call padded to a batch's longest row can cost more
+than its rows scored one by one (8 random review sentences on MiniLM int8,
+one AVX2 core: 1.28x slower), and cut where padding costs more than a call
+(`calls_by_length`), the same batch is 1.42x faster than one call. What a call
+costs is learnt from this model's own calls (`CallCost`). Each row's outputs
+go back to its own request, which is answered when all of its rows are
+scored. Tokenising and answering run on the server's
 other threads, so the scoring thread only pads and scores (TensorFlow and
 ONNX Runtime release the GIL while they compute).
 """
@@ -31,13 +36,16 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from bert_ad.data.batching import PAD_MULTIPLE, TokenizedExamples, make_batch
 
 Row = Dict[str, np.ndarray]   # a feature row: {column name: 1-D int32 array}, input_ids first
+# A call's fixed cost is never counted as more than this many tokens of work: past
+# it, rows of any lengths share a call, as they would with one call a batch.
+MAX_OVERHEAD_TOKENS = 1 << 16
 
 
 class TooManyRows(ValueError):
@@ -103,7 +111,8 @@ class DynamicBatcher:
       max_request_rows: most rows one request may make (None: no limit).
       complete_batch: adds inputs a batch of several requests needs
         (Predictions.complete_batch), or None.
-      on_batch: called with (rows, tokens, seconds) after each batch (metrics).
+      on_batch: called with (rows, tokens, seconds) after each batch (metrics;
+        tokens: its calls' padded tokens, calls_by_length).
       name: for the thread's name.
     """
 
@@ -119,6 +128,7 @@ class DynamicBatcher:
         self.timeout = batch_timeout_ms / 1000.0
         self._complete_batch = complete_batch
         self._on_batch = on_batch
+        self.call_cost = CallCost()
         # Requests with rows not yet in a batch, in turn order: a batch takes one
         # row of the first, puts it back at the end (if it has more), and so on.
         self._turns: collections.deque = collections.deque()
@@ -225,23 +235,88 @@ class DynamicBatcher:
             # sorts them), and the order does not depend on arrival.
             rows = sorted(((request.rows[index], request, index) for request, index in batch),
                           key=lambda item: len(item[0]["input_ids"]))
-            try:
-                padded = pack([row for row, _, _ in rows])
-                if self._complete_batch is not None:
-                    self._complete_batch(padded)
-                outputs = self._score(padded)
-            except Exception as e:  # every request of the batch learns it; the thread goes on
-                for _, request, _ in rows:
-                    _settle(request.future, error=e)
-                continue
-            for position, (_, request, index) in enumerate(rows):
-                if request.future.done():   # cancelled, or failed in an earlier batch
-                    continue
-                request.outputs[index] = {name: value[position]
-                                          for name, value in outputs.items()}
-                request.remaining -= 1
-                if not request.remaining:
-                    _settle(request.future, request.outputs)
+            lengths = [len(row["input_ids"]) for row, _, _ in rows]
+            tokens = sum(self._score_call(rows[start:end]) for start, end in
+                         calls_by_length(lengths, self.call_cost.overhead_tokens()))
             if self._on_batch is not None:
-                self._on_batch(len(rows), int(padded["input_ids"].size),
-                               time.perf_counter() - started)
+                self._on_batch(len(rows), tokens, time.perf_counter() - started)
+
+    def _score_call(self, rows: List[tuple]) -> int:
+        """Score (row, request, index) triples in one call and hand each its outputs;
+        the tokens scored (padding included)."""
+        started = time.perf_counter()
+        try:
+            padded = pack([row for row, _, _ in rows])
+            if self._complete_batch is not None:
+                self._complete_batch(padded)
+            outputs = self._score(padded)
+        except Exception as e:  # every request of the call learns it; the thread goes on
+            for _, request, _ in rows:
+                _settle(request.future, error=e)
+            return 0
+        tokens = int(padded["input_ids"].size)
+        self.call_cost.observe(tokens, time.perf_counter() - started)
+        for position, (_, request, index) in enumerate(rows):
+            if request.future.done():   # cancelled, or failed in an earlier call
+                continue
+            request.outputs[index] = {name: value[position] for name, value in outputs.items()}
+            request.remaining -= 1
+            if not request.remaining:
+                _settle(request.future, request.outputs)
+        return tokens
+
+
+def calls_by_length(lengths: List[int], overhead_tokens: float) -> List[Tuple[int, int]]:
+    """How to cut rows sorted by length into calls: [(start, end)] covering them in
+    order, each call padded to its longest row, that make the least work when a
+    call costs `overhead_tokens` plus its rows times its padded length.
+
+    Exact (dynamic programming over where each call ends): a batch is at most a
+    few hundred rows, and this is microseconds against the milliseconds of a call.
+    """
+    count = len(lengths)
+    cheapest = [0.0] + [float("inf")] * count   # cheapest[j]: rows [0, j) scored
+    start_of = [0] * (count + 1)
+    for end in range(1, count + 1):
+        padded = padded_length(lengths[end - 1])
+        for start in range(end):
+            cost = cheapest[start] + overhead_tokens + (end - start) * padded
+            if cost < cheapest[end]:   # (of equal costs, the longest last call)
+                cheapest[end], start_of[end] = cost, start
+    calls, end = [], count
+    while end:
+        calls.append((start_of[end], end))
+        end = start_of[end]
+    return calls[::-1]
+
+
+class CallCost:
+    """What one call of the model costs, learnt from its own calls: seconds =
+    overhead + per_token * padded tokens, fit by least squares on the last
+    `window` calls. Its ratio, the overhead in tokens of work, is what
+    calls_by_length weighs padding against: it differs between CPUs, models and
+    GPUs (where a call's fixed cost is large and its tokens cheap), so it is
+    measured, not set. Until enough calls of different sizes have been seen,
+    `prior_tokens` (MiniLM int8 on one AVX2 core: 8-17, docs/serving.md).
+
+    Used by the scoring thread alone (no lock)."""
+
+    MIN_CALLS = 16
+
+    def __init__(self, prior_tokens: float = 16.0, window: int = 256):
+        self.prior_tokens = prior_tokens
+        self._calls: collections.deque = collections.deque(maxlen=window)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        self._calls.append((tokens, seconds))
+
+    def overhead_tokens(self) -> float:
+        if len(self._calls) < self.MIN_CALLS:
+            return self.prior_tokens
+        tokens, seconds = np.asarray(self._calls, np.float64).T
+        if np.ptp(tokens) == 0:
+            return self.prior_tokens   # one size only: no slope to fit
+        per_token, overhead = np.polyfit(tokens, seconds, 1)
+        if per_token <= 0:
+            return self.prior_tokens   # noise, not a cost
+        return float(np.clip(overhead / per_token, 0.0, MAX_OVERHEAD_TOKENS))
