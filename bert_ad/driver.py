@@ -356,14 +356,19 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         # squad's --predict_file) is scored once, by the same checkpoint.
         same = eval_data is predict_data
         dev_outputs = None
-        if eval_data is not None and task.chooses_on_dev:
-            # Answer settings chosen on the dev set (squad's
-            # --null_score_diff_threshold=auto): known before anything answers.
+        # Answer settings chosen on the dev set (squad's --null_score_diff_threshold=
+        # auto), else on some of the training rows: known before anything answers.
+        choice_data = eval_data
+        if choice_data is None and task.chooses_on_dev and train_data is not None:
+            choice_data = task.choice_rows(train_data)
+        if choice_data is not None and task.chooses_on_dev:
             checkpoint = checkpoint or scoring_checkpoint(settings)
-            dev_outputs = score(task, eval_data, settings.eval_batch_size, settings,
-                                placement, checkpoint=checkpoint, graphs=graphs)
-            task = task.with_dev_choice(eval_data, dev_outputs)
-            record_dev_choice(settings.output_dir, task, checkpoint, eval_data)
+            choice_outputs = score(task, choice_data, settings.eval_batch_size, settings,
+                                   placement, checkpoint=checkpoint, graphs=graphs)
+            if choice_data is eval_data:
+                dev_outputs = choice_outputs
+            task = task.with_dev_choice(choice_data, choice_outputs)
+            record_dev_choice(settings.output_dir, task, checkpoint, choice_data)
         elif task.answer_settings() and (do_export or predict_data is not None
                                          or eval_data is not None):
             # A choice recorded beside the checkpoint answered with.

@@ -398,6 +398,38 @@ def test_a_threshold_far_from_the_best_warns_once_naming_both(setup, auto):
     assert "--null_score_diff_threshold=auto" in warnings[0]
 
 
+def test_training_without_a_dev_file_chooses_the_threshold_on_its_training_questions(
+        setup, trained):
+    """Google's flags (train and predict, no --do_eval, no threshold): the threshold is the
+    best-F1 one of the training questions, logged and recorded, and predictions.json
+    answers with it (issue 56: Google's 0 lost 13 F1 points at 2,000 questions)."""
+    output_dir = os.path.join(setup.root, "zh_train_choice")
+    run = run_in_process([LAUNCHER] + flag_args(dict(
+        setup.common, vocab_file=setup.chinese_vocab, bert_config_file=setup.zh_config,
+        init_checkpoint=resolve_checkpoint(trained["zh"][0]), num_train_epochs=1,
+        train_file=setup.zh_v2, predict_file=setup.zh_v2, do_train=True, do_predict=True,
+        version_2_with_negative=True, output_dir=output_dir)))
+    assert run.returncode == 0, run.describe()
+    squad = load(setup.zh_v2)
+    golds = {qid: answers for qid, _, answers in questions_of(squad)}
+    assert (f"it is chosen on {len(golds)} of the {len(golds)} training questions of "
+            f"{setup.zh_v2}") in run.stderr, run.describe()
+    record = load(os.path.join(output_dir, ANSWER_SETTINGS_FILE))
+    threshold = record["answer_settings"]["null_score_diff_threshold"]
+    assert record["chosen_on"] == setup.zh_v2 and record["checkpoint"].startswith("model.ckpt-")
+    # The predict file is the training file: its null odds are what the choice saw.
+    null_odds = load(os.path.join(output_dir, "null_odds.json"))
+    best_spans = best_spans_of(output_dir)
+
+    def f1_at(t):
+        return score_answers(golds, answered_with(null_odds, best_spans, t), "cmrc2018")["f1"]
+
+    candidates = sorted(set(null_odds.values())) + [min(null_odds.values()) - 1.0]
+    assert f1_at(threshold) == pytest.approx(max(f1_at(t) for t in candidates))
+    assert load(os.path.join(output_dir, "predictions.json")) == answered_with(
+        null_odds, best_spans, threshold)
+    assert not os.path.exists(os.path.join(output_dir, "eval_results.txt"))
+
 # ---------------------------------------------------------------------------
 # Bad input.
 

@@ -144,13 +144,15 @@ def check_flags(f: flags.FlagValues) -> None:
     window_settings(f).check()
 
 
-def chooses_threshold_on_dev(f: flags.FlagValues) -> bool:
-    """SQuAD v2.0 evaluated with no --null_score_diff_threshold: the threshold is chosen
-    on the dev file (as `auto`), said in the log. Google's 0 left half the answerable
-    questions of a 2,000-question training run unanswered (docs/squad.md, issue 56)."""
-    chosen = (f.version_2_with_negative and f.do_eval and not f.predict_from_export
-              and not f["null_score_diff_threshold"].present)
-    if chosen:
+def chooses_threshold(f: flags.FlagValues) -> bool:
+    """SQuAD v2.0 evaluated or trained with no --null_score_diff_threshold: the threshold
+    is chosen where F1 is best, said in the log: on the dev file with --do_eval (as
+    `auto`), else on the training questions (SquadTask.choice_rows). Google's 0 left
+    half the answerable questions of a 2,000-question training run unanswered
+    (docs/squad.md, issue 56)."""
+    chosen = (f.version_2_with_negative and (f.do_eval or f.do_train)
+              and not f.predict_from_export and not f["null_score_diff_threshold"].present)
+    if chosen and f.do_eval:
         log.info("--null_score_diff_threshold not given: it is chosen on the dev file "
                  "(%s), where F1 is best, recorded beside the checkpoint and in an export; "
                  "give a number (e.g. 0, Google's) to keep it fixed",
@@ -166,7 +168,7 @@ def build(f: flags.FlagValues, encoder):
     """The SquadTask the flags describe."""
     from bert_ad.tasks.squad import SquadFiles, SquadTask  # TensorFlow: once run
     files = SquadFiles(f.train_file or "", f.predict_file or "", f.dev_file or "")
-    auto = f.null_score_diff_threshold == "auto" or chooses_threshold_on_dev(f)
+    auto = f.null_score_diff_threshold == "auto" or chooses_threshold(f)
     answers = AnswerSettings(f.n_best_size, f.max_answer_length, f.version_2_with_negative,
                              0.0 if auto else f.null_score_diff_threshold)
     source = ("auto" if auto else "flag" if f["null_score_diff_threshold"].present

@@ -10,8 +10,8 @@ node, and every matmul keeps three extra passes over its float32 output.
 
 Written here as that kernel, the model computes the same numbers (the same
 product of the two scales, applied to the same int32 sums; equal to the last
-bit on ONNX Runtime 1.32) in fewer passes: 1.09x at 32 x 128 tokens and 1.18x
-at 32 x 24 on MiniLM-L6, one thread, AVX2 (docs/serving.md, "int8").
+bit on ONNX Runtime 1.32) in fewer passes: about 1.05x (0.99-1.18x over three
+runs and three shapes) on MiniLM-L6, one thread, AVX2 (docs/serving.md, "int8").
 """
 
 from __future__ import annotations

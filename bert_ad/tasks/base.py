@@ -91,7 +91,8 @@ class Task(abc.ABC):
         student's run never resumes its teacher's checkpoints.
       chooses_on_dev: an answer setting is chosen on the dev rows (squad's
         --null_score_diff_threshold=auto): the driver scores them before it
-        exports or predicts, and goes on with `with_dev_choice`'s task.
+        exports or predicts, and goes on with `with_dev_choice`'s task; a run
+        without dev rows chooses on `choice_rows` of its training rows.
     """
 
     name: str = "task"
@@ -229,6 +230,11 @@ class Task(abc.ABC):
         """This task with the answer settings chosen on the scored dev rows
         (`chooses_on_dev`)."""
         return self
+
+    def choice_rows(self, train: SplitData) -> Optional[SplitData]:
+        """The rows `chooses_on_dev` chooses on in a run that has no dev rows, drawn
+        from its training rows; None: such a run chooses nothing."""
+        return None
 
     def model_files(self) -> Dict[str, str]:
         """{file name: text} that describe the model this task's checkpoints hold, when
