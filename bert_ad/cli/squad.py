@@ -100,8 +100,10 @@ def define_task_flags(fv: flags.FlagValues) -> None:
                  "v2.0: answer \"\" when the null score exceeds the best span's by more "
                  "than this; auto: the threshold of the dev file's best F1 (needs "
                  "--do_eval), recorded beside the checkpoint and in the export. Not "
-                 "given: with --do_eval, auto (said in the log); else the threshold "
-                 "recorded for the checkpoint or in the export scored with, else 0.",
+                 "given: with --do_eval, auto (said in the log); else with --do_train, "
+                 "the best-F1 threshold of up to 2,000 training questions (said in the "
+                 "log); else the threshold recorded for the checkpoint or in the export "
+                 "scored with, else 0.",
                  serializer=flags.ArgumentSerializer(), **d)
     flags.DEFINE_enum("answer_metric", "auto", ["auto"] + list(STYLES),
                       "Exact match and F1 as SQuAD's evaluation (squad: English "
