@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -429,6 +430,24 @@ def test_training_without_a_dev_file_chooses_the_threshold_on_its_training_quest
     assert load(os.path.join(output_dir, "predictions.json")) == answered_with(
         null_odds, best_spans, threshold)
     assert not os.path.exists(os.path.join(output_dir, "eval_results.txt"))
+
+
+def test_training_that_reads_a_dev_file_chooses_the_threshold_there(setup, trained, tmp_path):
+    """--eval_every_steps with a --dev_file and no --do_eval: the dev file it reads is
+    where the threshold is chosen, not the training questions."""
+    dev = str(tmp_path / "dev.json")
+    shutil.copy(setup.zh_v2, dev)
+    output_dir = os.path.join(setup.root, "zh_dev_choice")
+    run = run_in_process([LAUNCHER] + flag_args(dict(
+        setup.common, vocab_file=setup.chinese_vocab, bert_config_file=setup.zh_config,
+        init_checkpoint=resolve_checkpoint(trained["zh"][0]), num_train_epochs=1,
+        train_file=setup.zh_v2, dev_file=dev, eval_every_steps=2, do_train=True,
+        version_2_with_negative=True, output_dir=output_dir)))
+    assert run.returncode == 0, run.describe()
+    assert f"--null_score_diff_threshold not given: it is chosen on the dev file ({dev})" \
+        in run.stderr, run.describe()
+    assert "training questions" not in run.stderr
+    assert load(os.path.join(output_dir, ANSWER_SETTINGS_FILE))["chosen_on"] == dev
 
 # ---------------------------------------------------------------------------
 # Bad input.
