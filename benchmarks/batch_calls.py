@@ -59,10 +59,12 @@ def main(argv=None) -> int:
     rows = [row for text in texts
             for row in predictions.featurize([predictions.parse(text)]).rows()]
 
-    def call(part):
+    def call(part) -> int:
+        """Score `part` in one call, as the batcher does; its padded tokens."""
         batch = pack(part)
         predictions.complete_batch(batch)
         scorer.run([batch])
+        return int(batch["input_ids"].size)
 
     rng = np.random.default_rng(0)
     results = []
@@ -74,14 +76,14 @@ def main(argv=None) -> int:
         for batch in batches[:20]:   # warm up, and the times a server would fit
             for part in (batch[:1], batch):
                 started = time.perf_counter()
-                call(part)
-                cost.observe(int(pack(part)["input_ids"].size), time.perf_counter() - started)
+                tokens = call(part)
+                cost.observe(tokens, time.perf_counter() - started)
         fitted = cost.overhead_tokens()
         ways = {"one call": lambda batch: call(batch),
                 "one row a call": lambda batch: [call([row]) for row in batch]}
-        for overhead in [float(n) for n in args.fixed_overheads.split(",")] + [fitted]:
-            name = (f"cut, fitted ({overhead:.0f} tokens)" if overhead is fitted
-                    else f"cut at {overhead:.0f} tokens")
+        cuts = [(f"cut at {n:.0f} tokens", n)
+                for n in (float(text) for text in args.fixed_overheads.split(","))]
+        for name, overhead in cuts + [(f"cut, fitted ({fitted:.0f} tokens)", fitted)]:
             ways[name] = (lambda o: lambda batch: [
                 call(batch[a:b]) for a, b in calls_by_length(
                     [len(row["input_ids"]) for row in batch], o)])(overhead)

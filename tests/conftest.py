@@ -185,6 +185,7 @@ def _skip_where(items, condition, reason: str) -> None:
         if condition(item):
             item.add_marker(skip)
 
+
 def _asset(name: str, relative: str) -> str:
     try:
         return assets.path(name, relative)

@@ -150,9 +150,8 @@ def chooses_threshold(f: flags.FlagValues) -> bool:
     """SQuAD v2.0 evaluated or trained with no --null_score_diff_threshold: the threshold
     is chosen where F1 is best, said in the log: on the dev file when the run reads one
     (--do_eval, --eval_every_steps; as `auto`), else on the training questions
-    (SquadTask.choice_rows). Google's 0 left
-    half the answerable questions of a 2,000-question training run unanswered
-    (docs/squad.md, issue 56)."""
+    (SquadTask.choice_rows). Google's 0 left half the answerable questions of a
+    2,000-question training run unanswered (docs/squad.md, issue 56)."""
     chosen = (f.version_2_with_negative and (f.do_eval or f.do_train)
               and not f.predict_from_export and not f["null_score_diff_threshold"].present)
     if chosen and (f.do_eval or f.eval_every_steps):   # a run that reads a dev file

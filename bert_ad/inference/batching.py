@@ -20,13 +20,14 @@ Each batch is sorted by length and cut into calls of rows of similar length,
 each padded to its own longest row (bert_ad.data.batching.make_batch, as
 --do_predict pads): one call padded to a batch's longest row can cost more
 than its rows scored one by one (8 random review sentences on MiniLM int8,
-one AVX2 core: 1.28x slower), and cut where padding costs more than a call
-(`calls_by_length`), the same batch is 1.42x faster than one call. What a call
-costs is learnt from this model's own calls (`CallCost`). Each row's outputs
-go back to its own request, which is answered when all of its rows are
-scored. Tokenising and answering run on the server's
-other threads, so the scoring thread only pads and scores (TensorFlow and
-ONNX Runtime release the GIL while they compute).
+one AVX2 core: one row a call was 1.26x faster), and cut where padding costs
+more than a call (`calls_by_length`), the same batches went 1.39x faster than
+one call (1.90x at 32 rows; benchmarks/batch_calls.py, docs/serving.md). What
+a call costs is learnt from this model's own calls (`CallCost`). Each row's
+outputs go back to its own request, which is answered when all of its rows
+are scored. Tokenising and answering run on the server's other threads, so
+the scoring thread only pads and scores (TensorFlow and ONNX Runtime release
+the GIL while they compute).
 """
 
 from __future__ import annotations

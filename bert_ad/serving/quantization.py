@@ -13,9 +13,9 @@ cost on dev.
    (QuantizeLinear -> MatMulIntegerToFloat, which scales the int32 sums back
    to float and adds the bias: ONNX Runtime's integer kernels); the products
    between activations (attention's scores and context) stay float32, as do
-   layer norms, softmax and GELU. Fixed scales
-   make a row's outputs its own: the same alone, in any batch, with any
-   padding (dynamic quantization, before, took each scale from the whole batch).
+   layer norms, softmax and GELU. Fixed scales make a row's outputs its own:
+   the same alone, in any batch, with any padding (dynamic quantization,
+   before, took each scale from the whole batch).
 4. Measure: the dev split scored by the fp32 model and the int8 one, the
    task's dev figures of both (Task.metrics on what the export serves), the
    share of prediction lines that stay the same and the largest output
