@@ -430,18 +430,21 @@ def test_an_int8_export_is_quantized_and_measured_on_dev(setup):
     assert metadata.precision == "int8"
     config = setup.model.bert_config()
     done = metadata.onnx["int8"]
-    # Each layer's two layer norms fused, and its GELU with its bias.
-    assert done["fusions"] == {"LayerNormalization": 2 * config.num_hidden_layers,
-                               "BiasGelu": config.num_hidden_layers}
-    assert done["quantized_nodes"] == 6 * config.num_hidden_layers  # q k v o in out
+    # Each layer's two layer norms fused, its GELU with its bias, and its attention.
+    layers = config.num_hidden_layers
+    assert done["fusions"] == {"LayerNormalization": 2 * layers, "BiasGelu": layers,
+                               "Attention": layers}
+    assert done["quantized_nodes"] == 4 * layers  # attention (q k v), o, in, out
     assert done["per_channel"] and not done["embeddings_quantized"]
     ops = [node.op_type for node in onnx_library.load(
         os.path.join(int8_dir, layout.ONNX_FILE)).graph.node]
     # Static: each matmul's input quantized with a calibrated, fixed scale, and the
-    # int32 sums scaled back to float with the bias in the same kernel.
+    # int32 sums scaled back to float with the bias in the same kernel; the
+    # attention's Q, K and V in one int8 matmul of its own kernel.
     assert "QuantizeLinear" in ops and "DynamicQuantizeLinear" not in ops
     assert ops.count("MatMulIntegerToFloat") == done["integer_matmuls_to_float"] \
-        == 6 * config.num_hidden_layers and "MatMulInteger" not in ops
+        == 3 * layers and "MatMulInteger" not in ops
+    assert ops.count("QAttention") == layers and "Softmax" not in ops
     with open(os.path.join(int8_dir, layout.EXTRA_DIR, layout.INT8_ACCURACY_FILE)) as f:
         report = json.load(f)
     dev = read_examples(get_task("sentiment"), SAMPLE_SENTIMENT, "dev")

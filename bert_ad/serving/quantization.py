@@ -5,7 +5,10 @@ cost on dev.
    model type `bert_tf`, Python fusions only) turns each layer norm into one
    LayerNormalization kernel and each GELU with its bias into one BiasGelu,
    as they are written in the graph (bert_ad/model/modeling.py writes both in
-   Google's form, which it recognises). It needs no PyTorch.
+   Google's form, which it recognises). It needs no PyTorch. Then each layer's
+   self-attention becomes one Attention kernel (bert_ad/serving/attention_fusion.py:
+   Q, K and V in one matmul, quantized as QAttention), kept only if the fused
+   model answers as the unfused one on a calibration batch.
 2. Calibrate: ONNX Runtime's min/max calibrator runs the fused model on the
    calibration rows (the run's dev rows) and records each matmul input's range.
 3. Quantize: the encoder's weight matrices as int8 (symmetric, one scale per
@@ -35,6 +38,7 @@ Each step logs its time and the peak RSS so far.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -47,6 +51,7 @@ import numpy as np
 from bert_ad.errors import fail
 from bert_ad.inference import layout, onnx_scorer
 from bert_ad.inference.exported_model import ExportedModel, score_split
+from bert_ad.serving.attention_fusion import fuse_attention
 from bert_ad.serving.integer_matmuls import fuse_integer_matmuls
 
 log = logging.getLogger("bert_ad")
@@ -108,20 +113,28 @@ def quantize(fp32_path: str, int8_path: str, num_heads: int, hidden_size: int,
     from onnxruntime.quantization import CalibrationMethod, QuantizationMode, QuantType
     from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
     optimizer, create_calibrator = require_quantizer()
-    with step("optimize (fuse layer norms and GELUs, infer types)"):
+    batches = iter(calibration)
+    first = next(batches, None)
+    calibration = itertools.chain([first] if first is not None else [], batches)
+    with step("optimize (fuse attention, layer norms and GELUs, infer types)"):
         source_path, fusions = _fused(optimizer, fp32_path, num_heads, hidden_size)
+        # (not where the optimizer's fusions were dropped: a CRF's loops)
+        if first is not None and source_path != fp32_path:
+            source_path, attention = _with_fused_attention(source_path, num_heads,
+                                                           hidden_size, first)
+            fusions.update(attention)
     model = onnx.load(source_path)
     initializers = {tensor.name for tensor in model.graph.initializer}
     names = []
     for node in model.graph.node:
         weights = any(name in initializers for name in node.input)
-        if node.op_type == "MatMul" and weights and (
+        if node.op_type in ("MatMul", "Attention") and weights and (
                 node.name.startswith(ENCODER_PREFIX) or head):
             names.append(node.name)
         elif node.op_type == "Gather" and embeddings and weights \
                 and node.name.startswith(EMBEDDINGS_PREFIX):
             names.append(node.name)
-    op_types = ["MatMul", "Gather"] if embeddings else ["MatMul"]
+    op_types = ["MatMul", "Attention"] + (["Gather"] if embeddings else [])
     feeds = _CalibrationFeeds(calibration, [value.name for value in model.graph.input])
     with step("calibrate (activation ranges on the calibration rows)"):
         # Each activation's range is measured once, here, and fixed in the model:
@@ -184,6 +197,58 @@ def _fused(optimizer, fp32_path: str, num_heads: int, hidden_size: int):
     del fused
     onnx.save(_typed(onnx.load(path)), path)
     return path, fusions
+
+
+# The fused model is kept only if it answers as the unfused one on a calibration
+# batch: the kernels compute the same sums in another order (float32 rounding).
+FUSED_ATTENTION_TOLERANCE = 1e-4
+
+
+def _with_fused_attention(path: str, num_heads: int, hidden_size: int,
+                          batch: Dict[str, np.ndarray]):
+    """(the path of `path`'s model with each layer's attention fused, {"Attention":
+    count}); `path` and {} when nothing matched or the fused model answers otherwise
+    on `batch` (bert_ad/serving/attention_fusion.py)."""
+    import onnx
+    model = onnx.load(path)
+    fused = fuse_attention(model, num_heads, hidden_size)
+    if not fused:
+        log.info("int8: no attention matched the fused kernel's pattern; quantizing "
+                 "the layers as they are")
+        return path, {}
+    fused_path = os.path.splitext(path)[0] + "_attention.onnx"
+    onnx.save(_typed(model), fused_path)
+    del model
+    difference = _largest_difference(path, fused_path, batch)
+    if difference is None or difference > FUSED_ATTENTION_TOLERANCE:
+        log.info("int8: the fused attention answered otherwise (largest difference %s); "
+                 "quantizing the layers as they are", difference)
+        return path, {}
+    return fused_path, fused
+
+
+def _largest_difference(path_a: str, path_b: str, batch: Dict[str, np.ndarray]):
+    """The largest absolute difference between two models' float outputs on
+    `batch` (None if they cannot both run it)."""
+    import onnxruntime
+    outputs = []
+    for path in (path_a, path_b):
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        feed = {value.name: np.asarray(batch[value.name], np.int32)
+                for value in session.get_inputs()}
+        try:
+            outputs.append(dict(zip([o.name for o in session.get_outputs()],
+                                    session.run(None, feed))))
+        except Exception as e:  # noqa: BLE001 (onnxruntime raises its own classes)
+            log.info("int8: %s did not run a calibration batch: %s", os.path.basename(path), e)
+            return None
+    floats = [name for name, value in outputs[0].items()
+              if np.issubdtype(value.dtype, np.floating)]
+    if not floats:   # (labels alone: the same labels, or not)
+        same = all(np.array_equal(v, outputs[1][k]) for k, v in outputs[0].items())
+        return 0.0 if same else float("inf")
+    return max(float(np.max(np.abs(outputs[0][name] - outputs[1][name]), initial=0))
+               for name in floats)
 
 
 def _typed(model):
