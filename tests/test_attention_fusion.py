@@ -125,7 +125,10 @@ def test_the_fused_layer_answers_as_the_graph_and_as_numpy():
     # matmul left (the output dense); the separate Q, K, V matrices too.
     assert "Softmax" not in kinds and "Transpose" not in kinds
     assert kinds.count("MatMul") == 1
-    assert not {"q", "k", "v", "q_b", "scale"} & {t.name for t in fused.graph.initializer}
+    assert not {"q", "k", "v", "q_b", "scale", "heads4"} & {
+        t.name for t in fused.graph.initializer}
+    read = {name for node in fused.graph.node for name in node.input} | {"out"}
+    assert all(set(node.output) & read for node in fused.graph.node)   # nothing left dead
     attention = next(node for node in fused.graph.node if node.op_type == "Attention")
     assert attention.name.startswith("layer/")   # in the layer's scope (int8 picks by name)
     packed = numpy_helper.to_array(next(t for t in fused.graph.initializer

@@ -77,7 +77,7 @@ def _perm(node) -> List[int]:
 def _projection(g: _Graph, name: str, nodes: list):
     """(input, weight [in, out], bias [out]) of `name` = MatMul(input, W) + b."""
     add = g.made_by(name, "Add")
-    if add is None:
+    if add is None or g.only_reader(name) is None:
         return None
     for matmul_side, bias_side in ((0, 1), (1, 0)):
         matmul = g.made_by(add.input[matmul_side], "MatMul")
@@ -249,20 +249,35 @@ def fuse_attention(model, num_heads: int, hidden_size: int) -> Dict[str, int]:
     graph.node.extend(nodes)
     if not any(opset.domain == MS_DOMAIN for opset in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    _drop_unread_initializers(graph)
+    _drop_unread(graph)
     return {"Attention": len(matches)}
 
 
-def _drop_unread_initializers(graph) -> None:
-    """The separate Q, K and V matrices and biases, now packed, and the scale,
-    which nothing reads any more (ONNX Runtime warns of each at load)."""
-    read = {name for node in graph.node for name in node.input} | {
-        value.name for value in graph.output}
-    for node in graph.node:   # a loop's body reads outer values by name
-        for attribute in node.attribute:
-            if attribute.type == attribute.GRAPH:
-                read |= {name for inner in attribute.g.node for name in inner.input}
+def _drop_unread(graph) -> None:
+    """Nodes none of whose outputs is read any more (the shape computations of the
+    reshapes the fusion removed) and initializers nothing reads (the separate Q, K,
+    V matrices, now packed; ONNX Runtime warns of each at load)."""
+    outputs = {value.name for value in graph.output}
+    while True:
+        read = outputs | _names_read(graph.node)
+        dead = [node for node in graph.node if not any(out in read for out in node.output)]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
     kept = [tensor for tensor in graph.initializer if tensor.name in read]
     del graph.initializer[:]
     graph.initializer.extend(kept)
 
+
+def _names_read(nodes) -> set:
+    """Every name `nodes` read, their subgraphs' (a loop's body reads outer values
+    by name) at any depth included."""
+    read = set()
+    for node in nodes:
+        read.update(node.input)
+        for attribute in node.attribute:
+            if attribute.type == attribute.GRAPH:
+                read |= _names_read(attribute.g.node)
+                read.update(value.name for value in attribute.g.output)
+    return read
