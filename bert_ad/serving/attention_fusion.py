@@ -22,10 +22,11 @@ model only when it answers as the unfused one.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Dict, List, Optional
 
 import numpy as np
+
+from bert_ad.serving.integer_matmuls import names_read, value_readers
 
 MS_DOMAIN = "com.microsoft"
 
@@ -36,13 +37,10 @@ class _Graph:
     def __init__(self, graph):
         self.graph = graph
         self.producer = {out: node for node in graph.node for out in node.output}
-        self.consumers = defaultdict(list)
-        for node in graph.node:
-            for name in node.input:
-                self.consumers[name].append(node)
+        # (None among a value's readers: a graph output or a loop body's read)
+        self.readers = value_readers(graph)
         self.initializers = {tensor.name: tensor for tensor in graph.initializer}
         self.inputs = {value.name: value for value in graph.input}
-        self.outputs = {value.name for value in graph.output}
 
     def constant(self, name: str) -> Optional[np.ndarray]:
         from onnx import numpy_helper
@@ -60,11 +58,10 @@ class _Graph:
         return node if node is not None and node.op_type == op_type else None
 
     def only_reader(self, name: str):
-        """The one node that reads `name` (none if it is a graph output)."""
-        readers = self.consumers.get(name, [])
-        if len(readers) != 1 or name in self.outputs:
-            return None
-        return readers[0]
+        """The one node that reads `name`; None if anything else reads it (another
+        node, a graph output, a loop's body)."""
+        readers = self.readers.get(name, [])
+        return readers[0] if len(readers) == 1 else None
 
 
 def _perm(node) -> List[int]:
@@ -259,7 +256,7 @@ def _drop_unread(graph) -> None:
     V matrices, now packed; ONNX Runtime warns of each at load)."""
     outputs = {value.name for value in graph.output}
     while True:
-        read = outputs | _names_read(graph.node)
+        read = outputs | names_read(graph)
         dead = [node for node in graph.node if not any(out in read for out in node.output)]
         if not dead:
             break
@@ -269,15 +266,3 @@ def _drop_unread(graph) -> None:
     del graph.initializer[:]
     graph.initializer.extend(kept)
 
-
-def _names_read(nodes) -> set:
-    """Every name `nodes` read, their subgraphs' (a loop's body reads outer values
-    by name) at any depth included."""
-    read = set()
-    for node in nodes:
-        read.update(node.input)
-        for attribute in node.attribute:
-            if attribute.type == attribute.GRAPH:
-                read |= _names_read(attribute.g.node)
-                read.update(value.name for value in attribute.g.output)
-    return read

@@ -32,7 +32,7 @@ def fuse_integer_matmuls(model) -> int:
     graph = model.graph
     constants = {tensor.name: tensor for tensor in graph.initializer}
     producer = {name: node for node in graph.node for name in node.output}
-    readers = _readers(graph)
+    readers = value_readers(graph)
     replaced: Dict[int, object] = {}   # id(MatMulInteger) -> its fused node
     removed = set()
     for node in graph.node:
@@ -99,7 +99,7 @@ def _only_reader(readers, name: str, op_type: str):
     return found[0]
 
 
-def _readers(graph) -> Dict[str, List[Optional[object]]]:
+def value_readers(graph) -> Dict[str, List[Optional[object]]]:
     """Each value's readers in `graph`: its nodes, and None for a graph output or
     a read from a subgraph (a loop's body), which a rewrite must keep."""
     readers: Dict[str, List[Optional[object]]] = collections.defaultdict(list)
@@ -108,17 +108,20 @@ def _readers(graph) -> Dict[str, List[Optional[object]]]:
             readers[name].append(node)
         for attribute in node.attribute:
             if attribute.type == attribute.GRAPH:
-                for name in _names_read(attribute.g):
+                for name in names_read(attribute.g):
                     readers[name].append(None)
     for value in graph.output:
         readers[value.name].append(None)
     return readers
 
 
-def _names_read(graph) -> set:
+def names_read(graph) -> set:
+    """Every name `graph`'s nodes read, their subgraphs' at any depth included (a
+    loop's body reads outer values by name, and may hand one on as its output)."""
     names = {name for node in graph.node for name in node.input}
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.type == attribute.GRAPH:
-                names |= _names_read(attribute.g)
+                names |= names_read(attribute.g)
+                names.update(value.name for value in attribute.g.output)
     return names

@@ -242,13 +242,12 @@ def _largest_difference(path_a: str, path_b: str, batch: Dict[str, np.ndarray]):
         except Exception as e:  # noqa: BLE001 (onnxruntime raises its own classes)
             log.info("int8: %s did not run a calibration batch: %s", os.path.basename(path), e)
             return None
-    floats = [name for name, value in outputs[0].items()
-              if np.issubdtype(value.dtype, np.floating)]
-    if not floats:   # (labels alone: the same labels, or not)
+    changes = [_absolute_change(value, outputs[1][name]) for name, value in outputs[0].items()]
+    changes = [change["max_abs"] for change in changes if change is not None]
+    if not changes:   # (labels alone: the same labels, or not)
         same = all(np.array_equal(v, outputs[1][k]) for k, v in outputs[0].items())
         return 0.0 if same else float("inf")
-    return max(float(np.max(np.abs(outputs[0][name] - outputs[1][name]), initial=0))
-               for name in floats)
+    return max(changes)
 
 
 def _typed(model):
