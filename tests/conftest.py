@@ -6,8 +6,14 @@ import os
 
 import pytest
 
-from bert_ad.resources import assets
-from bert_ad.errors import UserError
+# TensorFlow's graph optimiser off here and in every process the tests start (read by
+# bert_ad/compat at import): the suite's tiny graphs run a few times each, and Grappler's
+# rewrites of them took a third of its time. What it changes is not bert_ad's to test;
+# the tests that check what a user's run prints or fuses set BERT_AD_GRAPPLER=on.
+os.environ.setdefault("BERT_AD_GRAPPLER", "off")
+
+from bert_ad.resources import assets  # noqa: E402
+from bert_ad.errors import UserError  # noqa: E402
 
 
 # --- Order of the test files under README's `-n 2 --dist loadfile` ----------------------
@@ -84,8 +90,9 @@ TF1_LANE_FILES = {
     "test_training.py", "test_export.py", "test_checkpoint.py", "test_convert.py",
     "test_packaging.py", "test_remove_padding.py", "test_optimization.py",
     "test_optimization_fused.py", "test_crf.py", "test_modeling.py", "test_towers.py",
-    "test_cpu_kernels.py", "test_startup.py", "test_driver.py", "test_flags.py",
-    "test_architecture.py", "test_cli_help.py", "test_cluster.py", "test_loop.py",
+    "test_cpu_kernels.py", "test_startup.py", "test_grappler_switch.py", "test_driver.py",
+    "test_flags.py", "test_architecture.py", "test_cli_help.py", "test_cluster.py",
+    "test_loop.py",
     "test_signals.py", "test_files.py", "test_inference_layer.py", "test_onnx.py",
     "test_batching.py", "test_assets.py", "test_gpu_scaling_model.py", "test_study_runner.py",
     # data and tokenization on Python 3.7
