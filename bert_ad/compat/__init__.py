@@ -225,7 +225,9 @@ gfile = _tf.io.gfile
 # suite's tiny models are such graphs: a tiny classifier's train, eval and predict took
 # 7.6 s with it and 4.4 s without, a third of the suite's time. BERT_AD_GRAPPLER=off
 # (tests/conftest.py sets it; the tests of what Grappler changes set it back on) turns
-# it off in every session this process opens; users leave it unset.
+# it off in every session this process opens: those opened without a ConfigProto here,
+# those with one through with_grappler_setting (session_config and bert_ad's own
+# ConfigProtos call it); users leave it unset.
 GRAPPLER_VARIABLE = "BERT_AD_GRAPPLER"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from bert_ad.compat import (IS_TF1, ONEDNN_SET_BY_USER, ONEDNN_VARIABLE, TF_LOGS_ASKED_FOR,
-                            TF_VERSION, quiet_stderr, tf)
+                            TF_VERSION, quiet_stderr, tf, with_grappler_setting)
 
 
 def onednn_enabled() -> bool:
@@ -67,5 +67,6 @@ def quiet_onednn_notices() -> None:
             transposed = [tf.transpose(tf.placeholder_with_default(
                 tf.zeros([2, 3], dtype), [None, 3])) for dtype in (tf.int32, tf.float16,
                                                                     tf.bfloat16)]
-        with tf.Session(graph=graph, config=tf.ConfigProto(device_count={"GPU": 0})) as s:
+        config = with_grappler_setting(tf.ConfigProto(device_count={"GPU": 0}))
+        with tf.Session(graph=graph, config=config) as s:
             s.run(transposed)

@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 from bert_ad.choices import COLLECTIVE_IMPLEMENTATIONS as IMPLEMENTATIONS
 from bert_ad import compat
 from bert_ad.compat import collectives
-from bert_ad.compat import tf
+from bert_ad.compat import tf, with_grappler_setting
 from bert_ad.distributed.cluster_config import JOB, ClusterSpec, parse_address, worker_plan
 from bert_ad.errors import EXIT_USER_ERROR, fail
 from bert_ad.parallel.collective import (CHECKSUM_INSTANCE_KEY, LOSS_INSTANCE_KEY,
@@ -194,6 +194,7 @@ class ClusterRuntime:
         self.session_config = tf.ConfigProto()
         if session_config is not None:
             self.session_config.CopyFrom(session_config)
+        with_grappler_setting(self.session_config)
         collectives.configure_collectives(self.session_config, spec.task_prefix(0),
                                      f"/job:{JOB}/task:{spec.task_index}", implementation)
         self.server = None

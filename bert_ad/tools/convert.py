@@ -39,7 +39,8 @@ import numpy as np
 from bert_ad.resources import safetensors
 from bert_ad.parallel.checkpoints import (is_optimizer_state, non_finite_summary,
                                           resolve_checkpoint)
-from bert_ad.compat import list_checkpoint_variables, load_checkpoint_tensor, tf
+from bert_ad.compat import (list_checkpoint_variables, load_checkpoint_tensor, tf,
+                            with_grappler_setting)
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import UserError, fail, require_file
 from bert_ad.files import cannot_write
@@ -297,7 +298,7 @@ def write_tf_checkpoint(tensors: dict, prefix: str) -> None:
             feed[placeholder] = value
             variables[name] = variable
         saver = tf.train.Saver(var_list=variables)
-        session_config = tf.ConfigProto(device_count={"GPU": 0})
+        session_config = with_grappler_setting(tf.ConfigProto(device_count={"GPU": 0}))
         with tf.Session(graph=graph, config=session_config) as session:
             session.run(assigns, feed_dict=feed)
             saver.save(session, prefix, write_meta_graph=False, write_state=False)
