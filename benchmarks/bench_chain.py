@@ -83,7 +83,7 @@ SEQ = 128
 ROWS = {"short": 10_000, "long": 750}
 LATENCY_ROWS = 100
 SYSTEMS = ("ours_student", "ours_teacher", "optimum", "hf")
-PAIRS = (("ours_student", "hf"), ("ours_teacher", "optimum"))
+PAIRS = {"student": ("ours_student", "hf"), "teacher": ("ours_teacher", "optimum")}
 TRANSFER_SENTENCES = 4000
 CHINESE_SHORT_PIECES = 62    # a "short" Chinese review fits in 64 tokens with [CLS] and [SEP]
 
@@ -387,7 +387,8 @@ def worker_ours(args) -> dict:
     onnx_scorer.OnnxScorer.run = timed
     folder, rows, meta = rows_of(args)
     p = paths(args.work_dir, CHAINS[args.chain])
-    export = export_dir(p["student" if args.worker == "ours_student" else "teacher"])
+    student = os.path.join(args.work_dir, args.student)   # p["student"] or another one
+    export = export_dir(student if args.worker == "ours_student" else p["teacher"])
     output = os.path.join(args.output_dir, args.worker + "_" + args.rows)
     shutil.rmtree(output, ignore_errors=True)
     argv = ["bench", "--task_name=sentiment", f"--data_dir={folder}", "--do_predict",
@@ -406,7 +407,8 @@ def worker_ours(args) -> dict:
     metadata = read_metadata(export)
     with open(os.path.join(output, "predict.txt"), encoding="utf-8") as f:
         predicted = [metadata.labels[int(line.split()[0])] for line in f]
-    result = {"system": args.worker, "rows": len(predicted), "process_sec": wall,
+    result = {"system": args.worker, "export": export, "rows": len(predicted),
+              "process_sec": wall,
               "rows_per_sec": len(predicted) / wall,
               "steady_rows_per_sec": len(predicted) / inside[0],
               "accuracy": accuracy(predicted, rows, meta["test_rows"]),
@@ -547,7 +549,7 @@ def command(system: str, args, rows: str, round_dir: str) -> list:
     return bench.worker_command(WORKER_MODULE, system,
                                 interpreter=args.optimum_python if system == "optimum" else None,
                                 work_dir=args.work_dir, rows=rows, output_dir=round_dir,
-                                chain=args.chain)
+                                chain=args.chain, student=args.student)
 
 
 def run_rounds(args) -> list:
@@ -557,7 +559,7 @@ def run_rounds(args) -> list:
     rounds = []
     for index in range(args.repeats):
         for rows in args.rows_kinds.split(","):
-            for pair in PAIRS:
+            for pair in (PAIRS[name] for name in args.pairs.split(",")):
                 cores = (0, 1) if index % 2 == 0 else (1, 0)
                 round_dir = os.path.join(args.work_dir, "rounds")
                 load = os.getloadavg()[0]
@@ -659,6 +661,12 @@ def main(argv=None) -> int:
     parser.add_argument("--setup", action="store_true", help="build what is missing, untimed")
     parser.add_argument("--repeats", type=int, default=2, help="rounds, cores swapped")
     parser.add_argument("--rows_kinds", default="short,long")
+    parser.add_argument("--pairs", default="student,teacher",
+                        help="which pairs run: student (ours_student beside hf), teacher "
+                             "(ours_teacher beside optimum)")
+    parser.add_argument("--student", default="student",
+                        help="the student's folder in --work_dir (another distillation of "
+                             "the teacher, exported as FOLDER_128/onnx_int8 like setup's)")
     parser.add_argument("--short_rows", type=int, default=ROWS["short"],
                         help="sentences each system scores (the first 400: the test split)")
     parser.add_argument("--long_rows", type=int, default=ROWS["long"],
