@@ -621,6 +621,8 @@ def table(rounds: list, chain: Chain = CHAINS["minilm"]) -> str:
                            ("int8 teacher / HF fp32 (process / steady)", "ours_teacher", "hf"),
                            ("int8 teacher / optimum int8 (process / process)", "ours_teacher",
                             "optimum")):
+            if not (got[a] and got[b]):
+                continue   # a run of some pairs only (--pairs)
             field_b = "steady_rows_per_sec" if b == "hf" else "rows_per_sec"
             process = med(a, "rows_per_sec") / med(b, field_b)
             steady = med(a, "steady_rows_per_sec") / med(b, "steady_rows_per_sec")
