@@ -46,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from bert_ad.inference.batching import CallCost, calls_by_length, pack
+    from bert_ad.inference.batching import CallCost, calls_by_length
     from bert_ad.inference.exported_model import ExportedModel
     from bert_ad.inference.predictions import ServeOptions, predictions_for
 
@@ -61,8 +61,7 @@ def main(argv=None) -> int:
 
     def call(part) -> int:
         """Score `part` in one call, as the batcher does; its padded tokens."""
-        batch = pack(part)
-        predictions.complete_batch(batch)
+        batch = predictions.batch_of(part)
         scorer.run([batch])
         return int(batch["input_ids"].size)
 

@@ -438,17 +438,6 @@ def recipe(export: str) -> dict:
         return json.load(f).get("onnx", {}).get("int8", {})
 
 
-def serve_batch(answers, texts: list) -> tuple:
-    """`texts` as bert-ad serve makes a batch of them (no HTTP): parsed, featurized,
-    packed and completed; (parsed, featurized, batch)."""
-    from bert_ad.inference.batching import pack
-    parsed = [answers.parse(text) for text in texts]
-    featurized = answers.featurize(parsed)
-    batch = pack(featurized.rows())
-    answers.complete_batch(batch)
-    return parsed, featurized, batch
-
-
 def ours_latency(export: str, texts: list) -> dict:
     """One text at a time through bert-ad serve's path (no HTTP): parse, featurize,
     pack, score, answer."""
@@ -460,8 +449,7 @@ def ours_latency(export: str, texts: list) -> dict:
     with model.open_scorer() as scorer:
         for i, text in enumerate([texts[0]] * 3 + texts):
             started = time.perf_counter()
-            parsed, featurized, batch = serve_batch(answers, [text])
-            answers.predict(parsed, featurized, scorer.run([batch])[0])
+            answers.answer_in_one_batch([text], lambda batch: scorer.run([batch])[0])
             if i >= 3:
                 seconds.append(time.perf_counter() - started)
     return percentiles(seconds)
@@ -480,7 +468,7 @@ class OurTokenIds:
 
     def __call__(self, texts, **_):
         import torch
-        batch = serve_batch(self.answers, texts)[2]
+        batch = self.answers.one_batch(texts)[2]
         return {"input_ids": torch.from_numpy(batch["input_ids"].astype("int64")),
                 "attention_mask": torch.from_numpy(batch["input_mask"].astype("int64")),
                 "token_type_ids": torch.from_numpy(batch["segment_ids"].astype("int64"))}

@@ -110,8 +110,9 @@ class DynamicBatcher:
       max_batch_tokens: most tokens in one call, padding included (a single
         row is always taken, however long).
       max_request_rows: most rows one request may make (None: no limit).
-      complete_batch: adds inputs a batch of several requests needs
-        (Predictions.complete_batch), or None.
+      batch_of: rows -> the padded batch the model scores
+        (Predictions.batch_of: packed, and the inputs a batch of several
+        requests needs added); default: pack.
       on_batch: called with (rows, tokens, seconds) after each batch (metrics;
         tokens: its calls' padded tokens, calls_by_length).
       name: for the thread's name.
@@ -120,14 +121,14 @@ class DynamicBatcher:
     def __init__(self, score: Callable[[dict], Dict[str, np.ndarray]], max_batch_size: int,
                  batch_timeout_ms: float, max_batch_tokens: Optional[int] = None,
                  max_request_rows: Optional[int] = None,
-                 complete_batch: Optional[Callable] = None,
+                 batch_of: Optional[Callable[[List[Row]], dict]] = None,
                  on_batch: Optional[Callable[[int, int, float], None]] = None, name: str = ""):
         self._score = score
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.max_request_rows = max_request_rows
         self.timeout = batch_timeout_ms / 1000.0
-        self._complete_batch = complete_batch
+        self._batch_of = batch_of or pack
         self._on_batch = on_batch
         self.call_cost = CallCost()
         # Requests with rows not yet in a batch, in turn order: a batch takes one
@@ -247,9 +248,7 @@ class DynamicBatcher:
         the tokens scored (padding included)."""
         started = time.perf_counter()
         try:
-            padded = pack([row for row, _, _ in rows])
-            if self._complete_batch is not None:
-                self._complete_batch(padded)
+            padded = self._batch_of([row for row, _, _ in rows])
             outputs = self._score(padded)
         except Exception as e:  # every request of the call learns it; the thread goes on
             for _, request, _ in rows:

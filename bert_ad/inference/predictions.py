@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from bert_ad.data.squad_json import Question
 from bert_ad.data.tag_schemes import span_records
 from bert_ad.data.token_features import convert_sentences, default_doc_stride
 from bert_ad.errors import fail
+from bert_ad.inference.batching import pack
 from bert_ad.inference.exported_model import ExportedModel
 
 
@@ -166,6 +167,26 @@ class Predictions(abc.ABC):
 
     def complete_batch(self, batch: Dict[str, np.ndarray]) -> None:  # noqa: B027 (optional hook)
         """Inputs a batch of several requests' rows needs besides theirs."""
+
+    def batch_of(self, rows: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+        """`rows` (of one request or several) as one batch the export scores:
+        padded as --do_predict pads, with the inputs complete_batch adds."""
+        batch = pack(rows)
+        self.complete_batch(batch)
+        return batch
+
+    def one_batch(self, instances: Sequence[object]) -> Tuple[list, Featurized, dict]:
+        """(parsed, featurized, batch) of `instances` scored together: the
+        server's path without its queue (warm-up, benchmarks)."""
+        parsed = [self.parse(instance) for instance in instances]
+        featurized = self.featurize(parsed)
+        return parsed, featurized, self.batch_of(featurized.rows())
+
+    def answer_in_one_batch(self, instances: Sequence[object],
+                            score: Callable[[dict], Dict[str, np.ndarray]]) -> List[dict]:
+        """The answers to `instances`, their rows scored in one call of `score`."""
+        parsed, featurized, batch = self.one_batch(instances)
+        return self.predict(parsed, featurized, score(batch))
 
     def describe(self) -> dict:
         """What the metadata endpoint says about how this model answers."""

@@ -22,7 +22,7 @@ from typing import Callable, List, Optional, Tuple
 
 from bert_ad.errors import fail
 from bert_ad.inference import layout
-from bert_ad.inference.batching import DynamicBatcher, pack
+from bert_ad.inference.batching import DynamicBatcher
 from bert_ad.inference.exported_model import ExportedModel
 from bert_ad.data.scored_rows import stack_rows
 from bert_ad.inference.predictions import Predictions, ServeOptions, predictions_for
@@ -152,7 +152,7 @@ class ServedModel:
                        max_request_rows: Optional[int] = None) -> None:
         self.batcher = DynamicBatcher(self.score, max_batch_size, batch_timeout_ms,
                                       max_batch_tokens, max_request_rows,
-                                      self.predictions.complete_batch, on_batch, self.name)
+                                      self.predictions.batch_of, on_batch, self.name)
 
     def answer(self, parsed: list, pool: concurrent.futures.Executor,
                usage: Optional[Usage] = None) -> concurrent.futures.Future:
@@ -207,16 +207,7 @@ class ServedModel:
     def warm_up(self) -> None:
         """Score one instance: the first request is not the one that pays for
         TensorFlow's first run, and a model that cannot score fails at start."""
-        predictions = self.predictions
-        parsed = [predictions.parse(predictions.sample)]
-        featurized = predictions.featurize(parsed)
-        rows = featurized.rows()
-        batch = pack(rows)
-        predictions.complete_batch(batch)
-        outputs = self.score(batch)
-        per_row = [{name: value[i] for name, value in outputs.items()}
-                   for i in range(len(rows))]
-        predictions.predict(parsed, featurized, stack_rows(enumerate(per_row)))
+        self.predictions.answer_in_one_batch([self.predictions.sample], self.score)
 
     def close(self) -> None:
         """Stop its batcher and free its scorer (once: a second call does nothing)."""

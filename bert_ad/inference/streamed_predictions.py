@@ -31,7 +31,6 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, TextIO, U
 import numpy as np
 
 from bert_ad.errors import fail
-from bert_ad.inference.batching import pack
 from bert_ad.inference.prediction_input import BadLine, Item
 from bert_ad.inference.prediction_output import AnswerLines
 from bert_ad.data.scored_rows import stack_rows
@@ -186,8 +185,7 @@ def score_chunk(chunk: _Chunk, predictions: Predictions,
     per_row: List[Optional[dict]] = [None] * len(chunk.rows)
     for start in range(0, len(order), batch_size):
         indices = order[start:start + batch_size]
-        batch = pack([chunk.rows[i] for i in indices])
-        predictions.complete_batch(batch)
+        batch = predictions.batch_of([chunk.rows[i] for i in indices])
         outputs = score(batch)
         for position, index in enumerate(indices):
             per_row[index] = {name: value[position] for name, value in outputs.items()}
