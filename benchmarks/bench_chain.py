@@ -617,7 +617,7 @@ def table(rounds: list, chain: Chain = CHAINS["minilm"]) -> str:
                 bench.fmt(med(system, "rows_per_sec") / med("hf", "steady_rows_per_sec"), 2),
                 bench.fmt(med(system, "peak_rss_mb"), 0),
                 " ".join(sorted({r["loadavg"] for r in got[system]}))])
-        count = f"{got['hf'][0]['rows']:,}" if got["hf"] else "?"
+        count = f"{next(results for results in got.values() if results)[0]['rows']:,}"
         what = f"{count} {chain.what_short if rows == 'short' else chain.what_long}"
         lines += [f"**{what}**", "", bench.markdown_table(
             ["system", "rounds", "rows/s (whole process)", "rows/s (steady)",
