@@ -28,6 +28,9 @@ import sys
 import time
 
 from benchmarks import measuring as bench
+# bench_chain's rows, exports and worker command; it imports this module only when asked
+# for a lever (--levers), so the import goes one way at load time.
+from benchmarks.bench_chain import NO_TF, SEQ, WORKER_MODULE, command, export_dir, paths, rows_of
 
 LEVER_BATCH = 32
 TOKENIZER_ROWS = {"short": 2000, "long": 1500}
@@ -58,7 +61,6 @@ def worker_tokenizers(args) -> dict:
 
     from bert_ad.data.tokenization import make_tokenizer
     from bert_ad.data.truncation import truncate_tokens
-    from benchmarks.bench_chain import SEQ, paths, rows_of
     _, rows, _ = rows_of(args)
     texts = [text for _, text in rows[:TOKENIZER_ROWS[args.rows]]]
     p = paths(args.work_dir)
@@ -99,7 +101,6 @@ def batches_of(args, tokenizer, rows: int) -> list:
     from bert_ad.data.features import FeatureSettings, encode_example
     from bert_ad.data.processors import InputExample
     from bert_ad.data.batching import TokenizedExamples
-    from benchmarks.bench_chain import SEQ, rows_of
     _, data, _ = rows_of(args)
     settings = FeatureSettings(SEQ, "head", 0.25, ["0", "1"])
     encoded = [encode_example(InputExample("", text), tokenizer, settings)
@@ -117,7 +118,6 @@ def worker_scorer(args) -> dict:
     import onnxruntime as ort
 
     from bert_ad.data.tokenization import make_tokenizer
-    from benchmarks.bench_chain import export_dir, paths
     p = paths(args.work_dir)
     tokenizer = make_tokenizer(os.path.join(p["hf"], "vocab.txt"), True)
     batches = batches_of(args, tokenizer, SCORER_ROWS[args.rows])
@@ -167,7 +167,6 @@ SCORER_VARIANTS = ("ours_teacher", "optimum", "ours_teacher_dynamic", "ours_teac
 
 
 def main(args) -> int:
-    from benchmarks.bench_chain import NO_TF, WORKER_MODULE, command
     env = bench.checkout_env(**NO_TF)
     out = {"machine": bench.machine_description(), "command": " ".join(sys.argv)}
     print(bench.cpu_line() + "\n")
