@@ -102,7 +102,14 @@ def test_tsv_output_flattens_answers_under_one_header():
     (["--model_dir=m", "--input_file={titles}", "--output_file=o", "--batch_size=0"],
      "--batch_size=0 must be at least 1"),
     (["--model_dir=m", "--input_file={titles}", "--output_file={titles}"],
-     "is --input_file: give another file"),
+     "--output_file={titles} is --input_file={titles}: this run reads it and would write "
+     "over it; give another --output_file"),
+    (["--model_dir=m", "--input_file={titles_link}", "--output_file={tmp}/./titles.txt"],
+     "--output_file={tmp}/./titles.txt is --input_file={titles_link} (the same file by its "
+     "real path): this run reads it and would write over it; give another --output_file"),
+    (["--model_dir={model}", "--input_file={titles}", "--output_file={model}/sub/../model.onnx"],
+     "--output_file={model}/sub/../model.onnx is {model}/model.onnx, a file of "
+     "--model_dir={model}: give another --output_file"),
     (["--model_dir=m", "--input_file={titles}", "--output_file={tmp}/no/such/o.jsonl"],
      "does not exist; create it first"),
     (["--model_dir={tmp}", "--input_file={titles}", "--output_file=-"],
@@ -111,9 +118,17 @@ def test_tsv_output_flattens_answers_under_one_header():
 def test_bad_flags_are_one_line_before_a_model_is_read(tmp_path, args, expected):
     titles = tmp_path / "titles.txt"
     titles.write_text("a title\n", encoding="utf-8")
+    os.symlink("titles.txt", tmp_path / "link.txt")
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "model.onnx").write_bytes(b"weights")
     values = {"missing": str(tmp_path / "missing.txt"), "titles": str(titles),
-              "tmp": str(tmp_path)}
+              "titles_link": str(tmp_path / "link.txt"), "tmp": str(tmp_path),
+              "model": str(model)}
     done = run_cli_in_process(predict_cli.cli, ["bert-ad predict"] + [
         a.format(**values) for a in args])
     assert_one_error_line(done, expected.format(**values))
-    assert sorted(os.listdir(tmp_path)) == ["titles.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["link.txt", "model", "titles.txt"]
+    assert titles.read_text(encoding="utf-8") == "a title\n"
+    assert sorted(os.listdir(model)) == ["model.onnx", "sub"]
+    assert (model / "model.onnx").read_bytes() == b"weights"
