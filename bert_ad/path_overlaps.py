@@ -8,7 +8,7 @@ that is, holds or lies in an input model (`is_inside`).
 from __future__ import annotations
 
 import os
-from typing import Iterable, Tuple
+from typing import Iterable, List, Tuple
 
 from bert_ad.errors import UserError
 
@@ -30,6 +30,13 @@ def is_inside(path: str, folder: str) -> bool:
     """Whether `path` is `folder` or lies in it, by their real paths."""
     real, top = os.path.realpath(path), os.path.realpath(folder)
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def files_in(folder: str) -> List[str]:
+    """Every file in `folder` and its subfolders (none when it is not a folder): a
+    model folder's weights, settings, checkpoints and exports, none of which an
+    output may be."""
+    return [os.path.join(root, name) for root, _, names in os.walk(folder) for name in names]
 
 
 def _named(what: str, path: str) -> str:

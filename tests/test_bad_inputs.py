@@ -920,6 +920,16 @@ def _round_five_cases(w: Workspace, cases: dict, features: dict) -> None:
             output_dir=os.path.join(root, "predict_from_cut"), predict_from_export=cut)), cut,
         [f"--predict_from_export={cut}: the checkpoint {cut}/variables/variables cannot be "
          "read", "it was cut short or a file is missing; export the model again"])
+    # features' --output_file a file of the export it scores with (a folder flag: its
+    # files are inputs), checked before the export is found to be a classifier's.
+    weights = os.path.join(export, "variables", "variables.data-00000-of-00001")
+    cases["features_output_is_a_file_of_its_export"] = (
+        [FEATURES] + flag_args(dict(
+            input_file=_write(os.path.join(root, "lines.txt"), "a good film\n"),
+            predict_from_export=export,
+            output_file=os.path.join(export, "variables", ".", os.path.basename(weights)))),
+        export, [f"--output_file={export}/variables/./{os.path.basename(weights)} is "
+                 f"--predict_from_export={weights}: this run reads it and would write over it"])
 
 
 # What each command line runs: a root launcher's or `python -m` module's cli(argv).
@@ -1031,6 +1041,8 @@ CASE_NAMES = [
     "classifier_init_checkpoint_being_trained", "features_checkpoint_being_trained",
     "classifier_export_dir_under_a_file", "classifier_output_dir_under_a_file",
     "predict_from_export_cut_short",
+    # Round six: a folder flag's files are inputs too.
+    "features_output_is_a_file_of_its_export",
 ]
 
 

@@ -47,7 +47,7 @@ from bert_ad.data.embedding_settings import (DEFAULT_LAYERS, EMBEDDING, POOLINGS
                                              parse_layers)
 from bert_ad.data.streamed_batches import ROW_INFO
 from bert_ad.errors import fail
-from bert_ad.path_overlaps import refuse_outputs_over_inputs
+from bert_ad.path_overlaps import files_in, refuse_outputs_over_inputs
 from bert_ad.data.scored_rows import rows_in_order
 from bert_ad.placement import Placement
 
@@ -109,8 +109,10 @@ def check_flags(f: flags.FlagValues) -> None:
         fail(f"--output_file={f.output_file} needs --input_file: the lines to embed")
     if f.output_file:
         output_format(f.output_file, settings.pooled)
-        # Not the input text, the model's files or a flagfile, however spelled.
-        refuse_outputs_over_inputs([("--output_file", f.output_file)], flag_inputs(f))
+        # Not the input text, the model's files (an export's too) or a flagfile,
+        # however spelled.
+        refuse_outputs_over_inputs([("--output_file", f.output_file)], flag_inputs(f) + [
+            ("--predict_from_export", path) for path in files_in(f.predict_from_export or "")])
     if f.do_export and not settings.pooled:
         fail("--do_export serves one vector per text: set --pooling=mean or cls")
     if f.predict_from_export and not f.input_file:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import List, Sequence
+from typing import Sequence
 
 from absl import flags
 
@@ -36,7 +36,7 @@ from bert_ad.cli import answer_flags, flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import configure_logging, parse_flags, require_flags, tool_cli
 from bert_ad.errors import fail
-from bert_ad.path_overlaps import refuse_outputs_over_inputs, same_file
+from bert_ad.path_overlaps import files_in, refuse_outputs_over_inputs, same_file
 from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS
 from bert_ad.inference.prediction_output import FORMATS as OUTPUT_FORMATS
 
@@ -107,7 +107,7 @@ def check_flags(f: flags.FlagValues) -> None:
         refuse_outputs_over_inputs([("--output_file", f.output_file)],
                                    [("--input_file", f.input_file)],
                                    advice="give another --output_file")
-        kept = next((path for path in model_files(f.model_dir)
+        kept = next((path for path in files_in(f.model_dir)
                      if same_file(f.output_file, path)), None)
         if kept:
             fail(f"--output_file={f.output_file} is {kept}, a file of --model_dir="
@@ -116,13 +116,6 @@ def check_flags(f: flags.FlagValues) -> None:
         if not os.path.isdir(folder):
             fail(f"--output_file={f.output_file}: its folder {folder} does not exist; "
                  "create it first")
-
-
-def model_files(model_dir: str) -> List[str]:
-    """Every file in --model_dir (an export, or a fine-tuned folder with its
-    checkpoints and exports)."""
-    return [os.path.join(root, name) for root, _, names in os.walk(model_dir)
-            for name in names]
 
 
 def check_columns(input_format: str, f: flags.FlagValues, text_fields: Sequence[str],
