@@ -17,7 +17,8 @@ import pytest
 from bert_ad.cli import predict as predict_cli
 from bert_ad.inference.prediction_input import (BadLine, InputSettings, count_lines,
                                                 format_of, open_input, read_instances)
-from bert_ad.inference.prediction_output import AnswerLines
+from bert_ad.inference.prediction_output import AnswerLines, open_output
+from bert_ad.inference.prediction_output import format_of as output_format_of
 
 from helpers import assert_one_error_line, run_cli_in_process
 
@@ -82,6 +83,26 @@ def test_format_from_the_name_gzip_and_the_line_count(tmp_path):
     plain = tmp_path / "b.txt"
     plain.write_bytes(b"1\n2\n3")
     assert (count_lines(str(plain)), count_lines(path), count_lines("-")) == (3, None, None)
+
+
+def test_output_format_from_the_name_and_gzip_written_whole_or_not_at_all(tmp_path):
+    assert [output_format_of(n, None) for n in (
+        "a.tsv", "a.TSV.gz", "a.jsonl", "a.txt", "-", "a.tsv.txt", "a.gz")] == [
+        "tsv", "tsv", "jsonl", "jsonl", "jsonl", "jsonl", "jsonl"]
+    assert output_format_of("a.tsv", "jsonl") == "jsonl"
+    path = tmp_path / "a.jsonl.gz"
+    with pytest.raises(RuntimeError):
+        with open_output(str(path)) as output:
+            output.write("first\n")
+            raise RuntimeError("a bad line")
+    assert os.listdir(tmp_path) == []
+    with open_output(str(path)) as output:
+        output.write("first\nsecond\n")
+    assert os.listdir(tmp_path) == ["a.jsonl.gz"]
+    assert gzip.decompress(path.read_bytes()) == b"first\nsecond\n"
+    with open_output(str(tmp_path / "b.jsonl")) as output:
+        output.write("plain\n")
+    assert (tmp_path / "b.jsonl").read_bytes() == b"plain\n"
 
 
 def test_tsv_output_flattens_answers_under_one_header():

@@ -563,6 +563,17 @@ def test_predict_gzip_tsv_columns_and_tsv_output(machine):
                 "probabilities": {"0": float(r.split("\t")[1]), "1": float(r.split("\t")[2])}}
                for r in rows]
     assert_classifier_answers(machine, "classifier", answers)
+    # Written to a .tsv.gz: TSV by the name (no --output_format), gzip-compressed, the
+    # header naming the file gunzip restores (not the temporary it was written as).
+    out = os.path.join(machine.root, "answers.tsv.gz")
+    again = predict(machine, f"--model_dir={machine.exports['classifier']['export']}",
+                    f"--input_file={path}", "--text_column=title", f"--output_file={out}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    with open(out, "rb") as f:
+        packed = f.read()
+    assert packed[:2] == b"\x1f\x8b" and packed[3] & 0x08   # gzip, with a file name
+    assert packed[10:packed.index(b"\0", 10)] == b"answers.tsv"
+    assert gzip.decompress(packed).decode("utf-8") == done.stdout
 
 
 def ner_sentences(machine) -> list:

@@ -17,7 +17,8 @@ context: a number from 0, or a name in the header line), or JSON lines
 standard input, a .gz name is read as gzip. The output is one answer a line
 in input order, the JSON bert-ad serve answers with (label and
 probabilities, entities with character offsets, answer and span, embedding)
-or a TSV of the same (--output_format); `-` is standard output. A file is
+or a TSV of the same (--output_format, or a .tsv name); `-` is standard
+output, a .gz name is written gzip. A file is
 written under a temporary name and renamed when complete: a line that
 cannot be read stops the run with its number and leaves no output, unless
 --skip_bad_lines skips (and counts) it.
@@ -68,9 +69,10 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("text_b_column", None,
                         "The second text's column or field: a classifier's pair, a squad "
                         "question's context.", **d)
-    flags.DEFINE_enum("output_format", "jsonl", list(OUTPUT_FORMATS),
+    flags.DEFINE_enum("output_format", None, list(OUTPUT_FORMATS),
                       "jsonl (bert-ad serve's answers) or tsv (a header, then the same "
-                      "answers as columns).", **d)
+                      "answers as columns). Default: tsv for a --output_file named .tsv "
+                      "(or .tsv.gz), else jsonl.", **d)
     flags.DEFINE_bool("skip_bad_lines", False,
                       "Skip a line that cannot be read (not UTF-8, a column missing, not "
                       "JSON) and count it in the log, instead of stopping with nothing "
@@ -165,10 +167,11 @@ def main(argv: Sequence[str]) -> int:
     f = parse_flags(define_flags, argv, USAGE, __doc__)
     check_flags(f)
     configure_logging()
-    from bert_ad.files import atomic_open
     from bert_ad.inference import prediction_input as inputs
+    from bert_ad.inference import prediction_output as outputs
     from bert_ad.inference.streamed_predictions import StreamSettings, predict_stream
     input_format = inputs.format_of(f.input_file, f.input_format)
+    output_format = outputs.format_of(f.output_file, f.output_format)
     options = answer_flags.options_from_flags(f)
     predictions, score, close = open_model(f, options)
     try:
@@ -181,12 +184,12 @@ def main(argv: Sequence[str]) -> int:
         items = inputs.read_instances(stream, source, read, predictions.text_fields)
         total = inputs.count_lines(f.input_file)
         if f.output_file == "-":
-            counts = predict_stream(items, predictions, score, sys.stdout, f.output_format,
+            counts = predict_stream(items, predictions, score, sys.stdout, output_format,
                                     settings, total)
             sys.stdout.flush()
         else:
-            with atomic_open(f.output_file, "w", encoding="utf-8") as output:
-                counts = predict_stream(items, predictions, score, output, f.output_format,
+            with outputs.open_output(f.output_file) as output:
+                counts = predict_stream(items, predictions, score, output, output_format,
                                         settings, total)
     finally:
         close()

@@ -1,4 +1,6 @@
-"""`bert-ad predict`'s output: the answers bert-ad serve gives, one line each.
+"""`bert-ad predict`'s output: the answers bert-ad serve gives, one line each,
+in the format --output_format names, else the file name's (.tsv: tsv, else
+jsonl); a name ending .gz is written gzip-compressed.
 
   jsonl  each answer as its JSON object (bert_ad/inference/predictions.py makes
          them: label and probabilities, entities, answer and span, embedding)
@@ -11,10 +13,45 @@
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
 import json
-from typing import Dict, List
+import os
+from typing import IO, Dict, Iterator, List, Optional
+
+from bert_ad.files import atomic_path
 
 FORMATS = ("jsonl", "tsv")
+
+
+def without_gz(path: str) -> str:
+    return path[:-3] if path.endswith(".gz") else path
+
+
+def format_of(path: str, given: Optional[str]) -> str:
+    """The output format: `given`, else tsv for a .tsv (or .tsv.gz) file, else jsonl."""
+    if given:
+        return given
+    return "tsv" if without_gz(path).lower().endswith(".tsv") else "jsonl"
+
+
+@contextlib.contextmanager
+def open_output(path: str) -> Iterator[IO]:
+    """The text stream of --output_file: written under a temporary name beside it and
+    renamed when the block ends without an error (nothing half-written is left);
+    gzip for a name ending .gz (a reader that takes .tsv.gz input takes it back)."""
+    with atomic_path(path) as temporary:
+        if path.endswith(".gz"):
+            # The header names the file as gunzip -N would restore it, not the temporary.
+            name = os.path.basename(without_gz(path))
+            with open(temporary, "wb") as raw, \
+                    gzip.GzipFile(name, "wb", fileobj=raw) as packed, \
+                    io.TextIOWrapper(packed, encoding="utf-8") as output:
+                yield output
+        else:
+            with open(temporary, "w", encoding="utf-8") as output:
+                yield output
 
 
 def _flat(answer: dict) -> Dict[str, str]:
