@@ -125,3 +125,28 @@ def test_a_data_error_mid_run_saves_the_work_first(tmp_path):
                               "at step 3; saved ")
     assert message.endswith("model.ckpt-2; the same command resumes from there)")
     assert os.path.exists(os.path.join(str(tmp_path), "model.ckpt-2.index"))
+
+
+def test_the_save_on_the_way_out_remakes_an_output_folder_removed_meanwhile(tmp_path):
+    """The folder removed while the run went on (by hand, to start again): the save a
+    stop asks for still keeps the work (TensorFlow's save op makes the folder again;
+    its Saver raises a bare ValueError, "Parent directory of ... doesn't exist", only
+    when that op fails and the folder is missing)."""
+    output_dir = str(tmp_path / "out")
+
+    def removing(start_example):
+        for _ in range(2):
+            yield [{"x": np.ones(3, np.float32)}]
+        for name in os.listdir(output_dir):
+            os.remove(os.path.join(output_dir, name))
+        os.rmdir(output_dir)
+        raise UserError("stopped by SIGTERM")
+
+    with tf.Graph().as_default():
+        with pytest.raises(UserError) as error:
+            train_loop(build(), removing, LoopSettings(output_dir, num_train_steps=10,
+                                                       save_checkpoints_steps=100))
+    assert str(error.value) == (f"stopped by SIGTERM (training stopped at step 3; saved "
+                                f"{output_dir}/model.ckpt-2; the same command resumes from "
+                                "there)")
+    assert os.path.exists(os.path.join(output_dir, "model.ckpt-2.index"))
