@@ -489,16 +489,18 @@ def report(records) -> str:
 
 
 def sizes_report(records) -> str:
-    """Issue 56's table: per training-set size, seed and run, the test file's F1 at
-    Google's 0, at the default (the threshold chosen on the dev file) and at the test
-    file's best threshold; the records that carry a dev file."""
+    """Issue 56's table: per training-set size, seed, run and span head rate, the test
+    file's F1 at Google's 0, at the default (the threshold chosen on the dev file) and
+    at the test file's best threshold; the records that carry a dev file."""
     rows = []
     studied = [r for r in records if r.get("status") == "ok" and r["settings"].get("dev_file")
                and "test_f1_at_0" in r["eval"]]
     for r in sorted(studied, key=lambda r: (r["settings"]["train_questions"],
-                                            r["settings"]["seed"], r["run"])):
+                                            r["settings"]["seed"], r["run"],
+                                            r["settings"]["head_learning_rate_multiplier"])):
         e, s = r["eval"], r["settings"]
         rows.append([f"{s['train_questions']:,}", s["seed"], r["run"],
+                     f"{s['head_learning_rate_multiplier']:g}x",
                      measuring.fmt(e["test_f1_at_0"], 2),
                      measuring.fmt(e["test_has_answer_f1_at_0"], 2),
                      measuring.fmt(e["test_f1"], 2), measuring.fmt(e["test_thresh"], 2),
@@ -511,11 +513,11 @@ def sizes_report(records) -> str:
                      measuring.fmt(e.get("test_answerable_null_odds_median"), 2),
                      measuring.fmt(e.get("test_unanswerable_null_odds_median"), 2)])
     return measuring.markdown_table(
-        ["training questions", "seed", "run", "F1 at 0", "F1 with answer at 0",
+        ["training questions", "seed", "run", "span head", "F1 at 0", "F1 with answer at 0",
          "F1 at the default (dev's threshold)", "dev's threshold", "best F1", "best threshold",
          "best - at 0", "best - default", "answerable answered \"\" at 0",
          "null odds, answerable (median)", "null odds, unanswerable (median)"], rows,
-        "rrlrrrrrrrrrrr")
+        "rrlrrrrrrrrrrrr")
 
 
 def run_all(args, records: list, model_dir: str, data_dir: str) -> None:
