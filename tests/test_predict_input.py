@@ -129,8 +129,11 @@ def test_tsv_output_flattens_answers_under_one_header():
      "--output_file={tmp}/./titles.txt is --input_file={titles_link} (the same file by its "
      "real path): this run reads it and would write over it; give another --output_file"),
     (["--model_dir={model}", "--input_file={titles}", "--output_file={model}/sub/../model.onnx"],
-     "--output_file={model}/sub/../model.onnx is {model}/model.onnx, a file of "
-     "--model_dir={model}: give another --output_file"),
+     "--output_file={model}/sub/../model.onnx is a file in --model_dir={model}; this run "
+     "would write over it: give another --output_file (or remove that file first)"),
+    (["--model_dir={model}", "--input_file={titles}", "--output_file={tmp}/model_link"],
+     "--output_file={tmp}/model_link is a file in --model_dir={model}; this run would "
+     "write over it"),
     (["--model_dir=m", "--input_file={titles}", "--output_file={tmp}/no/such/o.jsonl"],
      "does not exist; create it first"),
     (["--model_dir={tmp}", "--input_file={titles}", "--output_file=-"],
@@ -140,6 +143,7 @@ def test_bad_flags_are_one_line_before_a_model_is_read(tmp_path, args, expected)
     titles = tmp_path / "titles.txt"
     titles.write_text("a title\n", encoding="utf-8")
     os.symlink("titles.txt", tmp_path / "link.txt")
+    os.symlink("model/model.onnx", tmp_path / "model_link")
     model = tmp_path / "model"
     (model / "sub").mkdir(parents=True)
     (model / "model.onnx").write_bytes(b"weights")
@@ -149,7 +153,7 @@ def test_bad_flags_are_one_line_before_a_model_is_read(tmp_path, args, expected)
     done = run_cli_in_process(predict_cli.cli, ["bert-ad predict"] + [
         a.format(**values) for a in args])
     assert_one_error_line(done, expected.format(**values))
-    assert sorted(os.listdir(tmp_path)) == ["link.txt", "model", "titles.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["link.txt", "model", "model_link", "titles.txt"]
     assert titles.read_text(encoding="utf-8") == "a title\n"
     assert sorted(os.listdir(model)) == ["model.onnx", "sub"]
     assert (model / "model.onnx").read_bytes() == b"weights"

@@ -37,7 +37,7 @@ from bert_ad.cli import answer_flags, flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import configure_logging, parse_flags, require_flags, tool_cli
 from bert_ad.errors import fail
-from bert_ad.path_overlaps import files_in, refuse_outputs_over_inputs, same_file
+from bert_ad.path_overlaps import is_inside, refuse_outputs_over_inputs
 from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS
 from bert_ad.inference.prediction_output import FORMATS as OUTPUT_FORMATS
 
@@ -104,16 +104,16 @@ def check_flags(f: flags.FlagValues) -> None:
         fail(f"--input_file={f.input_file} is not a file; give a file of one text a line, "
              "or - for standard input")
     if f.output_file != "-":
-        # However spelled (a symlink, a hard link): neither the texts nor a file of
-        # the model folder (its weights, settings, checkpoints, a training run's results).
+        # However spelled (a symlink, a hard link): not the texts; and no file the
+        # model folder holds (its weights, settings, checkpoints, a training run's
+        # results: which are the model's is not for this command to guess).
         refuse_outputs_over_inputs([("--output_file", f.output_file)],
                                    [("--input_file", f.input_file)],
                                    advice="give another --output_file")
-        kept = next((path for path in files_in(f.model_dir)
-                     if same_file(f.output_file, path)), None)
-        if kept:
-            fail(f"--output_file={f.output_file} is {kept}, a file of --model_dir="
-                 f"{f.model_dir}: give another --output_file")
+        if is_inside(f.output_file, f.model_dir) and os.path.lexists(f.output_file):
+            fail(f"--output_file={f.output_file} is a file in --model_dir={f.model_dir}; "
+                 "this run would write over it: give another --output_file (or remove "
+                 "that file first)")
         folder = os.path.dirname(os.path.abspath(f.output_file))
         if not os.path.isdir(folder):
             fail(f"--output_file={f.output_file}: its folder {folder} does not exist; "
