@@ -56,8 +56,8 @@ AGREED_FLAGS = ("doc_stride", "max_query_length", "version_2_with_negative",
 # threshold 91.6); at 30x, 86.8 (93.1 overall, best 94.0) on the same 368 steps (issue
 # 43). At 30x, 2,000 questions (154 steps) were still too few for one seed of two to
 # learn to answer (F1 72.4 at threshold 0, 83.4 at its best); at 100x both seeds answer,
-# within 1.5 of their best at 0 (90.5 / 92.6; best 90.7 / 94.0), and 10,000 questions
-# score as at 30x or better (docs/squad.md "The span head at 100x", issue 56).
+# within 1.5 of their best at 0 on 2 towers (90.5 / 92.6; best 90.7 / 94.0), and 10,000
+# questions score as at 30x or better (docs/squad.md "The span head at 100x", issue 56).
 FLAG_DEFAULTS = (("max_seq_length", 384), ("optimizer", "adam"),
                  ("head_learning_rate_multiplier", 100.0))
 
