@@ -58,13 +58,18 @@ class BadLine:
 Item = Tuple[int, object]   # (line number, instance)
 
 
+def without_gz(path: str) -> str:
+    """`path` without a .gz ending: the name of what it holds (bert-ad predict reads
+    and writes a .gz name compressed)."""
+    return path[:-3] if path.endswith(".gz") else path
+
+
 def format_of(path: str, given: Optional[str]) -> str:
     """The input format: `given`, else the file name's (.tsv, .csv, .jsonl, each
     perhaps .gz), else text."""
     if given:
         return given
-    name = path[:-3] if path.endswith(".gz") else path
-    extension = os.path.splitext(name)[1].lstrip(".").lower()
+    extension = os.path.splitext(without_gz(path))[1].lstrip(".").lower()
     return extension if extension in FORMATS else "text"
 
 

@@ -21,12 +21,9 @@ import os
 from typing import IO, Dict, Iterator, List, Optional
 
 from bert_ad.files import atomic_path
+from bert_ad.inference.prediction_input import without_gz
 
 FORMATS = ("jsonl", "tsv")
-
-
-def without_gz(path: str) -> str:
-    return path[:-3] if path.endswith(".gz") else path
 
 
 def format_of(path: str, given: Optional[str]) -> str:
