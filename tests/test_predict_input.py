@@ -2,7 +2,9 @@
 
 The lines -> instances of bert_ad/inference/prediction_input.py against
 instances written out by hand, and the flags refused before a model is read
-(bert_ad/cli/predict.py), each in one `error:` line. The scoring itself is
+(bert_ad/cli/predict.py), each in one `error:` line, and the streamed loop's
+order with bad lines kept as errors (bert_ad/inference/streamed_predictions.py,
+on a stand-in task). The scoring itself is
 tested on real exports in tests/test_scoring_machine.py and tests/test_serve.py.
 """
 
@@ -12,13 +14,19 @@ import gzip
 import io
 import os
 
+import json
+
+import numpy as np
 import pytest
 
 from bert_ad.cli import predict as predict_cli
+from bert_ad.errors import UserError
 from bert_ad.inference.prediction_input import (BadLine, InputSettings, count_lines,
                                                 format_of, open_input, read_instances)
 from bert_ad.inference.prediction_output import AnswerLines, open_output
 from bert_ad.inference.prediction_output import format_of as output_format_of
+from bert_ad.inference.predictions import BadInstance, Predictions
+from bert_ad.inference.streamed_predictions import StreamSettings, predict_stream
 
 from helpers import assert_one_error_line, run_cli_in_process
 
@@ -114,6 +122,81 @@ def test_tsv_output_flattens_answers_under_one_header():
     assert AnswerLines("tsv").lines([{"tokens": ["a", "b"], "tags": ["O", "B-X"],
                                       "entities": [{"type": "X", "start": 1}]}]) == [
         "tokens\ttags\tentities\n", 'a b\tO B-X\t[{"type": "X", "start": 1}]\n']
+
+
+class _Rows:
+    def __init__(self, rows):
+        self._rows = rows
+
+    def rows(self):
+        return self._rows
+
+
+class LengthPredictions(Predictions):
+    """A stand-in task without a model: a text's answer is itself and its
+    length (scored as a row of length + 1 ids); "refused" is an instance it
+    does not take."""
+    instance_format = "a string"
+
+    def __init__(self):   # no export to read
+        pass
+
+    def parse(self, instance):
+        if instance == "refused":
+            raise BadInstance("is refused")
+        return instance
+
+    def featurize(self, parsed):
+        return _Rows([{"input_ids": np.arange(len(text) + 1)} for text in parsed])
+
+    def batch_of(self, rows):
+        return {"length": np.array([len(row["input_ids"]) - 1 for row in rows])}
+
+    def predict(self, parsed, featurized, outputs):
+        return [{"text": text, "length": int(length)}
+                for text, length in zip(parsed, outputs["length"])]
+
+
+def stream(data: bytes, output_format: str, chunk_size: int, skip: bool = True):
+    output = io.StringIO()
+    counts = predict_stream(read(data), LengthPredictions(), lambda batch: batch, output,
+                            output_format, StreamSettings(batch_size=2, chunk_size=chunk_size,
+                                                          skip_bad_lines=skip,
+                                                          source="--input_file=x"))
+    return output.getvalue().splitlines(), counts
+
+
+NOT_UTF8 = ("--input_file=x line {} is not UTF-8 text (its byte 1); convert it to UTF-8 "
+            "(e.g. iconv -f GBK -t UTF-8)")
+REFUSED = "--input_file=x line {}: the instance is refused (the task takes a string)"
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 2048])
+def test_skipped_bad_lines_keep_their_place_as_errors(chunk_size):
+    """--skip_bad_lines: one output line per input line, in order, a bad line's
+    error in its place (so the answers join back to the input by position)."""
+    data = b"\xff first\none\nrefused\nthree\n\xfe\n"
+    got, counts = stream(data, "jsonl", chunk_size)
+    assert [json.loads(line) for line in got] == [
+        {"error": NOT_UTF8.format(1)}, {"text": "one", "length": 3},
+        {"error": REFUSED.format(3)}, {"text": "three", "length": 5},
+        {"error": NOT_UTF8.format(5)}]
+    assert (counts.answered, counts.skipped, counts.rows) == (2, 3, 2)
+    got, _ = stream(data, "tsv", chunk_size)
+    assert got == ["text\tlength\terror", "\t\t" + NOT_UTF8.format(1), "one\t3\t",
+                   "\t\t" + REFUSED.format(3), "three\t5\t", "\t\t" + NOT_UTF8.format(5)]
+
+
+def test_an_input_of_bad_lines_only_is_all_errors_and_the_tsv_header_is_error():
+    assert stream(b"refused\n\xff\n", "tsv", 1)[0] == [
+        "error", REFUSED.format(1), NOT_UTF8.format(2)]
+    assert stream(b"", "tsv", 1)[0] == []
+
+
+def test_without_skip_bad_lines_a_bad_line_stops_the_stream():
+    with pytest.raises(UserError, match="line 2: the instance is refused .* nothing was "
+                       "written .fix the line, or pass --skip_bad_lines"):
+        stream(b"one\nrefused\nthree\n", "jsonl", 1, skip=False)
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -674,12 +674,17 @@ def test_predict_refuses_a_bad_line_by_number_and_writes_nothing(machine, name, 
                           "nothing was written")
     assert not os.path.exists(out)
     assert not [n for n in os.listdir(machine.root) if n.startswith("." + name)]
-    # --skip_bad_lines: the other lines answered, in order, the skipped one counted.
+    # --skip_bad_lines: one answer line per input line, the bad one's error in its place.
     done = predict(machine, f"--model_dir={machine.exports['classifier']['export']}",
                    f"--input_file={path}", f"--output_file={out}", "--skip_bad_lines", *flags)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(lines(out)) == len(content.splitlines()) - 1
-    assert "1 bad line(s) skipped" in done.stderr
+    answers = [json.loads(line) for line in lines(out)]
+    assert len(answers) == len(content.splitlines())
+    bad = int(expected.split(" line ")[1].split()[0].rstrip(":")) - 1
+    assert answers[bad]["error"].startswith(expected.format(path=path))
+    assert [list(a) for i, a in enumerate(answers) if i != bad] == \
+        [["label", "probabilities"]] * (len(answers) - 1)
+    assert "1 of them the errors of bad lines (--skip_bad_lines)" in done.stderr
 
 
 def test_predict_refuses_a_hand_edited_export_json_in_one_line(machine):

@@ -21,7 +21,8 @@ or a TSV of the same (--output_format, or a .tsv name); `-` is standard
 output, a .gz name is written gzip. A file is
 written under a temporary name and renamed when complete: a line that
 cannot be read stops the run with its number and leaves no output, unless
---skip_bad_lines skips (and counts) it.
+--skip_bad_lines: then its answer line is its error ({"error": ...}, a TSV's
+`error` column), so the output keeps one line per input line.
 """
 
 from __future__ import annotations
@@ -74,9 +75,10 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "answers as columns). Default: tsv for a --output_file named .tsv "
                       "(or .tsv.gz), else jsonl.", **d)
     flags.DEFINE_bool("skip_bad_lines", False,
-                      "Skip a line that cannot be read (not UTF-8, a column missing, not "
-                      "JSON) and count it in the log, instead of stopping with nothing "
-                      "written.", **d)
+                      "Do not stop at a line that cannot be read (not UTF-8, a column "
+                      "missing, not JSON): answer it with its error in its place "
+                      "({\"error\": ...}; TSV: an error column) and count it in the log, "
+                      "so the output keeps one line per input line.", **d)
     flags.DEFINE_integer("batch_size", 32, "Rows (texts, windows) scored in one call.", **d)
     flags.DEFINE_integer("chunk_size", 2048,
                          "Lines read, tokenised and answered together (memory grows with "
@@ -193,9 +195,10 @@ def main(argv: Sequence[str]) -> int:
                                         settings, total)
     finally:
         close()
-    log.info("predict: %d answer(s) written to %s%s", counts.answered,
+    log.info("predict: %d answer(s) written to %s%s", counts.answered + counts.skipped,
              "standard output" if f.output_file == "-" else f.output_file,
-             f"; {counts.skipped} bad line(s) skipped" if counts.skipped else "")
+             f"; {counts.skipped} of them the errors of bad lines (--skip_bad_lines)"
+             if counts.skipped else "")
     return 0
 
 

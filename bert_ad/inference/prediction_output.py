@@ -72,11 +72,20 @@ def _flat(answer: dict) -> Dict[str, str]:
 
 
 class AnswerLines:
-    """Turns answers into the output's lines, in order (a TSV's header first)."""
+    """Turns answers into the output's lines, in order (a TSV's header first).
 
-    def __init__(self, output_format: str):
+    With `error_column` (bert-ad predict --skip_bad_lines) a bad line's answer
+    is {"error": message}: in TSV a row of empty fields with the message in a
+    last `error` column, which the header then always has (the columns follow
+    the flags, not the data). The header is the first good answer's fields, so
+    error rows before it wait for it (or for `finish`, if none comes).
+    """
+
+    def __init__(self, output_format: str, error_column: bool = False):
         self.output_format = output_format
+        self.error_column = error_column
         self.header: List[str] = []
+        self.waiting: List[dict] = []   # TSV error rows before the header is known
 
     def lines(self, answers: List[dict]) -> List[str]:
         if self.output_format == "jsonl":
@@ -85,7 +94,27 @@ class AnswerLines:
         for answer in answers:
             flat = _flat(answer)
             if not self.header:
-                self.header = list(flat)
-                lines.append("\t".join(self.header) + "\n")
-            lines.append("\t".join(flat.get(column, "") for column in self.header) + "\n")
+                if _is_error(answer):
+                    self.waiting.append(flat)
+                    continue
+                lines += self._header_lines(list(flat))
+            lines.append(self._row(flat))
         return lines
+
+    def finish(self) -> List[str]:
+        """The lines still held back: error rows of an input without a good line."""
+        if self.output_format == "jsonl" or not self.waiting:
+            return []
+        return self._header_lines([])
+
+    def _header_lines(self, fields: List[str]) -> List[str]:
+        self.header = fields + (["error"] if self.error_column else [])
+        waiting, self.waiting = self.waiting, []
+        return ["\t".join(self.header) + "\n"] + [self._row(flat) for flat in waiting]
+
+    def _row(self, flat: Dict[str, str]) -> str:
+        return "\t".join(flat.get(column, "") for column in self.header) + "\n"
+
+
+def _is_error(answer: dict) -> bool:
+    return list(answer) == ["error"]

@@ -15,8 +15,11 @@ as --do_predict does) and put back in input order before the task's
 
 A bad line (bert_ad/inference/prediction_input.py's BadLine, or an instance
 the task's `parse` refuses) stops the run with its message, or, with
-`skip_bad_lines`, is skipped and counted. A progress line (rows, rows/sec,
-ETA when the line count is known) is logged every `progress_every_s`.
+`skip_bad_lines`, is not scored: its answer is `{"error": message}` in its
+place (the output stays one line per input line, so it can be joined back to
+the input by position), it is counted, and the first few are logged. A
+progress line (rows, rows/sec, ETA when the line count is known) is logged
+every `progress_every_s`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from bert_ad.inference.predictions import BadInstance, Featurized, Predictions
 log = logging.getLogger("bert_ad")
 
 QUEUED_CHUNKS = 2   # featurized chunks waiting for the scorer
+LOGGED_BAD_LINES = 10   # --skip_bad_lines: the first ones are logged, all are counted
 _DONE = object()
 
 
@@ -49,8 +53,8 @@ class StreamSettings:
     Attributes:
       batch_size: rows (texts, windows) scored in one call.
       chunk_size: instances read, featurized and answered together.
-      skip_bad_lines: skip (and count) a line that cannot be read instead of
-        stopping at it.
+      skip_bad_lines: answer a line that cannot be read with an error in its
+        place (and count it) instead of stopping at it.
       progress_every_s: seconds between progress lines.
       source: how messages name the input ("--input_file=a.txt").
     """
@@ -63,14 +67,25 @@ class StreamSettings:
 
 @dataclasses.dataclass
 class _Chunk:
+    """A chunk of lines: the good ones parsed and featurized, the bad ones'
+    messages by their position among the chunk's lines."""
     parsed: list
-    featurized: Featurized
+    featurized: Optional[Featurized]
     rows: List[Dict[str, np.ndarray]]
+    bad: Dict[int, str]
+
+    def answers(self, good: List[dict]) -> List[dict]:
+        """The chunk's answers in line order: `good` (the parsed lines'), each
+        bad line's error in its place."""
+        good_answers = iter(good)
+        return [{"error": self.bad[i]} if i in self.bad else next(good_answers)
+                for i in range(len(self.parsed) + len(self.bad))]
 
 
 @dataclasses.dataclass
 class Counts:
-    """What a run did: instances answered, feature rows scored, lines skipped."""
+    """What a run did: instances answered, feature rows scored, bad lines not
+    scored (answered with an error)."""
     answered: int = 0
     rows: int = 0
     skipped: int = 0
@@ -92,11 +107,12 @@ class Progress:
         line = f"predict: {counts.answered:,} lines answered ({counts.rows:,} rows), " \
                f"{rate:,.1f} lines/sec"
         if self.total and not final and rate > 0:
-            left = max(self.total - counts.answered - counts.skipped, 0)
-            line += f", {100.0 * counts.answered / self.total:.1f}% of {self.total:,}, " \
+            done = counts.answered + counts.skipped
+            left = max(self.total - done, 0)
+            line += f", {100.0 * done / self.total:.1f}% of {self.total:,}, " \
                     f"ETA {_duration(left / rate)}"
         if counts.skipped:
-            line += f", {counts.skipped:,} bad line(s) skipped"
+            line += f", {counts.skipped:,} bad line(s) answered with an error"
         log.info("%s%s", line, " (done)" if final else "")
 
 
@@ -107,8 +123,9 @@ def _duration(seconds: float) -> str:
 
 def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
             settings: StreamSettings, counts: Counts) -> Iterator[_Chunk]:
-    """The featurized chunks of the items (bad lines stopped at or skipped)."""
-    parsed = []
+    """The featurized chunks of the items (bad lines stopped at, or kept in
+    their place as errors)."""
+    parsed, bad = [], {}
     for item in items:
         if not isinstance(item, BadLine):
             number, instance = item
@@ -122,17 +139,23 @@ def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
                 fail(f"{item.message}; nothing was written (fix the line, or pass "
                      "--skip_bad_lines to skip such lines)")
             counts.skipped += 1
-            continue
-        if len(parsed) == settings.chunk_size:
-            yield _featurized(parsed, predictions)
-            parsed = []
-    if parsed:
-        yield _featurized(parsed, predictions)
+            if counts.skipped <= LOGGED_BAD_LINES:
+                log.warning("predict: %s; answered with an error line (--skip_bad_lines)%s",
+                            item.message, "; further bad lines are counted, not logged"
+                            if counts.skipped == LOGGED_BAD_LINES else "")
+            bad[len(parsed) + len(bad)] = item.message
+        if len(parsed) + len(bad) == settings.chunk_size:
+            yield _featurized(parsed, bad, predictions)
+            parsed, bad = [], {}
+    if parsed or bad:
+        yield _featurized(parsed, bad, predictions)
 
 
-def _featurized(parsed: list, predictions: Predictions) -> _Chunk:
+def _featurized(parsed: list, bad: Dict[int, str], predictions: Predictions) -> _Chunk:
+    if not parsed:
+        return _Chunk(parsed, None, [], bad)
     featurized = predictions.featurize(parsed)
-    return _Chunk(parsed, featurized, featurized.rows())
+    return _Chunk(parsed, featurized, featurized.rows(), bad)
 
 
 class _Reader(threading.Thread):
@@ -206,17 +229,20 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
     """
     counts = Counts()
     progress = Progress(total_lines, settings.progress_every_s)
-    lines = AnswerLines(output_format)
+    lines = AnswerLines(output_format, error_column=settings.skip_bad_lines)
     reader = _Reader(_chunks(items, predictions, settings, counts))
     reader.start()
     try:
         for chunk in reader:
-            outputs = score_chunk(chunk, predictions, score, settings.batch_size)
-            answers = predictions.predict(chunk.parsed, chunk.featurized, outputs)
-            output.writelines(lines.lines(answers))
-            counts.answered += len(answers)
+            good = []
+            if chunk.parsed:
+                outputs = score_chunk(chunk, predictions, score, settings.batch_size)
+                good = predictions.predict(chunk.parsed, chunk.featurized, outputs)
+            output.writelines(lines.lines(chunk.answers(good)))
+            counts.answered += len(good)
             counts.rows += len(chunk.rows)
             progress.update(counts)
+        output.writelines(lines.finish())
     finally:
         reader.stop()
     progress.update(counts, final=True)
