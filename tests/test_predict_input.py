@@ -79,6 +79,26 @@ def test_bad_lines_are_named_by_number():
         1, "--input_file=x line 1 has no string field 'q' (--text_column)")
 
 
+CSV_RULE = ("a quote not closed on its line, or text after a closing quote); a record is one "
+            'line, a quote inside a quoted field is written "" (RFC 4180)')
+
+
+def test_a_csv_line_that_is_not_one_record_is_a_bad_line_not_a_text():
+    """A quote left open would have read the rest of the line (its commas too)
+    as one text; a record split over lines is not read as two."""
+    data = b'a,"fine, quoted"\nb,"open, never closed\nc,"x"y\nd,last\n'
+    assert read(data, input_format="csv", text_column="1") == [
+        (1, "fine, quoted"),
+        BadLine(2, "--input_file=x line 2 is not one CSV record (unexpected end of data: "
+                + CSV_RULE),
+        BadLine(3, "--input_file=x line 3 is not one CSV record (',' expected after '\"': "
+                + CSV_RULE),
+        (4, "last")]
+    with pytest.raises(UserError, match=r"line 1 is not one CSV record .*; the header line "
+                       "must be read to find the columns$"):
+        read(b'id,"title\n1,a\n', input_format="csv", text_column="title")
+
+
 def test_format_from_the_name_gzip_and_the_line_count(tmp_path):
     assert [format_of(n, None) for n in ("a.tsv", "a.csv.gz", "a.JSONL", "a.txt", "-")] == [
         "tsv", "csv", "jsonl", "text", "text"]

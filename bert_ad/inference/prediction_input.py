@@ -126,10 +126,23 @@ def read_instances(stream: BinaryIO, source: str, settings: InputSettings,
         if settings.input_format == "jsonl":
             yield _json_instance(line, number, source, settings, text_fields)
             continue
-        fields = line.split("\t") if settings.input_format == "tsv" else _csv_fields(line)
+        if settings.input_format == "tsv":
+            fields = line.split("\t")
+        else:
+            try:
+                fields = _csv_fields(line)
+            except csv.Error as e:
+                bad = BadLine(number, f"{source} line {number} is not one CSV record ({e}: "
+                              "a quote not closed on its line, or text after a closing "
+                              "quote); a record is one line, a quote inside a quoted field "
+                              'is written "" (RFC 4180)')
+                if columns is None and _has_header(settings):
+                    fail(f"{bad.message}; the header line must be read to find the columns")
+                yield bad
+                continue
         if columns is None:
             columns = _column_indexes(fields, source, settings)
-            if any(not name.isdigit() for name in _given(settings)):
+            if _has_header(settings):
                 continue   # the header line
         yield _column_instance(fields, columns, number, source, settings, text_fields)
 
@@ -140,8 +153,15 @@ def _given(settings: InputSettings) -> Tuple[str, ...]:
         (settings.text_b_column,) if settings.text_b_column else ())
 
 
+def _has_header(settings: InputSettings) -> bool:
+    """A column named (not numbered) is looked up in the first line, the header."""
+    return any(not name.isdigit() for name in _given(settings))
+
+
 def _csv_fields(line: str) -> list:
-    return next(csv.reader([line]), [])
+    """The fields of one CSV record; csv.Error for a line that is not one (strict:
+    a quote left open would otherwise swallow the rest of the line as text)."""
+    return next(csv.reader([line], strict=True), [])
 
 
 def _column_indexes(first: Sequence[str], source: str, settings: InputSettings) -> list:
