@@ -1,6 +1,7 @@
-"""int8 against fp32 on People's Daily NER (CRF) and MRC, the Chinese tasks (issue #44).
+"""int8 against fp32 on People's Daily NER (CRF and softmax) and MRC, the Chinese tasks
+(issues #44 and #53).
 
-    python -m studies.int8_tasks_study ner mrc
+    python -m studies.int8_tasks_study ner ner-softmax mrc
     python -m studies.int8_tasks_study --report_only
 
 Each task's fine-tuned model is exported from its output folder as ONNX fp32
@@ -12,8 +13,10 @@ from the result files against the gold file, the same code for all three:
 
   ner  the distillation study's NER teacher (studies/distill_study.py ner: the
        Chinese default fine-tuned with run_ner_mgpu.py --use_crf on 4,000
-       People's Daily sentences); entity F1 (bert_ad.metrics.entities) of
-       predict.txt's tags against test.txt's, every test sentence.
+       People's Daily sentences; trained here with its flags when that study has
+       not run); entity F1 (bert_ad.metrics.entities) of predict.txt's tags
+       against test.txt's, every test sentence.
+  ner-softmax  the same with the default tagger (--use_crf=false), trained here.
   mrc  People's Daily MRC: docs/squad.md's 10,000-question run (the Chinese
        default, run_squad_mgpu.py --version_2_with_negative, 1 tower x 32, 368
        steps, the span head at 30x; --mrc_model), scored on its 4,000 test
@@ -21,7 +24,9 @@ from the result files against the gold file, the same code for all three:
        of predictions.json against test.json.
 
 One record per task and model goes to --runs (docs/int8_runs.jsonl, beside
-the classifier's); a task already recorded is skipped.
+the classifier's), with the int8 export's activation scales ("static" since
+issue #53; records without the field were made with dynamic ones); a task
+already recorded with the scales the export now makes is skipped.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from bert_ad.metrics.squad import detect_style, score_answers
 from bert_ad.parallel.checkpoint_files import step_checkpoints
 from bert_ad.resources.assets import cache_dir
 from bert_ad.inference import layout
+from studies.distill_study import NER_SETTINGS, TEACHER_LEARNING_RATE
 
 NER = os.path.join(REPO, "run_ner_mgpu.py")
 SQUAD = os.path.join(REPO, "run_squad_mgpu.py")
@@ -55,17 +61,29 @@ def model_flags(model_dir: str) -> List[str]:
             f"--bert_config_file={model_dir}/bert_config.json"]
 
 
-def ner_setup(args) -> dict:
-    """The NER teacher's folder (trained by the distillation study) and its flags."""
+def ner_setup(args, use_crf: bool) -> dict:
+    """A NER model's folder and its flags: the CRF tagger is the distillation
+    study's teacher when that study has run; otherwise (and for the softmax
+    tagger) trained here with the teacher's flags."""
+    tagger = f"--use_crf={'true' if use_crf else 'false'}"
     output_dir = os.path.join(args.distill_dir, "ner-teacher")
+    if not use_crf or not step_checkpoints(output_dir):
+        output_dir = os.path.join(args.work_dir, "ner-crf" if use_crf else "ner-softmax",
+                                  "model")
+    flags = model_flags(args.model_dir) + [f"--data_dir={args.ner_dir}",
+                                           "--max_seq_length=128", tagger]
     if not step_checkpoints(output_dir):
-        sys.exit(f"error: {output_dir} holds no checkpoint: run "
-                 "`python -m studies.distill_study ner` first")
+        settings = [f for f in NER_SETTINGS if not f.startswith("--use_crf")]
+        run = launch([sys.executable, NER] + flags + settings + [
+            f"--init_checkpoint={args.model_dir}/bert_model.ckpt", "--seed=1",
+            f"--max_train_examples={args.ner_sentences}", "--num_train_epochs=1",
+            f"--learning_rate={TEACHER_LEARNING_RATE:g}", f"--output_dir={output_dir}"],
+            output_dir + ".log")
+        if not run.ok:
+            sys.exit(f"error: training the NER model failed: {run.error}")
     return {"launcher": NER, "output_dir": output_dir, "gold": os.path.join(
-        args.ner_dir, "test.txt"), "flags": model_flags(args.model_dir) + [
-        f"--data_dir={args.ner_dir}", "--max_seq_length=128", "--use_crf=true"],
-        "int8_flags": [], "predict_flags": ["--predict_file=test.txt",
-                                              "--predict_batch_size=32"]}
+        args.ner_dir, "test.txt"), "flags": flags, "int8_flags": [],
+        "predict_flags": ["--predict_file=test.txt", "--predict_batch_size=32"]}
 
 
 def mrc_setup(args) -> dict:
@@ -154,16 +172,27 @@ def mrc_figures(gold_file: str, result_dir: str) -> dict:
             "questions": scores["questions"]}
 
 
+TASKS = ("ner", "ner-softmax", "mrc")
+
+
+def scales_of(record: dict) -> str:
+    """The int8 export's activation scales a record was made with."""
+    return record.get("int8_scales", "dynamic")
+
+
 def run_task(task: str, args) -> List[dict]:
-    setup = ner_setup(args) if task == "ner" else mrc_setup(args)
+    setup = mrc_setup(args) if task == "mrc" else ner_setup(args, use_crf=task == "ner")
     work_dir = os.path.join(args.work_dir, task)
     exports = {p: export(setup, p, work_dir) for p in ("fp32", "int8")}
-    figures = ner_figures if task == "ner" else mrc_figures
+    activations = (layout.read_metadata(exports["int8"]).onnx.get("int8") or {}).get(
+        "activations", "")
+    scales = "static" if "static" in activations else "dynamic"
+    figures = mrc_figures if task == "mrc" else ner_figures
     records = []
     for model in MODELS:
         run, result_dir = predict(setup, model, exports, os.path.join(work_dir, model.replace(
             " ", "_")))
-        record = {"study": "int8_tasks", "task": task, "model": model,
+        record = {"study": "int8_tasks", "task": task, "model": model, "int8_scales": scales,
                   "wall_seconds": run.wall_seconds, "peak_rss_mb": round(run.peak_rss_mb),
                   "cpu": measuring.cpu_line(), "loadavg": measuring.loadavg()}
         if not run.ok:
@@ -181,26 +210,32 @@ def run_task(task: str, args) -> List[dict]:
 
 def report(records: Sequence[dict]) -> str:
     rows = []
-    for task in ("ner", "mrc"):
-        mine = {r["model"]: r for r in records if r.get("study") == "int8_tasks"
-                and r["task"] == task and r.get("status") == "ok"}
-        base = mine.get("onnx fp32")
-        for model in MODELS:
-            r = mine.get(model)
-            if r is None:
-                continue
-            change = f"{r['f1'] - base['f1']:+.2f}" if base else "-"
-            rows.append([task, model, f"{r['f1']:.2f}", change,
-                         f"{r.get('exact_match', r.get('precision', 0)):.2f}",
-                         f"{r.get('megabytes', '-')}", f"{r['wall_seconds']:.0f}"])
+    for scales in ("dynamic", "static"):
+        for task in TASKS:
+            mine = {r["model"]: r for r in records if r.get("study") == "int8_tasks"
+                    and r["task"] == task and r.get("status") == "ok"
+                    and scales_of(r) == scales}
+            base = mine.get("onnx fp32")
+            for model in MODELS:
+                r = mine.get(model)
+                if r is None:
+                    continue
+                change = f"{r['f1'] - base['f1']:+.2f}" if base else "-"
+                rows.append([task, scales, model, f"{r['f1']:.2f}", change,
+                             f"{r.get('exact_match', r.get('precision', 0)):.2f}",
+                             f"{r.get('megabytes', '-')}", f"{r['wall_seconds']:.0f}",
+                             r["cpu"].split("(")[0].replace("CPU: ", "").strip()])
     return measuring.markdown_table(
-        ["task", "model", "F1", "F1 vs ONNX fp32", "EM (mrc) / precision (ner)",
-         "model.onnx MB", "predict wall s"], rows, align="llrrrrr")
+        ["task", "int8 scales", "model", "F1", "F1 vs ONNX fp32",
+         "EM (mrc) / precision (ner)", "model.onnx MB", "predict wall s", "CPU"], rows,
+        align="lllrrrrrl")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("tasks", nargs="*", help="ner and/or mrc")
+    parser.add_argument("tasks", nargs="*", help="of " + ", ".join(TASKS))
+    parser.add_argument("--ner_sentences", type=int, default=4000,
+                        help="training sentences of a NER model trained here")
     parser.add_argument("--model_dir", default=os.path.join(cache_dir(), "e5_small_zh_en"))
     parser.add_argument("--ner_dir",
                         default=os.path.join(cache_dir(), "data", "peoples_daily_ner"))
@@ -216,11 +251,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--runs", default=os.path.join(REPO, "docs", "int8_runs.jsonl"))
     parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.tasks) - {"ner", "mrc"})
+    unknown = sorted(set(args.tasks) - set(TASKS))
     if unknown:
-        parser.error(f"unknown tasks {unknown}: choose ner and/or mrc")
-    done = {r["task"] for r in load_runs(args.runs)
-            if r.get("study") == "int8_tasks" and r.get("status") == "ok"}
+        parser.error(f"unknown tasks {unknown}: choose of {', '.join(TASKS)}")
+    # The export now writes static scales (issue #53): what dynamic ones measured
+    # stays in the records and the report, and is not taken for this.
+    done = {r["task"] for r in load_runs(args.runs) if r.get("study") == "int8_tasks"
+            and r.get("status") == "ok" and scales_of(r) == "static"}
     for task in [] if args.report_only else args.tasks:
         if task in done:
             continue
