@@ -503,3 +503,42 @@ def test_squad_run_calibration_says_where_the_null_odds_lie():
     assert calibration_figures(golds, odds) == pytest.approx({
         "test_answerable_null_odds_median": 0.5, "test_unanswerable_null_odds_median": 2.5,
         "test_answerable_over_0": 2 / 3})
+
+
+def test_the_op_profile_sums_op_types_by_kind_with_their_shares():
+    from benchmarks import onnx_op_profile
+    results = {"int8": {"ms_a_call": 10.5, "op_ms": {
+        "MatMulIntegerToFloat": 5.0, "QAttention": 3.0, "BiasGelu": 1.0, "Reshape": 1.0}},
+        "fp32": {"ms_a_call": 20.0, "op_ms": {"MatMul": 15.0, "Softmax": 5.0}}}
+    assert onnx_op_profile.kinds_table("32x24", results) == [
+        ["32x24", "int8 matmul", "8.00 (80%)", "-"],
+        ["32x24", "float matmul", "-", "15.00 (75%)"],
+        ["32x24", "activation (GELU)", "1.00 (10%)", "-"],
+        ["32x24", "softmax", "-", "5.00 (25%)"],
+        ["32x24", "the rest (add, mul, reshape, transpose, ...)", "1.00 (10%)", "-"],
+        ["32x24", "**a call (model_run, median)**", "**10.50**", "**20.00**"]]
+
+
+def test_the_op_profile_reads_onnx_runtimes_own_profile_of_the_counted_calls(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+    from benchmarks import onnx_op_profile
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["rows", 8])
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["rows", 8])
+    out = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["rows", 3])
+    weight = numpy_helper.from_array(np.ones((8, 3), np.float32), "weight")
+    graph = helper.make_graph([
+        helper.make_node("Mul", ["input_ids", "attention_mask"], ["kept"]),
+        helper.make_node("Cast", ["kept"], ["as_float"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["as_float", "weight"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["scores"])], "tiny", [ids, mask], [out],
+        [weight])
+    path = str(tmp_path / "tiny.onnx")
+    with open(path, "wb") as f:
+        f.write(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                .SerializeToString())
+    found = onnx_op_profile.profile(path, np.arange(16).reshape(2, 8), threads=1, warmup=2,
+                                    calls=1)
+    assert set(found["op_ms"]) == {"Mul", "Cast", "MatMul", "Softmax"}
+    # The counted call's nodes only (not the warm-up's), inside its own time.
+    assert 0 < sum(found["op_ms"].values()) <= found["ms_a_call"]
