@@ -181,8 +181,8 @@ def predict(setup: dict, model: str, exports: Dict[str, str], output_dir: str):
     return run, output_dir
 
 
-def ner_figures(gold_file: str, result_dir: str) -> dict:
-    gold = read_conll(gold_file)
+def ner_figures(setup: dict, result_dir: str) -> dict:
+    gold = read_conll(setup["gold"])
     predicted = read_conll(os.path.join(result_dir, "predict.txt"))
     metrics = entity_metrics([s.tags for s in gold.sentences],
                              [s.tags for s in predicted.sentences])
@@ -190,8 +190,8 @@ def ner_figures(gold_file: str, result_dir: str) -> dict:
             "recall": 100 * metrics["eval_recall"], "sentences": len(gold.sentences)}
 
 
-def mrc_figures(gold_file: str, result_dir: str) -> dict:
-    with open(gold_file, encoding="utf-8") as f:
+def mrc_figures(setup: dict, result_dir: str) -> dict:
+    with open(setup["gold"], encoding="utf-8") as f:
         squad = json.load(f)["data"]
     paragraphs = [p for article in squad for p in article["paragraphs"]]
     golds = {q["id"]: [a["text"] for a in q.get("answers", [])]
@@ -203,8 +203,11 @@ def mrc_figures(gold_file: str, result_dir: str) -> dict:
             "questions": scores["questions"]}
 
 
-def windows_figures(data_dir: str, result_dir: str) -> dict:
-    labels, examples, predicted = read_test_predictions(data_dir, result_dir)
+def windows_figures(setup: dict, result_dir: str) -> dict:
+    """Accuracy of predict.txt's label indices; the labels are the model folder's
+    (an export's predictions are written where no labels.txt is)."""
+    labels, examples, predicted = read_test_predictions(setup["gold"], result_dir,
+                                                        labels_dir=setup["output_dir"])
     right = sum(labels[p] == e.label for p, e in zip(predicted, examples))
     return {"accuracy": 100 * right / len(examples), "reviews": len(examples)}
 
@@ -240,7 +243,7 @@ def run_task(task: str, args) -> List[dict]:
         if not run.ok:
             records.append(dict(record, status="failed", error=run.error))
             continue
-        record.update(status="ok", **figures(setup["gold"], result_dir))
+        record.update(status="ok", **figures(setup, result_dir))
         if model != "checkpoint":
             export_dir = exports[model.split()[1]]
             record["megabytes"] = round(os.path.getsize(

@@ -18,16 +18,17 @@ import os
 from typing import Callable, Hashable, Iterable, List, Optional, Set, Tuple
 
 
-def read_test_predictions(data_dir: str, output_dir: str, limit: Optional[int] = None
-                          ) -> Tuple[List[str], list, List[int]]:
+def read_test_predictions(data_dir: str, output_dir: str, limit: Optional[int] = None,
+                          labels_dir: Optional[str] = None) -> Tuple[List[str], list, List[int]]:
     """(the run's labels.txt, test.tsv's examples, predict.txt's label indices).
 
     `limit`: only test.tsv's first `limit` rows were scored (the run was
-    given a shortened copy). Raises RuntimeError when predict.txt has another
-    number of rows.
+    given a shortened copy). `labels_dir`: the folder of labels.txt when it is
+    not output_dir (predictions from an export). Raises RuntimeError when
+    predict.txt has another number of rows.
     """
     from bert_ad.data import processors    # the study itself stays light
-    labels = processors.load_label_list(os.path.join(output_dir, "labels.txt"))
+    labels = processors.load_label_list(os.path.join(labels_dir or output_dir, "labels.txt"))
     examples = processors.read_examples(processors.get_task("sentiment"), data_dir, "test")
     examples = examples[:limit]
     with open(os.path.join(output_dir, "predict.txt"), encoding="utf-8") as f:
