@@ -85,7 +85,7 @@ class AnswerLines:
         self.output_format = output_format
         self.error_column = error_column
         self.header: List[str] = []
-        self.waiting: List[dict] = []   # TSV error rows before the header is known
+        self.waiting: List[Dict[str, str]] = []   # TSV error rows before the header is known
 
     def lines(self, answers: List[dict]) -> List[str]:
         if self.output_format == "jsonl":
@@ -114,6 +114,11 @@ class AnswerLines:
 
     def _row(self, flat: Dict[str, str]) -> str:
         return "\t".join(flat.get(column, "") for column in self.header) + "\n"
+
+
+def error_answer(message: str) -> dict:
+    """A bad line's answer (--skip_bad_lines): its error, in its place."""
+    return {"error": message}
 
 
 def _is_error(answer: dict) -> bool:

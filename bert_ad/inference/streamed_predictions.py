@@ -35,7 +35,7 @@ import numpy as np
 
 from bert_ad.errors import fail
 from bert_ad.inference.prediction_input import BadLine, Item
-from bert_ad.inference.prediction_output import AnswerLines
+from bert_ad.inference.prediction_output import AnswerLines, error_answer
 from bert_ad.data.scored_rows import stack_rows
 from bert_ad.inference.predictions import BadInstance, Featurized, Predictions
 
@@ -78,7 +78,7 @@ class _Chunk:
         """The chunk's answers in line order: `good` (the parsed lines'), each
         bad line's error in its place."""
         good_answers = iter(good)
-        return [{"error": self.bad[i]} if i in self.bad else next(good_answers)
+        return [error_answer(self.bad[i]) if i in self.bad else next(good_answers)
                 for i in range(len(self.parsed) + len(self.bad))]
 
 
