@@ -114,14 +114,14 @@ def kinds_table(shape: str, results: Dict[str, dict]) -> List[list]:
     for name in names:
         for op, ms in results[name]["op_ms"].items():
             by_kind[name][kind_of(op)] += ms
+    nodes = {name: sum(results[name]["op_ms"].values()) for name in names}
     for kind in kinds:
         if not any(by_kind[name][kind] for name in names):
             continue
         row = [shape, kind]
         for name in names:
-            nodes = sum(results[name]["op_ms"].values())
             ms = by_kind[name][kind]
-            row.append(f"{ms:.2f} ({100 * ms / nodes:.0f}%)" if ms else "-")
+            row.append(f"{ms:.2f} ({100 * ms / nodes[name]:.0f}%)" if ms else "-")
         rows.append(row)
     rows.append([shape, "**a call (model_run, median)**"] +
                 [f"**{results[name]['ms_a_call']:.2f}**" for name in names])

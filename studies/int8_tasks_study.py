@@ -220,6 +220,11 @@ FIGURES = {"ner": ner_figures, "ner-softmax": ner_figures, "mrc": mrc_figures,
            "windows": windows_figures}
 
 
+def main_figure(record: dict) -> float:
+    """A record's figure: F1 (ner, mrc) or accuracy (windows)."""
+    return record.get("f1", record.get("accuracy"))
+
+
 def scales_of(record: dict) -> str:
     """The int8 export's activation scales a record was made with."""
     return record.get("int8_scales", "dynamic")
@@ -265,9 +270,8 @@ def report(records: Sequence[dict]) -> str:
                 r = mine.get(model)
                 if r is None:
                     continue
-                score = r.get("f1", r.get("accuracy"))
-                change = (f"{score - base.get('f1', base.get('accuracy')):+.2f}"
-                          if base else "-")
+                score = main_figure(r)
+                change = f"{score - main_figure(base):+.2f}" if base else "-"
                 rows.append([task, scales, model, f"{score:.2f}", change,
                              f"{r['exact_match']:.2f}" if "exact_match" in r else
                              f"{r['precision']:.2f}" if "precision" in r else "-",
