@@ -598,6 +598,19 @@ LABELS = {"label_ids", "predicted"}   # compared exactly; span logits: their arg
 
 
 @needs_onnx
+def test_the_scorers_threads_wait_without_spinning(setup):
+    """ONNX Runtime's threads busy-wait by default, which under a server's load takes
+    the cores from tokenising and answering (docs/serving.md): off in every scorer,
+    with one thread a core this process may use."""
+    from bert_ad.inference.onnx_scorer import OnnxScorer, cpu_cores
+    export_dir = export(setup, "classifier", "onnx")
+    with OnnxScorer(export_dir, layout.read_metadata(export_dir)) as scorer:
+        options = scorer.session.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert options.intra_op_num_threads == cpu_cores()
+
+
+@needs_onnx
 @pytest.mark.parametrize("key", ["classifier", "windows", "ner", "ner_softmax", "squad"])
 def test_an_int8_export_answers_a_row_the_same_in_any_batch(setup, key):
     """64 rows each scored alone, padded to the longest length, and inside shuffled
