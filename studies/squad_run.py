@@ -25,6 +25,11 @@ Runs, each in a fresh process, one JSON record each in --records
                 span head at --head_learning_rate_multiplier (run_squad_mgpu.py's
                 default, 30x, unless given; records before issue 43 carry no such
                 setting: their head trained at 1x)
+  ours2-adam-nodev, ours1-adam-nodev
+                the same training without --dev_file and --do_eval, as a user
+                without a dev file runs it: the null threshold is chosen on the
+                training questions (issue 56); its figures from the test file's
+                predictions.json / null_odds.json, not eval_results.txt
   hf            transformers' BertForQuestionAnswering on PyTorch CPU, the
                 encoder converted from the same checkpoint (bert_ad.convert
                 google2hf; its fresh qa_outputs head drawn by PyTorch), trained
@@ -81,6 +86,7 @@ RUNS = ("ours1", "ours2", "hf")
 HF_RUNS = ("hf", "hf-adam", "hf-adam-head")
 WEIGHT_DECAY, CLIP_NORM, WARMUP = 0.01, 1.0, 0.1
 FEW_UNANSWERABLE_SHARE = 0.1
+NO_DEV = "-nodev"  # ours*-nodev: no dev file; the threshold chosen on the training questions
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -193,18 +199,22 @@ def settings_of(args, model_dir: str, train: str, test: str, dev: str = "") -> d
 
 # --- ours -------------------------------------------------------------------------------
 
-def run_ours(s: dict, run: str, work_dir: str) -> dict:
-    """`run`: ours1 / ours2 (Google's AdamW, as users run it), or ours1-adam: 1 tower
-    with bias-corrected Adam (--optimizer=adam), the update rule torch's AdamW takes."""
-    towers, _, optimizer = run[len("ours"):].partition("-")
+def ours_command(s: dict, run: str, output_dir: str) -> list:
+    """run_squad_mgpu.py's command for `run`: ours1 / ours2 (Google's AdamW, as users run
+    it) or ours1-adam / ours2-adam (bias-corrected Adam, --optimizer=adam, the update rule
+    torch's AdamW takes); with `-nodev` (ours2-adam-nodev) the same training as a user
+    without a dev file runs it: no --dev_file, no --do_eval, so the null threshold is
+    chosen on the training questions (issue 56)."""
+    name, no_dev = (run[:-len(NO_DEV)], True) if run.endswith(NO_DEV) else (run, False)
+    towers, _, optimizer = name[len("ours"):].partition("-")
     towers, optimizer = int(towers), optimizer or "adamw"
-    output_dir = os.path.join(work_dir, run)
     command = [sys.executable, LAUNCHER, f"--vocab_file={s['vocab_file']}",
                f"--do_lower_case={s['do_lower_case']}",
                f"--bert_config_file={os.path.join(s['model_dir'], 'bert_config.json')}",
                f"--init_checkpoint={os.path.join(s['model_dir'], 'bert_model.ckpt')}",
                f"--train_file={s['train_file']}", f"--predict_file={s['test_file']}",
-               "--do_train", "--do_predict", "--do_eval", "--version_2_with_negative",
+               "--do_train", "--do_predict", *([] if no_dev else ["--do_eval"]),
+               "--version_2_with_negative",
                f"--n_gpus={towers}", f"--train_batch_size={s['batch'] // towers}",
                f"--predict_batch_size={64 // towers}", f"--learning_rate={s['learning_rate']}",
                f"--num_train_epochs={s['epochs']}", f"--max_seq_length={s['max_seq_length']}",
@@ -212,8 +222,15 @@ def run_ours(s: dict, run: str, work_dir: str) -> dict:
                f"--seed={s['seed']}", f"--output_dir={output_dir}",
                "--save_checkpoints_steps=100000", f"--optimizer={optimizer}",
                f"--head_learning_rate_multiplier={s['head_learning_rate_multiplier']}"]
-    if s.get("dev_file"):  # no threshold flag: chosen on the dev file (the default)
+    if s.get("dev_file") and not no_dev:  # no threshold flag: chosen on the dev file
         command.append(f"--dev_file={s['dev_file']}")
+    return command
+
+
+def run_ours(s: dict, run: str, work_dir: str) -> dict:
+    """One run of ours (ours_command) and its figures on the test questions."""
+    output_dir = os.path.join(work_dir, run)
+    command = ours_command(s, run, output_dir)
     run = run_launcher(command, output_dir, log_name="log.txt")
     if not run.ok:
         return {"status": "failed", "error": run.error, "command": command}
@@ -467,8 +484,8 @@ def report(records) -> str:
         e = r["eval"]
         rates[r["run"]] = r["examples_per_sec"]
         rss = r.get("peak_rss_mb")
-        rows.append([r["run"], measuring.fmt(e["eval_exact_match"], 2),
-                     measuring.fmt(e["eval_f1"], 2),
+        rows.append([r["run"], measuring.fmt(e.get("eval_exact_match"), 2),  # -nodev: none
+                     measuring.fmt(e.get("eval_f1"), 2),
                      measuring.fmt(e.get("eval_has_answer_f1", 0.0), 2),
                      measuring.fmt(e.get("eval_no_answer_f1", 0.0), 2),
                      measuring.fmt(e.get("eval_best_f1", 0.0), 2),
@@ -488,14 +505,18 @@ def report(records) -> str:
     return table
 
 
+def sized_records(records) -> list:
+    """Issue 56's records: the study over training-set sizes (those with a dev file)."""
+    return [r for r in records if r.get("status") == "ok" and r["settings"].get("dev_file")
+            and "test_f1_at_0" in r["eval"]]
+
+
 def sizes_report(records) -> str:
     """Issue 56's table: per training-set size, seed, run and span head rate, the test
-    file's F1 at Google's 0, at the default (the threshold chosen on the dev file) and
-    at the test file's best threshold; the records that carry a dev file."""
+    file's F1 at Google's 0, at the default (the threshold chosen on the dev file; on the
+    training questions in -nodev runs) and at the test file's best threshold."""
     rows = []
-    studied = [r for r in records if r.get("status") == "ok" and r["settings"].get("dev_file")
-               and "test_f1_at_0" in r["eval"]]
-    for r in sorted(studied, key=lambda r: (r["settings"]["train_questions"],
+    for r in sorted(sized_records(records), key=lambda r: (r["settings"]["train_questions"],
                                             r["settings"]["seed"], r["run"],
                                             r["settings"]["head_learning_rate_multiplier"])):
         e, s = r["eval"], r["settings"]
@@ -514,10 +535,38 @@ def sizes_report(records) -> str:
                      measuring.fmt(e.get("test_unanswerable_null_odds_median"), 2)])
     return measuring.markdown_table(
         ["training questions", "seed", "run", "span head", "F1 at 0", "F1 with answer at 0",
-         "F1 at the default (dev's threshold)", "dev's threshold", "best F1", "best threshold",
+         "F1 at the default (chosen threshold)", "chosen threshold", "best F1", "best threshold",
          "best - at 0", "best - default", "answerable answered \"\" at 0",
          "null odds, answerable (median)", "null odds, unanswerable (median)"], rows,
         "rrlrrrrrrrrrrrr")
+
+
+def grid_report(records, head: float) -> str:
+    """Issue 56's grid at one span head rate: per size (rows) and run x seed (columns),
+    "best - at 0 / best - the default (best F1)" on the test questions; "not run" where
+    no record is."""
+    studied = [r for r in sized_records(records)
+               if r["settings"]["head_learning_rate_multiplier"] == head]
+    order = ("ours2-adam", "ours2-adam" + NO_DEV, "ours1-adam", "ours1-adam" + NO_DEV,
+             "hf-adam-head")
+    runs = sorted({r["run"] for r in studied},
+                  key=lambda run: (order.index(run) if run in order else len(order), run))
+    seeds = sorted({r["settings"]["seed"] for r in studied})
+    cells = {(r["settings"]["train_questions"], r["run"], r["settings"]["seed"]): r["eval"]
+             for r in studied}  # the newest record of each wins
+    rows = []
+    for size in sorted({r["settings"]["train_questions"] for r in studied}):
+        row = [f"{size:,}"]
+        for run in runs:
+            for seed in seeds:
+                e = cells.get((size, run, seed))
+                row.append("not run" if e is None else
+                           f"{e['test_best_f1'] - e['test_f1_at_0']:.2f} / "
+                           f"{e['test_best_f1'] - e['test_f1']:.2f} ({e['test_best_f1']:.1f})")
+        rows.append(row)
+    return measuring.markdown_table(
+        ["training questions"] + [f"{run} seed {seed}" for run in runs for seed in seeds],
+        rows, "r" + "l" * (len(runs) * len(seeds)))
 
 
 def run_all(args, records: list, model_dir: str, data_dir: str) -> None:
@@ -569,9 +618,13 @@ def main(argv=None) -> int:
               f"questions, {s['epochs']} epoch(s), batch {s['batch']}, max_seq_length "
               f"{s['max_seq_length']}, model {s['model_dir']}")
     print(report(records))
-    if any(r["settings"].get("dev_file") for r in records):
+    if sized_records(records):
         print()
         print(sizes_report(records))
+        for head in sorted({r["settings"]["head_learning_rate_multiplier"]
+                            for r in sized_records(records)}):
+            print(f"\nthe span head at {head:g}x: best - at 0 / best - the default (best F1)")
+            print(grid_report(records, head))
     return 0
 
 

@@ -505,6 +505,47 @@ def test_squad_run_calibration_says_where_the_null_odds_lie():
         "test_answerable_over_0": 2 / 3})
 
 
+def test_squad_run_nodev_runs_train_alike_but_choose_the_threshold_on_the_training_questions():
+    from studies.squad_run import ours_command
+    s = {"vocab_file": "v.tsv", "do_lower_case": True, "model_dir": "m", "train_file": "t.json",
+         "test_file": "test.json", "dev_file": "dev.json", "batch": 32, "learning_rate": 5e-5,
+         "epochs": 2.0, "max_seq_length": 128, "doc_stride": 64, "max_query_length": 16,
+         "seed": 2, "head_learning_rate_multiplier": 100.0}
+    with_dev = ours_command(s, "ours2-adam", "out")
+    without = ours_command(s, "ours2-adam-nodev", "out")
+    assert "--dev_file=dev.json" in with_dev and "--do_eval" in with_dev
+    # No dev file and no --do_eval (with --do_eval the predict file would be the dev file).
+    assert without == [c for c in with_dev if c not in ("--dev_file=dev.json", "--do_eval")]
+    assert {"--n_gpus=2", "--train_batch_size=16", "--optimizer=adam"} <= set(without)
+    one = ours_command(s, "ours1-adam-nodev", "out")
+    assert {"--n_gpus=1", "--train_batch_size=32", "--optimizer=adam"} <= set(one)
+    assert "--optimizer=adamw" in ours_command(s, "ours1", "out")
+
+
+def test_squad_run_grid_puts_each_run_and_seed_beside_the_others():
+    from studies.squad_run import grid_report
+    settings = {"dev_file": "d", "head_learning_rate_multiplier": 100.0}
+
+    def record(run, size, seed, at_0, default, best):
+        return {"status": "ok", "run": run, "settings": dict(settings, train_questions=size,
+                                                              seed=seed),
+                "eval": {"test_f1_at_0": at_0, "test_f1": default, "test_best_f1": best}}
+    records = [record("ours1-adam-nodev", 2000, 2, 80.0, 89.5, 90.0),
+               record("ours2-adam", 2000, 2, 89.0, 89.75, 90.0),
+               record("ours2-adam", 1000, 3, 72.0, 72.25, 72.5),
+               dict(record("ours2-adam", 1000, 3, 0.0, 0.0, 0.0), status="failed"),
+               dict(record("ours2-adam", 1000, 2, 1.0, 1.0, 1.0),
+                    settings=dict(settings, head_learning_rate_multiplier=30.0,
+                                  train_questions=1000, seed=2))]
+    lines = grid_report(records, 100.0).splitlines()
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    assert cells[0] == ["training questions", "ours2-adam seed 2", "ours2-adam seed 3",
+                        "ours1-adam-nodev seed 2", "ours1-adam-nodev seed 3"]
+    assert cells[2] == ["1,000", "not run", "0.50 / 0.25 (72.5)", "not run", "not run"]
+    assert cells[3] == ["2,000", "1.00 / 0.25 (90.0)", "not run", "10.00 / 0.50 (90.0)",
+                        "not run"]
+
+
 def test_the_op_profile_sums_op_types_by_kind_with_their_shares():
     from benchmarks import onnx_op_profile
     results = {"int8": {"ms_a_call": 10.5, "op_ms": {
