@@ -486,13 +486,13 @@ def report(records) -> str:
         rss = r.get("peak_rss_mb")
         rows.append([r["run"], measuring.fmt(e.get("eval_exact_match"), 2),  # -nodev: none
                      measuring.fmt(e.get("eval_f1"), 2),
-                     measuring.fmt(e.get("eval_has_answer_f1", 0.0), 2),
-                     measuring.fmt(e.get("eval_no_answer_f1", 0.0), 2),
-                     measuring.fmt(e.get("eval_best_f1", 0.0), 2),
+                     measuring.fmt(e.get("eval_has_answer_f1"), 2),
+                     measuring.fmt(e.get("eval_no_answer_f1"), 2),
+                     measuring.fmt(e.get("eval_best_f1"), 2),
                      measuring.fmt(e.get("eval_best_f1_thresh",
-                                     e.get("eval_best_f1_threshold", 0.0)), 2),
-                     measuring.fmt(e.get("eval_few_unanswerable_f1", 0.0), 2),
-                     measuring.fmt(e.get("eval_few_unanswerable_best_f1", 0.0), 2),
+                                     e.get("eval_best_f1_threshold")), 2),
+                     measuring.fmt(e.get("eval_few_unanswerable_f1"), 2),
+                     measuring.fmt(e.get("eval_few_unanswerable_best_f1"), 2),
                      measuring.fmt(r["examples_per_sec"], 1),
                      f"{rss:.0f}" if rss else "", r.get("onednn", "-")])
     table = measuring.markdown_table(["run", "EM", "F1", "F1 with answer", "F1 without",
