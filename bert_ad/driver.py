@@ -358,10 +358,10 @@ def run(task: Task, settings: RunSettings, placement: Placement, do_train: bool,
         dev_outputs = None
         # Answer settings chosen on the dev set (squad's --null_score_diff_threshold=
         # auto), else on some of the training rows: known before anything answers.
-        choice_data = eval_data if eval_data is not None else during_training
-        if choice_data is None and task.chooses_on_dev and train_data is not None:
-            choice_data = task.choice_rows(train_data)
-        if choice_data is not None and task.chooses_on_dev:
+        choice_data = (task.choice_data(eval_data if eval_data is not None
+                                        else during_training, train_data)
+                       if task.chooses_on_dev else None)
+        if choice_data is not None:
             checkpoint = checkpoint or scoring_checkpoint(settings)
             choice_outputs = score(task, choice_data, settings.eval_batch_size, settings,
                                    placement, checkpoint=checkpoint, graphs=graphs)

@@ -120,7 +120,8 @@ def trained(setup):
               train_file=s.zh_v2, predict_file=s.zh_v2, output_dir=os.path.join(s.root, "zh"),
               do_train=True, do_predict=True, do_eval=True, version_2_with_negative=True,
               eval_every_steps=10, keep_best_checkpoint=True,
-              # Google's threshold, given: unset, --do_eval would choose it on dev.
+              # Google's threshold, given: unset, it would be chosen on the training
+              # questions.
               null_score_diff_threshold=0.0)
     with ThreadPoolExecutor(1) as pool:
         launched = pool.submit(run_launcher, [LAUNCHER] + flag_args(en))
@@ -273,12 +274,12 @@ def test_version_2_answers_nothing_where_the_null_odds_win(setup, trained):
 
 def zh_scoring_flags(setup, output_dir: str, **flags) -> list:
     """A scoring run (no training) on the v2.0 sample, in this process."""
-    return [LAUNCHER] + flag_args(dict(
+    return [LAUNCHER] + flag_args(dict(dict(
         vocab_file=setup.chinese_vocab, bert_config_file=setup.zh_config,
         predict_file=setup.zh_v2, do_predict=True, version_2_with_negative=True,
         max_seq_length=48, doc_stride=16, max_query_length=16, n_gpus=1,
         predict_batch_size=PREDICT_BATCH, eval_batch_size=PREDICT_BATCH,
-        output_dir=output_dir, **flags))
+        output_dir=output_dir), **flags))
 
 
 def best_spans_of(output_dir: str) -> dict:
@@ -295,13 +296,14 @@ def answered_with(null_odds: dict, best_spans: dict, threshold: float) -> dict:
 @pytest.fixture(scope="module")
 def auto(setup, trained):
     """The trained v2.0 checkpoint evaluated, exported and predicted in a new output_dir
-    with no --null_score_diff_threshold: with --do_eval it is chosen on the dev file, as
-    --null_score_diff_threshold=auto (issue 56), and the log says so."""
+    with no --null_score_diff_threshold: with --do_eval on a --dev_file it is chosen there,
+    as --null_score_diff_threshold=auto (issue 56), and the log says so. (The dev file is
+    the predict file, given: a user's own choice, scored once for both.)"""
     output_dir = os.path.join(setup.root, "zh_auto")
     checkpoint = resolve_checkpoint(trained["zh"][0])
     run = run_in_process(zh_scoring_flags(
         setup, output_dir, init_checkpoint=checkpoint, do_eval=True, do_export=True,
-        export_dir=os.path.join(output_dir, "export")))
+        dev_file=setup.zh_v2, export_dir=os.path.join(output_dir, "export")))
     assert run.returncode == 0, run.describe()
     assert ("--null_score_diff_threshold not given: it is chosen on the dev file "
             f"({setup.zh_v2})") in run.stderr, run.describe()
@@ -430,6 +432,47 @@ def test_training_without_a_dev_file_chooses_the_threshold_on_its_training_quest
     assert load(os.path.join(output_dir, "predictions.json")) == answered_with(
         null_odds, best_spans, threshold)
     assert not os.path.exists(os.path.join(output_dir, "eval_results.txt"))
+
+
+def test_without_a_dev_file_the_predict_file_never_chooses_the_threshold(setup, trained,
+                                                                          tmp_path):
+    """--do_eval without --dev_file scores the predict file, and reports its F1: chosen
+    there, the threshold would make that F1 the file's best. Training, the training
+    questions choose (and eval_results.txt reports the test file at their threshold);
+    scoring a checkpoint with no record, Google's 0 answers."""
+    test = str(tmp_path / "test.json")
+    shutil.copy(setup.zh_v2, test)   # a file of its own: the record names where it chose
+    trained_dir = os.path.join(setup.root, "zh_eval_train_choice")
+    run = run_in_process([LAUNCHER] + flag_args(dict(
+        setup.common, vocab_file=setup.chinese_vocab, bert_config_file=setup.zh_config,
+        init_checkpoint=resolve_checkpoint(trained["zh"][0]), num_train_epochs=1,
+        train_file=setup.zh_v2, predict_file=test, do_train=True, do_predict=True,
+        do_eval=True, version_2_with_negative=True, output_dir=trained_dir)))
+    assert run.returncode == 0, run.describe()
+    assert "training questions of " + setup.zh_v2 in run.stderr, run.describe()
+    assert "chosen on the dev file" not in run.stderr
+    record = load(os.path.join(trained_dir, ANSWER_SETTINGS_FILE))
+    assert record["chosen_on"] == setup.zh_v2
+    threshold = record["answer_settings"]["null_score_diff_threshold"]
+    results = read_key_values(os.path.join(trained_dir, "eval_results.txt"))
+    assert float(results["eval_null_score_diff_threshold"]) == pytest.approx(threshold,
+                                                                              abs=1e-6)
+    null_odds = load(os.path.join(trained_dir, "null_odds.json"))
+    best_spans = best_spans_of(trained_dir)
+    assert load(os.path.join(trained_dir, "predictions.json")) == answered_with(
+        null_odds, best_spans, threshold)
+    # Scoring only: nothing recorded for this checkpoint in a new folder, so 0.
+    scored_dir = os.path.join(setup.root, "zh_eval_only")
+    run = run_in_process(zh_scoring_flags(
+        setup, scored_dir, init_checkpoint=resolve_checkpoint(trained["zh"][0]),
+        do_eval=True, predict_file=test))
+    assert run.returncode == 0, run.describe()
+    assert "chosen on" not in run.stderr, run.describe()
+    assert not os.path.exists(os.path.join(scored_dir, ANSWER_SETTINGS_FILE))
+    results = read_key_values(os.path.join(scored_dir, "eval_results.txt"))
+    assert float(results["eval_null_score_diff_threshold"]) == 0.0
+    assert load(os.path.join(scored_dir, "predictions.json")) == answered_with(
+        load(os.path.join(scored_dir, "null_odds.json")), best_spans_of(scored_dir), 0.0)
 
 
 def test_training_that_reads_a_dev_file_chooses_the_threshold_there(setup, trained, tmp_path):

@@ -104,10 +104,11 @@ def define_task_flags(fv: flags.FlagValues) -> None:
                  "v2.0: answer \"\" when the null score exceeds the best span's by more "
                  "than this; auto: the threshold of the dev file's best F1 (needs "
                  "--do_eval), recorded beside the checkpoint and in the export. Not "
-                 "given: with --do_eval, auto (said in the log); else with --do_train, "
-                 "the best-F1 threshold of up to 2,000 training questions (said in the "
-                 "log); else the threshold recorded for the checkpoint or in the export "
-                 "scored with, else 0.",
+                 "given: the best-F1 threshold of the --dev_file a run reads (--do_eval, "
+                 "--eval_every_steps), else with --do_train of up to 2,000 training "
+                 "questions (said in the log; never of the predict file, whose F1 "
+                 "--do_eval reports); else the threshold recorded for the checkpoint or in "
+                 "the export scored with, else 0.",
                  serializer=flags.ArgumentSerializer(), **d)
     flags.DEFINE_enum("answer_metric", "auto", ["auto"] + list(STYLES),
                       "Exact match and F1 as SQuAD's evaluation (squad: English "
@@ -151,18 +152,20 @@ def check_flags(f: flags.FlagValues) -> None:
 
 
 def chooses_threshold(f: flags.FlagValues) -> bool:
-    """SQuAD v2.0 evaluated or trained with no --null_score_diff_threshold: the threshold
-    is chosen where F1 is best, said in the log: on the dev file when the run reads one
-    (--do_eval, --eval_every_steps; as `auto`), else on the training questions
-    (SquadTask.choice_rows). Google's 0 left half the answerable questions of a
-    2,000-question training run unanswered (docs/squad.md, issue 56)."""
-    chosen = (f.version_2_with_negative and (f.do_eval or f.do_train)
+    """SQuAD v2.0 trained, or reading a --dev_file, with no --null_score_diff_threshold:
+    the threshold is chosen where F1 is best, said in the log: on the --dev_file when the
+    run reads one (--do_eval, --eval_every_steps), else on the training questions
+    (SquadTask.choice_data). Google's 0 left half the answerable questions of a
+    2,000-question training run unanswered (docs/squad.md, issue 56). Never on the predict
+    file standing in as the dev file: --do_eval reports its F1, which would then be its
+    best threshold's (only `auto`, asked for, chooses there)."""
+    reads_dev_file = bool(f.dev_file) and (f.do_eval or bool(f.eval_every_steps))
+    chosen = (f.version_2_with_negative and (reads_dev_file or f.do_train)
               and not f.predict_from_export and not f["null_score_diff_threshold"].present)
-    if chosen and (f.do_eval or f.eval_every_steps):   # a run that reads a dev file
+    if chosen and reads_dev_file:
         log.info("--null_score_diff_threshold not given: it is chosen on the dev file "
                  "(%s), where F1 is best, recorded beside the checkpoint and in an export; "
-                 "give a number (e.g. 0, Google's) to keep it fixed",
-                 f.dev_file or f.predict_file)
+                 "give a number (e.g. 0, Google's) to keep it fixed", f.dev_file)
     return chosen
 
 
@@ -174,11 +177,12 @@ def build(f: flags.FlagValues, encoder):
     """The SquadTask the flags describe."""
     from bert_ad.tasks.squad import SquadFiles, SquadTask  # TensorFlow: once run
     files = SquadFiles(f.train_file or "", f.predict_file or "", f.dev_file or "")
-    auto = f.null_score_diff_threshold == "auto" or chooses_threshold(f)
+    source = ("auto" if f.null_score_diff_threshold == "auto"
+              else "chosen" if chooses_threshold(f)
+              else "flag" if f["null_score_diff_threshold"].present else "default")
     answers = AnswerSettings(f.n_best_size, f.max_answer_length, f.version_2_with_negative,
-                             0.0 if auto else f.null_score_diff_threshold)
-    source = ("auto" if auto else "flag" if f["null_score_diff_threshold"].present
-              else "default")
+                             0.0 if source in ("auto", "chosen")
+                             else f.null_score_diff_threshold)
     return SquadTask(encoder, files, window_settings(f), answers, f.answer_metric,
                      f.max_train_examples, f.max_eval_examples, threshold_source=source,
                      head_learning_rate_multiplier=f.head_learning_rate_multiplier)

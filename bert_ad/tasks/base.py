@@ -231,6 +231,14 @@ class Task(abc.ABC):
         (`chooses_on_dev`)."""
         return self
 
+    def choice_data(self, dev: Optional[SplitData], train: Optional[SplitData]
+                    ) -> Optional[SplitData]:
+        """The rows `chooses_on_dev` chooses on: the dev rows the run reads, else
+        `choice_rows` of its training rows; None: nothing to choose on."""
+        if dev is not None:
+            return dev
+        return self.choice_rows(train) if train is not None else None
+
     def choice_rows(self, train: SplitData) -> Optional[SplitData]:
         """The rows `chooses_on_dev` chooses on in a run that has no dev rows, drawn
         from its training rows; None: such a run chooses nothing."""
