@@ -283,10 +283,10 @@ class SquadTask(Task):
         count = min(len(questions), CHOICE_QUESTIONS)
         picked = [questions[i * len(questions) // count] for i in range(count)]
         log.info("--null_score_diff_threshold not given and no dev file: it is chosen on "
-                 "%d of the %d training questions of %s (evenly spaced), where F1 is best; "
-                 "give a --dev_file of held-out questions (with --do_eval) to choose it there, "
-                 "or a number (e.g. 0, Google's) to keep it fixed", count, len(questions),
-                 train.source)
+                 "%d of the %d training questions of %s (evenly spaced), where F1 is best "
+                 "(not on the predict file, whose F1 --do_eval reports); give a --dev_file "
+                 "of held-out questions (with --do_eval) to choose it there, or a number "
+                 "(e.g. 0, Google's) to keep it fixed", count, len(questions), train.source)
         return SquadSplit("choice", picked, train.source, squad=train.squad)
 
     def with_answer_settings(self, values, where: str) -> "SquadTask":
