@@ -266,8 +266,7 @@ class SquadTask(Task):
         (0.2-0.4 points above a held-out choice on People's Daily MRC, docs/squad.md). So
         the default ("chosen") chooses on the training questions then; only `auto`, asked
         for, chooses on the predict file."""
-        if (dev is not None and not self.files.dev_file and train is not None
-                and self.threshold_source == "chosen"):
+        if not self.files.dev_file and self.threshold_source == "chosen":
             dev = None
         return super().choice_data(dev, train)
 
