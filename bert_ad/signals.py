@@ -174,7 +174,7 @@ def _remove_registered() -> None:
             pass  # best effort: the next run removes what is left (driver.remove_leftovers)
 
 
-def _write_line(text: str) -> None:
+def write_from_handler(text: str) -> None:
     """`text` on stderr from a signal handler (Python's buffered streams may be in
     the middle of a write of the interrupted code)."""
     for stream in (sys.stdout, sys.stderr):
@@ -196,7 +196,7 @@ def stop_now(signum: int, frame=None) -> None:
         _pending = signum
         return
     _remove_registered()
-    _write_line(f"error: stopped by {signal_name(signum)}: nothing half-written was kept "
+    write_from_handler(f"error: stopped by {signal_name(signum)}: nothing half-written was kept "
                 "(files being written were removed); run the same command again to finish")
     os._exit(128 + signum)
 

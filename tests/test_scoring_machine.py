@@ -576,6 +576,76 @@ def test_predict_gzip_tsv_columns_and_tsv_output(machine):
     assert gzip.decompress(packed).decode("utf-8") == done.stdout
 
 
+def test_predict_stopped_by_sigterm_goes_on_where_it_stopped(machine):
+    """A real SIGTERM to bert-ad predict (no TensorFlow) in the middle of 4,800 titles
+    written as TSV gzip: it stops after the chunk being scored and keeps the answers so
+    far (docs/predict.md "Stopped and resumed"); a run with other flags is refused and
+    changes nothing; the same command goes on and every line is answered as
+    --predict_from_export answered it, the header written once."""
+    import gzip
+    texts = sentiment_texts()
+    repeats = 300
+    titles = write_text(os.path.join(machine.root, "many_titles.txt"),
+                        "".join(t + "\n" for t in texts) * repeats)
+    out = os.path.join(machine.root, "many_answers.tsv.gz")
+    args = [f"--model_dir={machine.exports['classifier']['export']}", f"--input_file={titles}",
+            f"--output_file={out}", "--chunk_size=20", "--batch_size=4"]
+    log_path = os.path.join(machine.root, "stopped.log")
+    with open(log_path, "w") as log:
+        # A progress line after every chunk: the signal comes once answers are written.
+        process = subprocess.Popen(
+            [sys.executable, "-c", WITHOUT_TENSORFLOW, "predict", *args,
+             "--progress_every_s=0.001"], cwd=machine.root,
+            env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.time() + TIMEOUT
+            while "lines answered" not in open(log_path).read():
+                assert process.poll() is None and time.time() < deadline, \
+                    open(log_path).read()[-3000:]
+                time.sleep(0.02)
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(TIMEOUT)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    text = open(log_path).read()
+    assert code == 128 + signal.SIGTERM, text[-3000:]
+    stopped = re.fullmatch(
+        rf"error: stopped by SIGTERM after line (\d+) of --input_file={re.escape(titles)}: "
+        rf"the answers to it and the lines before it \((\d+)\) are kept in "
+        rf"{re.escape(out)}\.partial; the same command goes on from there",
+        text.splitlines()[-1])
+    assert stopped and "Traceback" not in text, text[-3000:]
+    kept = int(stopped.group(1))
+    assert kept == int(stopped.group(2)) and kept % 20 == 0 and 0 < kept < 300 * len(texts)
+    assert not os.path.exists(out)
+    with gzip.open(out + ".partial", "rt", encoding="utf-8") as f:
+        assert len(f.read().splitlines()) == 1 + kept   # the header and the kept answers
+    partial = open(out + ".partial", "rb").read()
+
+    refused = predict(machine, *args, "--output_format=jsonl")
+    assert_one_error_line(refused, f"{out}.partial holds the answers to the first {kept} "
+                          "line(s) made with other flags (output_format: 'tsv' then, "
+                          "'jsonl' now)")
+    assert open(out + ".partial", "rb").read() == partial
+
+    done = predict(machine, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"going on from line {kept + 1} of --input_file={titles}" in done.stderr
+    assert f"predict: {300 * len(texts)} answer(s) written to {out}" in done.stderr
+    assert not [n for n in os.listdir(machine.root) if n.startswith("many_answers.tsv.gz.")]
+    with gzip.open(out, "rt", encoding="utf-8") as f:   # two gzip members, one stream
+        header, *rows = f.read().splitlines()
+    assert header.split("\t") == ["label", "probabilities.0", "probabilities.1"]
+    assert len(rows) == 300 * len(texts)
+    for start in range(0, len(rows), len(texts)):
+        answers = [{"label": r.split("\t")[0], "probabilities": {
+            "0": float(r.split("\t")[1]), "1": float(r.split("\t")[2])}}
+            for r in rows[start:start + len(texts)]]
+        assert_classifier_answers(machine, "classifier", answers)
+
+
 def ner_sentences(machine) -> list:
     sentences, words = [], []
     for line in lines(os.path.join(machine.exports["ner"]["flags"]["data_dir"], "test.txt")):

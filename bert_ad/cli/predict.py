@@ -22,11 +22,18 @@ output, a .gz name is written gzip. A file is
 written under a temporary name and renamed when complete: a line that
 cannot be read stops the run with its number and leaves no output, unless
 --skip_bad_lines: then its answer line is its error ({"error": ...}, a TSV's
-`error` column), so the output keeps one line per input line.
+`error` column), so the output keeps one line per input line. From a file
+into a file, Ctrl-C, SIGTERM or SIGHUP stops after the chunk being scored and
+keeps the answers so far (OUTPUT.partial and OUTPUT.partial.json); the same
+command goes on from there (bert_ad/inference/resumable_output.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import itertools
+import json
 import logging
 import os
 import sys
@@ -37,9 +44,9 @@ from absl import flags
 from bert_ad.cli import answer_flags, flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import configure_logging, parse_flags, require_flags, tool_cli
-from bert_ad.errors import fail
+from bert_ad.errors import Stopped, fail
 from bert_ad.path_overlaps import is_inside, refuse_outputs_over_inputs
-from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS
+from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS, BadLine
 from bert_ad.inference.prediction_output import FORMATS as OUTPUT_FORMATS
 
 log = logging.getLogger("bert_ad")
@@ -139,7 +146,8 @@ def check_columns(input_format: str, f: flags.FlagValues, text_fields: Sequence[
 
 
 def open_model(f: flags.FlagValues, options):
-    """(the task's Predictions, score(batch) -> outputs, close()) of --model_dir."""
+    """(the task's Predictions, score(batch) -> outputs, close(), the model's path)
+    of --model_dir."""
     from bert_ad.inference.model_versions import published_versions
     from bert_ad.inference.predictions import predictions_for
     from bert_ad.model_folder import is_model_folder
@@ -151,7 +159,7 @@ def open_model(f: flags.FlagValues, options):
         model, scorer_for = open_checkpoint_model(f.model_dir, f.n_gpus)
         predictions = predictions_for(model, options)
         scorer = scorer_for(predictions)
-        return predictions, scorer, scorer.close
+        return predictions, scorer, scorer.close, f.model_dir
     from bert_ad.inference.exported_model import ExportedModel
     from bert_ad.inference.served_models import resolve_version
     export_dir, _ = resolve_version(f.model_dir)
@@ -162,7 +170,37 @@ def open_model(f: flags.FlagValues, options):
              metadata.task, metadata.format, metadata.precision, metadata.global_step,
              metadata.max_seq_length)
     scorer = exported.open_scorer(threads=f.threads or None)
-    return predictions, lambda batch: scorer.run([batch])[0], scorer.close
+    return predictions, lambda batch: scorer.run([batch])[0], scorer.close, export_dir
+
+
+def answer_identity(f: flags.FlagValues, predictions, model_path: str, input_format: str,
+                    output_format: str) -> dict:
+    """What must be the same for a stopped run's answers and this run's to be
+    one output (bert_ad/inference/resumable_output.py compares it key by key)."""
+    metadata = dataclasses.asdict(predictions.metadata)
+    return {
+        "model": {"path": os.path.realpath(model_path), "task": metadata["task"],
+                  "format": metadata["format"], "precision": metadata["precision"],
+                  "global_step": metadata["global_step"],
+                  "checkpoint": metadata.get("checkpoint"),
+                  "metadata": json_digest(metadata)},
+        "flags": dict(dataclasses.asdict(answer_flags.options_from_flags(f)),
+                      input_format=input_format, text_column=f.text_column or "",
+                      text_b_column=f.text_b_column or "", output_format=output_format,
+                      skip_bad_lines=f.skip_bad_lines),
+    }
+
+
+def json_digest(value) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def after_line(items, line: int):
+    """The items of the lines after `line` (a resumed run's)."""
+    return itertools.dropwhile(
+        lambda item: (item.number if isinstance(item, BadLine) else item[0]) <= line,
+        items)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -171,31 +209,55 @@ def main(argv: Sequence[str]) -> int:
     configure_logging()
     from bert_ad.inference import prediction_input as inputs
     from bert_ad.inference import prediction_output as outputs
+    from bert_ad.inference.resumable_output import ResumableOutput
     from bert_ad.inference.streamed_predictions import StreamSettings, predict_stream
     input_format = inputs.format_of(f.input_file, f.input_format)
     output_format = outputs.format_of(f.output_file, f.output_format)
     options = answer_flags.options_from_flags(f)
-    predictions, score, close = open_model(f, options)
+    predictions, score, close, model_path = open_model(f, options)
+    before = 0   # answers a stopped run wrote, gone on from
     try:
         check_columns(input_format, f, predictions.text_fields, predictions.metadata.task)
         source = inputs.source_name(f.input_file)
         settings = StreamSettings(f.batch_size, f.chunk_size, f.skip_bad_lines,
                                   f.progress_every_s, source)
         read = inputs.InputSettings(input_format, f.text_column or "", f.text_b_column or "")
-        stream = inputs.open_input(f.input_file)
-        items = inputs.read_instances(stream, source, read, predictions.text_fields)
         total = inputs.count_lines(f.input_file)
         if f.output_file == "-":
+            stream = inputs.open_input(f.input_file)
+            items = inputs.read_instances(stream, source, read, predictions.text_fields)
             counts = predict_stream(items, predictions, score, sys.stdout, output_format,
                                     settings, total)
             sys.stdout.flush()
-        else:
+        elif f.input_file == "-":   # standard input cannot be read again: no resuming
+            stream = inputs.open_input(f.input_file)
+            items = inputs.read_instances(stream, source, read, predictions.text_fields)
             with outputs.open_output(f.output_file) as output:
                 counts = predict_stream(items, predictions, score, output, output_format,
                                         settings, total)
+        else:
+            resumable = ResumableOutput(f.output_file, f.input_file, answer_identity(
+                f, predictions, model_path, input_format, output_format))
+            output, point = resumable.start()
+            before = point.answers
+            try:
+                stream = inputs.open_input(f.input_file)
+                items = after_line(inputs.read_instances(stream, source, read,
+                                                         predictions.text_fields),
+                                   point.input_lines)
+                counts = predict_stream(
+                    items, predictions, score, output, output_format, settings,
+                    None if total is None else total - point.input_lines, point,
+                    resumable.chunk_written)
+            except Stopped:
+                raise   # the answers so far kept (chunk_written)
+            except BaseException:
+                resumable.abandon()
+                raise
+            resumable.commit()
     finally:
         close()
-    log.info("predict: %d answer(s) written to %s%s", counts.answered + counts.skipped,
+    log.info("predict: %d answer(s) written to %s%s", before + counts.answered + counts.skipped,
              "standard output" if f.output_file == "-" else f.output_file,
              f"; {counts.skipped} of them the errors of bad lines (--skip_bad_lines)"
              if counts.skipped else "")

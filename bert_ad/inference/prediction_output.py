@@ -18,7 +18,7 @@ import gzip
 import io
 import json
 import os
-from typing import IO, Dict, Iterator, List, Optional
+from typing import IO, Dict, Iterator, List, Optional, Sequence
 
 from bert_ad.files import atomic_path
 from bert_ad.inference.prediction_input import without_gz
@@ -81,10 +81,12 @@ class AnswerLines:
     error rows before it wait for it (or for `finish`, if none comes).
     """
 
-    def __init__(self, output_format: str, error_column: bool = False):
+    def __init__(self, output_format: str, error_column: bool = False,
+                 header: Sequence[str] = ()):
         self.output_format = output_format
         self.error_column = error_column
-        self.header: List[str] = []
+        # A resumed run's TSV header, written by the run that stopped.
+        self.header: List[str] = list(header)
         self.waiting: List[Dict[str, str]] = []   # TSV error rows before the header is known
 
     def lines(self, answers: List[dict]) -> List[str]:

@@ -19,7 +19,9 @@ the task's `parse` refuses) stops the run with its message, or, with
 place (the output stays one line per input line, so it can be joined back to
 the input by position), it is counted, and the first few are logged. A
 progress line (rows, rows/sec, ETA when the line count is known) is logged
-every `progress_every_s`.
+every `progress_every_s`. After each chunk's lines are written, `after_chunk`
+hears where the answers end (bert_ad/inference/resumable_output.py keeps them
+there when a stop signal came, and a later run goes on from that point).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from bert_ad.inference.prediction_input import BadLine, Item
 from bert_ad.inference.prediction_output import AnswerLines, error_answer
 from bert_ad.data.scored_rows import stack_rows
 from bert_ad.inference.predictions import BadInstance, Featurized, Predictions
+from bert_ad.inference.resumable_output import ResumePoint
 
 log = logging.getLogger("bert_ad")
 
@@ -73,6 +76,7 @@ class _Chunk:
     featurized: Optional[Featurized]
     rows: List[Dict[str, np.ndarray]]
     bad: Dict[int, str]
+    last_line: int   # the input line of the chunk's last instance
 
     def answers(self, good: List[dict]) -> List[dict]:
         """The chunk's answers in line order: `good` (the parsed lines'), each
@@ -127,7 +131,9 @@ def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
     their place as errors)."""
     parsed, bad = [], {}
     for item in items:
-        if not isinstance(item, BadLine):
+        if isinstance(item, BadLine):
+            number = item.number
+        else:
             number, instance = item
             try:
                 parsed.append(predictions.parse(instance))
@@ -145,17 +151,18 @@ def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
                             if counts.skipped == LOGGED_BAD_LINES else "")
             bad[len(parsed) + len(bad)] = item.message
         if len(parsed) + len(bad) == settings.chunk_size:
-            yield _featurized(parsed, bad, predictions)
+            yield _featurized(parsed, bad, number, predictions)
             parsed, bad = [], {}
     if parsed or bad:
-        yield _featurized(parsed, bad, predictions)
+        yield _featurized(parsed, bad, number, predictions)
 
 
-def _featurized(parsed: list, bad: Dict[int, str], predictions: Predictions) -> _Chunk:
+def _featurized(parsed: list, bad: Dict[int, str], last_line: int,
+                predictions: Predictions) -> _Chunk:
     if not parsed:
-        return _Chunk(parsed, None, [], bad)
+        return _Chunk(parsed, None, [], bad, last_line)
     featurized = predictions.featurize(parsed)
-    return _Chunk(parsed, featurized, featurized.rows(), bad)
+    return _Chunk(parsed, featurized, featurized.rows(), bad, last_line)
 
 
 class _Reader(threading.Thread):
@@ -218,18 +225,28 @@ def score_chunk(chunk: _Chunk, predictions: Predictions,
 def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
                    score: Callable[[dict], Dict[str, np.ndarray]], output: TextIO,
                    output_format: str, settings: StreamSettings,
-                   total_lines: Optional[int] = None) -> Counts:
+                   total_lines: Optional[int] = None,
+                   resume_from: Optional[ResumePoint] = None,
+                   after_chunk: Optional[Callable[[ResumePoint], None]] = None) -> Counts:
     """Answer every item and write one line per answer to `output`, in input order.
 
     Args:
-      items: (line number, instance) or BadLine, as read_instances gives them.
+      items: (line number, instance) or BadLine, as read_instances gives them
+        (on a resumed run, those after `resume_from.input_lines`).
       score: a padded batch -> {output name: [rows, ...] array}.
       output_format: "jsonl" or "tsv".
-      total_lines: the input's line count, when known (the ETA).
+      total_lines: the lines left to answer, when known (the ETA).
+      resume_from: where the answers already in `output` end (a TSV's header
+        written then is not written again).
+      after_chunk: called with where the answers end once a chunk's lines are
+        written (not while a TSV's error rows wait for its header).
     """
     counts = Counts()
     progress = Progress(total_lines, settings.progress_every_s)
-    lines = AnswerLines(output_format, error_column=settings.skip_bad_lines)
+    resume_from = resume_from or ResumePoint()
+    lines = AnswerLines(output_format, error_column=settings.skip_bad_lines,
+                        header=resume_from.header)
+    answers_before = resume_from.answers
     reader = _Reader(_chunks(items, predictions, settings, counts))
     reader.start()
     try:
@@ -238,9 +255,13 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
             if chunk.parsed:
                 outputs = score_chunk(chunk, predictions, score, settings.batch_size)
                 good = predictions.predict(chunk.parsed, chunk.featurized, outputs)
-            output.writelines(lines.lines(chunk.answers(good)))
+            answers = chunk.answers(good)
+            output.writelines(lines.lines(answers))
+            answers_before += len(answers)
             counts.answered += len(good)
             counts.rows += len(chunk.rows)
+            if after_chunk is not None and not lines.waiting:
+                after_chunk(ResumePoint(answers_before, chunk.last_line, list(lines.header)))
             progress.update(counts)
         output.writelines(lines.finish())
     finally:
