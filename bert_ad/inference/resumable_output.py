@@ -110,30 +110,36 @@ class ResumableOutput:
 
     def start(self) -> tuple:
         """(the text stream to write answers to, the ResumePoint it goes on from)."""
+        in_use = (f"--output_file={self.output_file}: another bert-ad predict is writing it "
+                  f"({self.partial} is in use); wait for it, or give another --output_file")
         if is_live(self.partial):
-            fail(f"--output_file={self.output_file}: another bert-ad predict is writing it "
-                 f"({self.partial} is in use); wait for it, or give another --output_file")
+            fail(in_use)
         record = self._read_record()
         if record is not None:
             self._check(record)
+        left = record is None and os.path.lexists(self.partial)
+        # Opened without truncating, then locked, then cut: two runs started at once
+        # cannot cut each other's answers. Held while written: another run sees it live.
+        raw = os.fdopen(os.open(self.partial, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
+        try:
+            fcntl.flock(raw.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raw.close()
+            fail(in_use)
+        self._raw = raw
+        if record is not None:
             self.resumed = record
             self.point = ResumePoint(record["answers"], record["input_lines"],
                                      list(record["header"]))
-            raw = open(self.partial, "r+b")
-            raw.truncate(record["output_bytes"])
-            raw.seek(record["output_bytes"])
             log.info("predict: going on from line %d of --input_file=%s: the answers to the "
                      "lines before it (%d) are kept in %s from the run that stopped",
                      self.point.input_lines + 1, self.input_file, self.point.answers,
                      self.partial)
-        else:
-            if os.path.lexists(self.partial):
-                log.info("predict: %s has no %s beside it (a run killed outright left it): "
-                         "starting over", self.partial, os.path.basename(self.record_path))
-            raw = open(self.partial, "wb")
-        self._raw = raw
-        # Held while written: another run (or this command started twice) sees it live.
-        fcntl.flock(raw.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        elif left:
+            log.info("predict: %s has no %s beside it (a run killed outright left it): "
+                     "starting over", self.partial, os.path.basename(self.record_path))
+        raw.truncate(record["output_bytes"] if record is not None else 0)   # what is kept
+        raw.seek(0, os.SEEK_END)
         if self.output_file.endswith(".gz"):
             # A new gzip member after the kept ones; its header names the file as
             # gunzip -N would restore it.
