@@ -64,7 +64,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "The texts, one a line; - for standard input; .gz is read as gzip.",
                         **d)
     flags.DEFINE_string("output_file", None,
-                        "The answers, one a line in input order; - for standard output.", **d)
+                        "The answers, one a line in input order; - for standard output. "
+                        "Stopped by a signal, a run from a file keeps its answers so far in "
+                        "OUTPUT.partial and the same command goes on from there.", **d)
     flags.DEFINE_enum("input_format", None, list(INPUT_FORMATS),
                       "text (a line is a text), tsv or csv (--text_column), jsonl (a line is "
                       "an instance as bert-ad serve takes it, or --text_column's field). "
