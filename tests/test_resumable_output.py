@@ -17,7 +17,7 @@ import pytest
 from bert_ad.cli.predict import after_line
 from bert_ad.errors import Stopped, UserError
 from bert_ad.inference.prediction_input import InputSettings, open_input, read_instances
-from bert_ad.inference.resumable_output import (PARTIAL_SUFFIX, RECORD_SUFFIX,
+from bert_ad.inference.resumable_output import (PARTIAL_SUFFIX, RECORD_SUFFIX, HashedLines,
                                                 ResumableOutput, input_lines_digest)
 from bert_ad.inference.streamed_predictions import StreamSettings, predict_stream
 
@@ -52,14 +52,16 @@ def run(tmp_path, name: str, identity=IDENTITY, stop_at_batch=None) -> Resumable
         return batch
 
     stream = open_input(input_file)
+    lines = HashedLines(stream)
     try:
-        items = after_line(read_instances(stream, f"--input_file={input_file}",
+        items = after_line(read_instances(lines, f"--input_file={input_file}",
                                           InputSettings("text"), ("text_a", "text_b")),
                            point.input_lines)
         predict_stream(items, LengthPredictions(), score, output, output_format_of(name),
                        StreamSettings(batch_size=3, chunk_size=CHUNK, skip_bad_lines=True,
                                       source=f"--input_file={input_file}"),
-                       resume_from=point, after_chunk=resumable.chunk_written)
+                       resume_from=point, after_chunk=resumable.chunk_written,
+                       input_mark=lines.mark)
     except Stopped:
         raise
     except BaseException:

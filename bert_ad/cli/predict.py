@@ -211,7 +211,7 @@ def main(argv: Sequence[str]) -> int:
     configure_logging()
     from bert_ad.inference import prediction_input as inputs
     from bert_ad.inference import prediction_output as outputs
-    from bert_ad.inference.resumable_output import ResumableOutput
+    from bert_ad.inference.resumable_output import HashedLines, ResumableOutput
     from bert_ad.inference.streamed_predictions import StreamSettings, predict_stream
     input_format = inputs.format_of(f.input_file, f.input_format)
     output_format = outputs.format_of(f.output_file, f.output_format)
@@ -243,14 +243,14 @@ def main(argv: Sequence[str]) -> int:
             output, point = resumable.start()
             before = point.answers
             try:
-                stream = inputs.open_input(f.input_file)
-                items = after_line(inputs.read_instances(stream, source, read,
+                lines = HashedLines(inputs.open_input(f.input_file))
+                items = after_line(inputs.read_instances(lines, source, read,
                                                          predictions.text_fields),
                                    point.input_lines)
                 counts = predict_stream(
                     items, predictions, score, output, output_format, settings,
                     None if total is None else total - point.input_lines, point,
-                    resumable.chunk_written)
+                    resumable.chunk_written, lines.mark)
             except Stopped:
                 raise   # the answers so far kept (chunk_written)
             except BaseException:

@@ -25,7 +25,7 @@ import gzip
 import json
 import os
 import sys
-from typing import BinaryIO, Iterator, Optional, Sequence, Tuple, Union
+from typing import BinaryIO, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
 from bert_ad.data.text_lines import decode_line
 from bert_ad.errors import UserError, fail
@@ -104,7 +104,7 @@ def count_lines(path: str) -> Optional[int]:
     return lines + (last != b"\n")
 
 
-def read_instances(stream: BinaryIO, source: str, settings: InputSettings,
+def read_instances(stream: Iterable[bytes], source: str, settings: InputSettings,
                    text_fields: Sequence[str]) -> Iterator[Union[Item, BadLine]]:
     """(line number, instance) for each line of `stream`, or a BadLine.
 

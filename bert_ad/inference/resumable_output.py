@@ -36,7 +36,7 @@ import io
 import json
 import logging
 import os
-from typing import IO, List, Optional
+from typing import IO, Iterable, Iterator, List, Optional
 
 from bert_ad.errors import Stopped, fail
 from bert_ad.files import atomic_open, fsync_path
@@ -59,14 +59,40 @@ class ResumePoint:
       input_lines: the input line the last of them answers (a TSV header
         line counts: it is a line of the file).
       header: a TSV output's header fields once written, else [].
+      input_sha256: the SHA-256 of input lines 1..input_lines (HashedLines.mark),
+        taken as they were read: a stop records it without reading the input again.
     """
     answers: int = 0
     input_lines: int = 0
     header: List[str] = dataclasses.field(default_factory=list)
+    input_sha256: str = ""
+
+
+class HashedLines:
+    """The input's lines as read, with the SHA-256 of those read so far (`mark`).
+
+    The chunk reader asks for a chunk's mark right after its last instance, when the
+    instance reader has read exactly the lines up to it (it reads a line, yields its
+    instance, and reads on only when asked), so a chunk's mark is the digest of the
+    input up to its last line, header lines included.
+    """
+
+    def __init__(self, lines: Iterable[bytes]):
+        self._lines = lines
+        self._digest = hashlib.sha256()
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self._lines:
+            self._digest.update(line)
+            yield line
+
+    def mark(self) -> str:
+        return self._digest.hexdigest()
 
 
 def input_lines_digest(input_file: str, lines: int) -> str:
-    """SHA-256 of the first `lines` lines of --input_file, as read (a .gz decompressed)."""
+    """SHA-256 of the first `lines` lines of --input_file, as read (a .gz decompressed):
+    HashedLines' mark after them."""
     digest = hashlib.sha256()
     stream = open_input(input_file)
     try:
@@ -224,8 +250,7 @@ class ResumableOutput:
                       input_file=os.path.abspath(self.input_file),
                       answers=self.point.answers, input_lines=self.point.input_lines,
                       header=self.point.header, output_bytes=os.path.getsize(self.partial),
-                      input_sha256=input_lines_digest(self.input_file,
-                                                      self.point.input_lines))
+                      input_sha256=self.point.input_sha256)
         with atomic_open(self.record_path) as f:
             json.dump(record, f, indent=1, ensure_ascii=False)
             f.write("\n")

@@ -77,6 +77,7 @@ class _Chunk:
     rows: List[Dict[str, np.ndarray]]
     bad: Dict[int, str]
     last_line: int   # the input line of the chunk's last instance
+    input_mark: str  # the input reader's mark after that line (after_chunk's)
 
     def answers(self, good: List[dict]) -> List[dict]:
         """The chunk's answers in line order: `good` (the parsed lines'), each
@@ -126,7 +127,8 @@ def _duration(seconds: float) -> str:
 
 
 def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
-            settings: StreamSettings, counts: Counts) -> Iterator[_Chunk]:
+            settings: StreamSettings, counts: Counts,
+            input_mark: Callable[[], str]) -> Iterator[_Chunk]:
     """The featurized chunks of the items (bad lines stopped at, or kept in
     their place as errors)."""
     parsed, bad = [], {}
@@ -151,18 +153,18 @@ def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
                             if counts.skipped == LOGGED_BAD_LINES else "")
             bad[len(parsed) + len(bad)] = item.message
         if len(parsed) + len(bad) == settings.chunk_size:
-            yield _featurized(parsed, bad, number, predictions)
+            yield _featurized(parsed, bad, number, input_mark(), predictions)
             parsed, bad = [], {}
     if parsed or bad:
-        yield _featurized(parsed, bad, number, predictions)
+        yield _featurized(parsed, bad, number, input_mark(), predictions)
 
 
-def _featurized(parsed: list, bad: Dict[int, str], last_line: int,
+def _featurized(parsed: list, bad: Dict[int, str], last_line: int, input_mark: str,
                 predictions: Predictions) -> _Chunk:
     if not parsed:
-        return _Chunk(parsed, None, [], bad, last_line)
+        return _Chunk(parsed, None, [], bad, last_line, input_mark)
     featurized = predictions.featurize(parsed)
-    return _Chunk(parsed, featurized, featurized.rows(), bad, last_line)
+    return _Chunk(parsed, featurized, featurized.rows(), bad, last_line, input_mark)
 
 
 class _Reader(threading.Thread):
@@ -227,7 +229,8 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
                    output_format: str, settings: StreamSettings,
                    total_lines: Optional[int] = None,
                    resume_from: Optional[ResumePoint] = None,
-                   after_chunk: Optional[Callable[[ResumePoint], None]] = None) -> Counts:
+                   after_chunk: Optional[Callable[[ResumePoint], None]] = None,
+                   input_mark: Callable[[], str] = lambda: "") -> Counts:
     """Answer every item and write one line per answer to `output`, in input order.
 
     Args:
@@ -240,6 +243,8 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
         written then is not written again).
       after_chunk: called with where the answers end once a chunk's lines are
         written (not while a TSV's error rows wait for its header).
+      input_mark: the input reader's state after the lines read so far (called on
+        the reader thread at each chunk's end; resumable_output.HashedLines.mark).
     """
     counts = Counts()
     progress = Progress(total_lines, settings.progress_every_s)
@@ -247,7 +252,7 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
     lines = AnswerLines(output_format, error_column=settings.skip_bad_lines,
                         header=resume_from.header)
     answers_before = resume_from.answers
-    reader = _Reader(_chunks(items, predictions, settings, counts))
+    reader = _Reader(_chunks(items, predictions, settings, counts, input_mark))
     reader.start()
     try:
         for chunk in reader:
@@ -261,7 +266,8 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
             counts.answered += len(good)
             counts.rows += len(chunk.rows)
             if after_chunk is not None and not lines.waiting:
-                after_chunk(ResumePoint(answers_before, chunk.last_line, list(lines.header)))
+                after_chunk(ResumePoint(answers_before, chunk.last_line, list(lines.header),
+                                        chunk.input_mark))
             progress.update(counts)
         output.writelines(lines.finish())
     finally:
