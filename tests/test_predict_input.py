@@ -260,3 +260,19 @@ def test_bad_flags_are_one_line_before_a_model_is_read(tmp_path, args, expected)
     assert titles.read_text(encoding="utf-8") == "a title\n"
     assert sorted(os.listdir(model)) == ["model.onnx", "sub"]
     assert (model / "model.onnx").read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize("kept, what", [(".partial", "the answers kept when stopped,"),
+                                        (".partial.json", "their record,")])
+def test_an_input_where_a_stopped_run_keeps_its_answers_is_refused(tmp_path, kept, what):
+    """The input named as a stopped run's partial answers or their record
+    (bert_ad/inference/resumable_output.py) would be cut: refused before anything."""
+    texts = tmp_path / f"answers.jsonl{kept}"
+    texts.write_text("a title\n", encoding="utf-8")
+    done = run_cli_in_process(predict_cli.cli, [
+        "bert-ad predict", "--model_dir=m", f"--input_file={texts}",
+        f"--output_file={tmp_path}/answers.jsonl"])
+    assert_one_error_line(done, f"{what} {texts} is --input_file={texts}: this run reads it "
+                          "and would write over it; give another --output_file")
+    assert os.listdir(tmp_path) == [texts.name]
+    assert texts.read_text(encoding="utf-8") == "a title\n"

@@ -48,6 +48,7 @@ from bert_ad.errors import Stopped, fail
 from bert_ad.path_overlaps import is_inside, refuse_outputs_over_inputs
 from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS, BadLine
 from bert_ad.inference.prediction_output import FORMATS as OUTPUT_FORMATS
+from bert_ad.inference.resumable_output import PARTIAL_SUFFIX, RECORD_SUFFIX
 
 log = logging.getLogger("bert_ad")
 
@@ -118,9 +119,12 @@ def check_flags(f: flags.FlagValues) -> None:
         # However spelled (a symlink, a hard link): not the texts; and no file the
         # model folder holds (its weights, settings, checkpoints, a training run's
         # results: which are the model's is not for this command to guess).
-        refuse_outputs_over_inputs([("--output_file", f.output_file)],
-                                   [("--input_file", f.input_file)],
-                                   advice="give another --output_file")
+        # (and not its partial or record: bert_ad/inference/resumable_output.py)
+        refuse_outputs_over_inputs(
+            [("--output_file", f.output_file),
+             ("the answers kept when stopped,", f.output_file + PARTIAL_SUFFIX),
+             ("their record,", f.output_file + RECORD_SUFFIX)],
+            [("--input_file", f.input_file)], advice="give another --output_file")
         if is_inside(f.output_file, f.model_dir) and os.path.lexists(f.output_file):
             fail(f"--output_file={f.output_file} is a file in --model_dir={f.model_dir}; "
                  "this run would write over it: give another --output_file (or remove "
