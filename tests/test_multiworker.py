@@ -367,16 +367,19 @@ def equivalence_runs(setup):
     1 worker x 1 tower x 8; pretraining with 2 workers and with 2 towers."""
     root = os.path.join(setup.root, "equivalence")
     os.makedirs(root)
-    pretraining = pretraining_flags(os.path.join(root, "pretraining_data"))
     runs = {
         "two_workers": (CLASSIFIER, 2, dict(setup.flags, n_gpus=1)),
         "two_towers": (CLASSIFIER, 1, dict(setup.flags, n_gpus=2)),
         "double_batch": (CLASSIFIER, 1, dict(setup.flags, n_gpus=1,
                                              train_batch_size=2 * BATCH)),
-        # With accumulation: the exchange happens after the 2nd micro-batch.
-        "pretraining_two_workers": (PRETRAINING, 2, dict(pretraining, n_gpus=1)),
-        "pretraining_two_towers": (PRETRAINING, 1, dict(pretraining, n_gpus=2)),
     }
+    if not IS_TF1:  # the tf1 lane compares the classifier's only (conftest TF1_LANE_TESTS)
+        pretraining = pretraining_flags(os.path.join(root, "pretraining_data"))
+        runs.update({
+            # With accumulation: the exchange happens after the 2nd micro-batch.
+            "pretraining_two_workers": (PRETRAINING, 2, dict(pretraining, n_gpus=1)),
+            "pretraining_two_towers": (PRETRAINING, 1, dict(pretraining, n_gpus=2)),
+        })
     logs = {}
     with Processes() as processes:
         started = {}
