@@ -7,7 +7,9 @@ OUTPUT.partial (locked while it is written). A stop signal during the scoring
 loop stops it after the chunk being scored: the answers written so far stay
 in OUTPUT.partial, and OUTPUT.partial.json records where they end (answers,
 input lines, output bytes, a TSV's header) and what made them (the model, the
-flags that shape an answer, a digest of those input lines). The same command
+flags that shape an answer, a digest of those input lines taken as they were
+read, so the record is written at once, within a scheduler's grace period).
+The same command
 then checks the record, cuts the partial back to those bytes, skips those
 input lines and appends; at the end the partial is renamed onto OUTPUT (as
 `>` would replace it) and the record removed.
