@@ -133,7 +133,7 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def _remove_quietly(path: str) -> None:
+def remove_quietly(path: str) -> None:
     try:
         os.remove(path)
     except FileNotFoundError:
@@ -222,7 +222,7 @@ class StagedFiles:
     def discard(self) -> None:
         """Remove every staged temporary file (the targets are untouched)."""
         for temporary, _ in self._staged:
-            _remove_quietly(temporary)
+            remove_quietly(temporary)
             forget(temporary)
         self._staged = []
 

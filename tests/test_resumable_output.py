@@ -42,7 +42,6 @@ def run(tmp_path, name: str, identity=IDENTITY, stop_at_batch=None) -> Resumable
     the stop handler is called while batch `stop_at_batch` is scored."""
     input_file, output_file = str(tmp_path / "in.txt"), str(tmp_path / name)
     resumable = ResumableOutput(output_file, input_file, identity)
-    output, point = resumable.start()
     batches = []
 
     def score(batch):
@@ -51,9 +50,8 @@ def run(tmp_path, name: str, identity=IDENTITY, stop_at_batch=None) -> Resumable
             resumable._on_signal(signal.SIGTERM)   # what the kernel's signal would call
         return batch
 
-    stream = open_input(input_file)
-    lines = HashedLines(stream)
-    try:
+    with resumable.writing() as (output, point), open_input(input_file) as stream:
+        lines = HashedLines(stream)
         items = after_line(read_instances(lines, f"--input_file={input_file}",
                                           InputSettings("text"), ("text_a", "text_b")),
                            point.input_lines)
@@ -62,14 +60,6 @@ def run(tmp_path, name: str, identity=IDENTITY, stop_at_batch=None) -> Resumable
                                       source=f"--input_file={input_file}"),
                        resume_from=point, after_chunk=resumable.chunk_written,
                        input_mark=lines.mark)
-    except Stopped:
-        raise
-    except BaseException:
-        resumable.abandon()
-        raise
-    finally:
-        stream.close()
-    resumable.commit()
     return resumable
 
 
@@ -203,21 +193,15 @@ def test_an_error_leaves_what_the_user_had(tmp_path):
     def failing(batch):
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError):
-        resumable = ResumableOutput(str(tmp_path / "out.jsonl"), str(tmp_path / "in.txt"),
-                                    IDENTITY)
-        output, point = resumable.start()
-        try:
-            items = after_line(read_instances(open_input(str(tmp_path / "in.txt")), "x",
-                                              InputSettings("text"), ("text_a", "text_b")),
-                               point.input_lines)
-            predict_stream(items, LengthPredictions(), failing, output, "jsonl",
-                           StreamSettings(batch_size=3, chunk_size=CHUNK,
-                                          skip_bad_lines=True),
-                           resume_from=point, after_chunk=resumable.chunk_written)
-        except BaseException:
-            resumable.abandon()
-            raise
+    resumable = ResumableOutput(str(tmp_path / "out.jsonl"), str(tmp_path / "in.txt"),
+                                IDENTITY)
+    with pytest.raises(OSError), resumable.writing() as (output, point), \
+            open_input(str(tmp_path / "in.txt")) as stream:
+        items = after_line(read_instances(stream, "x", InputSettings("text"),
+                                          ("text_a", "text_b")), point.input_lines)
+        predict_stream(items, LengthPredictions(), failing, output, "jsonl",
+                       StreamSettings(batch_size=3, chunk_size=CHUNK, skip_bad_lines=True),
+                       resume_from=point, after_chunk=resumable.chunk_written)
     assert open(tmp_path / ("out.jsonl" + PARTIAL_SUFFIX), "rb").read() == partial
     assert open(tmp_path / ("out.jsonl" + RECORD_SUFFIX), "rb").read() == record
 

@@ -44,9 +44,9 @@ from absl import flags
 from bert_ad.cli import answer_flags, flag_groups
 from bert_ad.cli.registry import register_tool
 from bert_ad.cli.runner import configure_logging, parse_flags, require_flags, tool_cli
-from bert_ad.errors import Stopped, fail
+from bert_ad.errors import fail
 from bert_ad.path_overlaps import is_inside, refuse_outputs_over_inputs
-from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS, BadLine
+from bert_ad.inference.prediction_input import FORMATS as INPUT_FORMATS, line_number
 from bert_ad.inference.prediction_output import FORMATS as OUTPUT_FORMATS
 from bert_ad.inference.resumable_output import PARTIAL_SUFFIX, RECORD_SUFFIX
 
@@ -204,9 +204,7 @@ def json_digest(value) -> str:
 
 def after_line(items, line: int):
     """The items of the lines after `line` (a resumed run's)."""
-    return itertools.dropwhile(
-        lambda item: (item.number if isinstance(item, BadLine) else item[0]) <= line,
-        items)
+    return itertools.dropwhile(lambda item: line_number(item) <= line, items)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -244,9 +242,8 @@ def main(argv: Sequence[str]) -> int:
         else:
             resumable = ResumableOutput(f.output_file, f.input_file, answer_identity(
                 f, predictions, model_path, input_format, output_format))
-            output, point = resumable.start()
-            before = point.answers
-            try:
+            with resumable.writing() as (output, point):
+                before = point.answers
                 lines = HashedLines(inputs.open_input(f.input_file))
                 items = after_line(inputs.read_instances(lines, source, read,
                                                          predictions.text_fields),
@@ -255,12 +252,6 @@ def main(argv: Sequence[str]) -> int:
                     items, predictions, score, output, output_format, settings,
                     None if total is None else total - point.input_lines, point,
                     resumable.chunk_written, lines.mark)
-            except Stopped:
-                raise   # the answers so far kept (chunk_written)
-            except BaseException:
-                resumable.abandon()
-                raise
-            resumable.commit()
     finally:
         close()
     log.info("predict: %d answer(s) written to %s%s", before + counts.answered + counts.skipped,

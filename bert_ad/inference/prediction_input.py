@@ -58,6 +58,11 @@ class BadLine:
 Item = Tuple[int, object]   # (line number, instance)
 
 
+def line_number(item: Union[Item, BadLine]) -> int:
+    """The input line an item of read_instances comes from."""
+    return item.number if isinstance(item, BadLine) else item[0]
+
+
 def without_gz(path: str) -> str:
     """`path` without a .gz ending: the name of what it holds (bert-ad predict reads
     and writes a .gz name compressed)."""

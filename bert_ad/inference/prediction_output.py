@@ -39,16 +39,19 @@ def open_output(path: str) -> Iterator[IO]:
     renamed when the block ends without an error (nothing half-written is left);
     gzip for a name ending .gz (a reader that takes .tsv.gz input takes it back)."""
     with atomic_path(path) as temporary:
-        if path.endswith(".gz"):
-            # The header names the file as gunzip -N would restore it, not the temporary.
-            name = os.path.basename(without_gz(path))
-            with open(temporary, "wb") as raw, \
-                    gzip.GzipFile(name, "wb", fileobj=raw) as packed, \
-                    io.TextIOWrapper(packed, encoding="utf-8") as output:
-                yield output
-        else:
-            with open(temporary, "w", encoding="utf-8") as output:
-                yield output
+        with open(temporary, "wb") as raw, answer_stream(raw, path) as output:
+            yield output
+
+
+def answer_stream(raw: IO[bytes], path: str) -> io.TextIOWrapper:
+    """UTF-8 text written to `raw`, the file being written as --output_file=`path`:
+    a gzip member for a name ending .gz (closing the stream ends the member and
+    leaves `raw` open)."""
+    if not path.endswith(".gz"):
+        return io.TextIOWrapper(raw, encoding="utf-8")
+    # The header names the file as gunzip -N would restore it, not the temporary.
+    packed = gzip.GzipFile(os.path.basename(without_gz(path)), "wb", fileobj=raw)
+    return io.TextIOWrapper(packed, encoding="utf-8")
 
 
 def _flat(answer: dict) -> Dict[str, str]:

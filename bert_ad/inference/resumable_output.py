@@ -30,9 +30,9 @@ input lines and appends; at the end the partial is renamed onto OUTPUT (as
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
-import gzip
 import hashlib
 import io
 import json
@@ -41,8 +41,9 @@ import os
 from typing import IO, Iterable, Iterator, List, Optional
 
 from bert_ad.errors import Stopped, fail
-from bert_ad.files import atomic_open, fsync_path
-from bert_ad.inference.prediction_input import open_input, without_gz
+from bert_ad.files import atomic_open, fsync_path, remove_quietly
+from bert_ad.inference.prediction_input import open_input
+from bert_ad.inference.prediction_output import answer_stream
 from bert_ad.signals import install, is_live, restore, signal_name, write_from_handler
 
 log = logging.getLogger("bert_ad")
@@ -110,9 +111,10 @@ def input_lines_digest(input_file: str, lines: int) -> str:
 class ResumableOutput:
     """OUTPUT.partial while a run writes it; see the module docstring.
 
-    Use: `start()` (the text stream and the ResumePoint to go on from), then
-    `chunk_written(point)` after each chunk's lines (it stops the run there if a
-    signal came), and `commit()` at the end, or `abandon()` on an error.
+    Use: `with resumable.writing() as (stream, point):` (the text stream and the
+    ResumePoint to go on from), calling `chunk_written(point)` after each chunk's
+    lines (it stops the run there if a signal came); the block's end commits, an
+    error abandons (`start`, `commit`, `abandon`).
 
     Args:
       output_file: --output_file (a file, not standard output).
@@ -133,6 +135,20 @@ class ResumableOutput:
         self._raw: Optional[IO[bytes]] = None
         self._text: Optional[io.TextIOWrapper] = None
         self._handlers: dict = {}
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[tuple]:
+        """`start()`; at the block's end `commit()`, on an error `abandon()`; a stop
+        (Stopped, from chunk_written) has kept the answers already."""
+        stream, point = self.start()
+        try:
+            yield stream, point
+        except Stopped:
+            raise
+        except BaseException:
+            self.abandon()
+            raise
+        self.commit()
 
     # --- starting --------------------------------------------------------------
 
@@ -168,14 +184,7 @@ class ResumableOutput:
                      "starting over", self.partial, os.path.basename(self.record_path))
         raw.truncate(record["output_bytes"] if record is not None else 0)   # what is kept
         raw.seek(0, os.SEEK_END)
-        if self.output_file.endswith(".gz"):
-            # A new gzip member after the kept ones; its header names the file as
-            # gunzip -N would restore it.
-            packed = gzip.GzipFile(os.path.basename(without_gz(self.output_file)), "wb",
-                                   fileobj=raw)
-            self._text = io.TextIOWrapper(packed, encoding="utf-8")
-        else:
-            self._text = io.TextIOWrapper(raw, encoding="utf-8")
+        self._text = answer_stream(raw, self.output_file)   # gzip: a member after the kept
         self._handlers = install(self._on_signal)
         return self._text, self.point
 
@@ -265,7 +274,7 @@ class ResumableOutput:
         self._close_stream()
         os.replace(self.partial, self.output_file)
         self._release()
-        self._remove(self.record_path)
+        remove_quietly(self.record_path)
         if self.signal is not None:
             log.info("predict: the last chunk was answered before %s stopped the run: "
                      "the output is complete", signal_name(self.signal))
@@ -282,7 +291,7 @@ class ResumableOutput:
             except OSError:
                 pass  # the next run cuts it back to the record anyway
         else:
-            self._remove(self.partial)
+            remove_quietly(self.partial)
         self._release()
 
     def _close_stream(self) -> None:
@@ -304,11 +313,3 @@ class ResumableOutput:
             raw, self._raw = self._raw, None
             raw.close()    # the lock goes with the descriptor
         fsync_path(os.path.dirname(os.path.abspath(self.output_file)))
-
-    @staticmethod
-    def _remove(*paths: str) -> None:
-        for path in paths:
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass

@@ -36,7 +36,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, TextIO, U
 import numpy as np
 
 from bert_ad.errors import fail
-from bert_ad.inference.prediction_input import BadLine, Item
+from bert_ad.inference.prediction_input import BadLine, Item, line_number
 from bert_ad.inference.prediction_output import AnswerLines, error_answer
 from bert_ad.data.scored_rows import stack_rows
 from bert_ad.inference.predictions import BadInstance, Featurized, Predictions
@@ -133,10 +133,9 @@ def _chunks(items: Iterable[Union[Item, BadLine]], predictions: Predictions,
     their place as errors)."""
     parsed, bad = [], {}
     for item in items:
-        if isinstance(item, BadLine):
-            number = item.number
-        else:
-            number, instance = item
+        number = line_number(item)
+        if not isinstance(item, BadLine):
+            instance = item[1]
             try:
                 parsed.append(predictions.parse(instance))
             except BadInstance as e:
@@ -251,7 +250,7 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
     resume_from = resume_from or ResumePoint()
     lines = AnswerLines(output_format, error_column=settings.skip_bad_lines,
                         header=resume_from.header)
-    answers_before = resume_from.answers
+    answers_written = resume_from.answers
     reader = _Reader(_chunks(items, predictions, settings, counts, input_mark))
     reader.start()
     try:
@@ -262,11 +261,11 @@ def predict_stream(items: Iterable[Union[Item, BadLine]], predictions: Predictio
                 good = predictions.predict(chunk.parsed, chunk.featurized, outputs)
             answers = chunk.answers(good)
             output.writelines(lines.lines(answers))
-            answers_before += len(answers)
+            answers_written += len(answers)
             counts.answered += len(good)
             counts.rows += len(chunk.rows)
             if after_chunk is not None and not lines.waiting:
-                after_chunk(ResumePoint(answers_before, chunk.last_line, list(lines.header),
+                after_chunk(ResumePoint(answers_written, chunk.last_line, list(lines.header),
                                         chunk.input_mark))
             progress.update(counts)
         output.writelines(lines.finish())
