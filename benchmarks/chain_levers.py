@@ -28,9 +28,8 @@ import sys
 import time
 
 from benchmarks import measuring as bench
-# bench_chain's rows, exports and worker command; it imports this module only when asked
-# for a lever (--levers), so the import goes one way at load time.
-from benchmarks.bench_chain import NO_TF, SEQ, WORKER_MODULE, command, export_dir, paths, rows_of
+from benchmarks.chain_layout import (NO_TF, SEQ, WORKER_MODULE, command, export_dir, paths,
+                                     rows_of)
 
 LEVER_BATCH = 32
 TOKENIZER_ROWS = {"short": 2000, "long": 1500}
