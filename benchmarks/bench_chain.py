@@ -87,7 +87,6 @@ PAIRS = {"student": ("ours_student", "hf"), "teacher": ("ours_teacher", "optimum
 TRANSFER_SENTENCES = 4000
 
 
-
 # --- set-up (untimed) ----------------------------------------------------------------------
 
 def run(command: list, log: str) -> None:

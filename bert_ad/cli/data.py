@@ -70,7 +70,6 @@ def define_flags(fv: flags.FlagValues) -> None:
                        "held out.", **d)
 
 
-
 def names_help(program: str) -> str:
     width = max(len(name) for name in prepare.DATASETS)
     lines = [f"usage: {program} prepare {USAGE}", "", __doc__.strip(), "", "data sets:"]
